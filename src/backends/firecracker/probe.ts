@@ -1,0 +1,24 @@
+import { firstLine, run, which } from "../../util/run.js";
+import type { BackendProbe } from "../backend.js";
+
+/** Firecracker needs its binary (PYRO_FIRECRACKER_BIN or PATH) and KVM that runs guests. */
+export const firecrackerProbe: BackendProbe = {
+  name: "firecracker",
+  isolation: "microVM (Firecracker, KVM)",
+  strength: 40,
+  async probe(ctx) {
+    const bin = ctx.env.PYRO_FIRECRACKER_BIN ? await which(ctx.env.PYRO_FIRECRACKER_BIN) : await which("firecracker", ctx.env.PATH);
+    const kvm = await ctx.kvm();
+    const version = bin ? firstLine((await run([bin, "--version"], { timeoutMs: ctx.timeoutMs })).stdout) || null : null;
+    const reasons: string[] = [];
+    if (!bin) reasons.push("no firecracker binary (set PYRO_FIRECRACKER_BIN or put firecracker on PATH)");
+    if (!kvm.usable) reasons.push(`KVM not usable: ${kvm.reason}`);
+    return {
+      available: reasons.length === 0,
+      version,
+      reason: reasons.length > 0 ? reasons.join("; ") : null,
+      opt_in: false,
+      details: bin ? { path: bin } : {},
+    };
+  },
+};

@@ -1,0 +1,17 @@
+import type { BackendProbe } from "../backend.js";
+
+/** The host backend always works and never isolates: only with --allow-host-compat. */
+export const hostProbe: BackendProbe = {
+  name: "host",
+  isolation: "none (runs directly on the host)",
+  strength: 0,
+  async probe() {
+    return {
+      available: true,
+      version: process.version,
+      reason: "no isolation: used only with --allow-host-compat",
+      opt_in: true,
+      details: {},
+    };
+  },
+};

@@ -1,0 +1,71 @@
+import { arch, platform, release } from "node:os";
+import type { BackendName, KvmStatus } from "../backends/backend.js";
+import { probeAll, type ProbeReport } from "../backends/registry.js";
+import { type EnvironmentInfo } from "../env/cache.js";
+import type { Engine } from "./engine.js";
+
+export type Readiness = "warm" | "cold" | "stale";
+
+export interface DoctorReport {
+  platform: { os: string; arch: string; kernel: string; node: string; root: boolean };
+  kvm: KvmStatus;
+  backends: ProbeReport["backends"];
+  default_backend: BackendName | null;
+  default_reason: string;
+  cache: {
+    path: string;
+    home: string;
+    size_bytes: number;
+    environments: { name: string; status: EnvironmentInfo["status"]; recipe_key: string; size_bytes: number | null }[];
+  };
+  environment?: {
+    name: string;
+    readiness: Readiness;
+    recipe_key: string;
+    reason: string;
+  };
+}
+
+/**
+ * Host readiness: every backend probed by trying it, KVM, the environment cache, and for
+ * `environment` a warm/cold/stale verdict.
+ */
+export async function doctor(engine: Engine, options: { environment?: string; timeoutMs?: number } = {}): Promise<DoctorReport> {
+  // Validate the environment name before spending seconds on probes.
+  const envInfo = options.environment ? await engine.environments.info(options.environment) : undefined;
+  const [probes, list] = await Promise.all([
+    probeAll({ env: engine.env, ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}) }),
+    engine.environments.list(),
+  ]);
+  const report: DoctorReport = {
+    platform: { os: platform(), arch: arch(), kernel: release(), node: process.version, root: process.getuid?.() === 0 },
+    kvm: probes.kvm,
+    backends: probes.backends,
+    default_backend: probes.default_backend,
+    default_reason: probes.default_reason,
+    cache: {
+      path: engine.environments.root,
+      home: engine.paths.home,
+      size_bytes: list.reduce((a, e) => a + (e.size_bytes ?? 0), 0),
+      environments: list.map((e) => ({ name: e.name, status: e.status, recipe_key: e.recipe_key, size_bytes: e.size_bytes })),
+    },
+  };
+  if (envInfo) report.environment = readiness(envInfo);
+  return report;
+}
+
+export function readiness(info: EnvironmentInfo): NonNullable<DoctorReport["environment"]> {
+  const base = { name: info.name, recipe_key: info.recipe_key };
+  switch (info.status) {
+    case "cached":
+      return { ...base, readiness: "warm", reason: `cached at ${info.path}` };
+    case "stale":
+      return {
+        ...base,
+        readiness: "stale",
+        reason: `cached only from an older recipe (${info.stale_keys.join(", ")}); run \`pyro env pull ${info.name}\``,
+      };
+    default:
+      return { ...base, readiness: "cold", reason: `not cached; run \`pyro env pull ${info.name}\`` };
+  }
+}

@@ -1,0 +1,82 @@
+/**
+ * The one error type of pyro. Callers branch on `code`, never on message text.
+ * Every surface renders it the same way: `{error: {code, message, hint?}}`.
+ */
+export const ERROR_CODES = [
+  "workspace_not_found",
+  "environment_not_found",
+  "backend_unavailable",
+  "path_outside_workspace",
+  "not_found",
+  "patch_rejected",
+  "invalid_argument",
+  "timeout",
+  "conflict",
+  "workspace_stopped",
+  "build_failed",
+  "permission_denied",
+  "cancelled",
+  "internal",
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export interface ErrorObject {
+  code: ErrorCode;
+  message: string;
+  hint?: string;
+}
+
+export class PyroError extends Error {
+  readonly code: ErrorCode;
+  readonly hint?: string;
+
+  constructor(code: ErrorCode, message: string, hint?: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "PyroError";
+    this.code = code;
+    if (hint !== undefined) this.hint = hint;
+  }
+
+  toJSON(): ErrorObject {
+    return this.hint === undefined
+      ? { code: this.code, message: this.message }
+      : { code: this.code, message: this.message, hint: this.hint };
+  }
+}
+
+/**
+ * Maps anything thrown to a PyroError. Unknown errors become `internal`, keeping the
+ * original as `cause` so PYRO_DEBUG can show it; Node system errors map through one table.
+ */
+export function toPyroError(err: unknown): PyroError {
+  if (err instanceof PyroError) return err;
+  if (isErrnoException(err)) {
+    const mapped = ERRNO_TABLE[err.code ?? ""];
+    if (mapped) return new PyroError(mapped.code, `${mapped.message}: ${err.path ?? err.message}`, mapped.hint, { cause: err });
+  }
+  if (err instanceof Error && err.name === "AbortError") {
+    return new PyroError("cancelled", "the operation was cancelled", undefined, { cause: err });
+  }
+  const message = err instanceof Error ? err.message : String(err);
+  return new PyroError("internal", message, "rerun with PYRO_DEBUG=1 for details", { cause: err });
+}
+
+const ERRNO_TABLE: Record<string, { code: ErrorCode; message: string; hint?: string }> = {
+  ENOENT: { code: "not_found", message: "no such file or directory" },
+  EACCES: { code: "permission_denied", message: "permission denied", hint: "some operations need root" },
+  EPERM: { code: "permission_denied", message: "operation not permitted", hint: "some operations need root" },
+  EEXIST: { code: "conflict", message: "already exists" },
+  ENOTDIR: { code: "invalid_argument", message: "not a directory" },
+  EISDIR: { code: "invalid_argument", message: "is a directory" },
+  ENOSPC: { code: "internal", message: "no space left on device", hint: "free disk space, or run `pyro env prune`" },
+};
+
+function isErrnoException(err: unknown): err is NodeJS.ErrnoException {
+  return err instanceof Error && typeof (err as NodeJS.ErrnoException).code === "string";
+}
+
+/** Exit codes are fixed: 0 success, 1 operation failed, 2 usage error. */
+export const EXIT_OK = 0;
+export const EXIT_FAILURE = 1;
+export const EXIT_USAGE = 2;

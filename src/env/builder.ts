@@ -1,0 +1,34 @@
+import type { EnvironmentSource, EnvironmentSpec } from "./catalog.js";
+
+/** One step of a long build, for progress displays (TTY) and MCP progress later. */
+export interface BuildProgress {
+  phase: "lock" | "resolve" | "retrieve" | "extract" | "install" | "unpack" | "configure" | "finish" | "done";
+  message: string;
+  /** Packages handled so far in this phase, when known. */
+  count?: number;
+  /** Bytes written to the target so far, when measured. */
+  bytes?: number;
+}
+
+export interface BuildContext {
+  /** Empty directory that must hold the root filesystem when build() resolves. */
+  rootfs: string;
+  onProgress?: (p: BuildProgress) => void;
+  signal?: AbortSignal;
+}
+
+/** What a builder reports about the rootfs it made; lands in the entry's manifest. */
+export interface BuildOutput {
+  source_detail: Record<string, unknown>;
+  package_count?: number;
+}
+
+/**
+ * Turns an environment source into a root filesystem. The cache owns atomicity and
+ * locking; a builder only fills `ctx.rootfs` and may throw, leaving the cache to
+ * discard the partial tree.
+ */
+export interface Builder {
+  readonly kind: EnvironmentSource["kind"];
+  build(spec: EnvironmentSpec, ctx: BuildContext): Promise<BuildOutput>;
+}

@@ -1,0 +1,254 @@
+import { randomBytes } from "node:crypto";
+import { mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
+import { join } from "node:path";
+import { PyroError } from "../core/errors.js";
+import { atomicWriteFile, fsyncDir, pidAlive, treeSize } from "../util/fs.js";
+import type { Builder, BuildProgress } from "./builder.js";
+import { type EnvironmentSpec, entryDirName, findEnvironment, OFFICIAL_ENVIRONMENTS, recipeKey } from "./catalog.js";
+import { acquireLock } from "./lock.js";
+
+/** What a finished entry records about itself, next to its `rootfs/`. */
+export interface EnvironmentManifest {
+  name: string;
+  description: string;
+  recipe_key: string;
+  source: EnvironmentSpec["source"];
+  source_detail: Record<string, unknown>;
+  built_at: string;
+  build_duration_ms: number;
+  size_bytes: number;
+  file_count: number;
+  package_count?: number;
+}
+
+/** `cached`: current recipe built; `stale`: only an older recipe's build; `missing`: nothing. */
+export type CacheStatus = "cached" | "stale" | "missing";
+
+export interface EnvironmentInfo {
+  name: string;
+  description: string;
+  source: EnvironmentSpec["source"];
+  recipe_key: string;
+  status: CacheStatus;
+  path: string | null;
+  size_bytes: number | null;
+  built_at: string | null;
+  package_count: number | null;
+  stale_keys: string[];
+}
+
+export interface PullResult {
+  name: string;
+  recipe_key: string;
+  path: string;
+  rootfs: string;
+  built: boolean;
+  duration_ms: number;
+  size_bytes: number;
+  package_count: number | null;
+}
+
+export interface PruneResult {
+  removed: { path: string; reason: "stale" | "partial" | "unknown" | "all"; size_bytes: number }[];
+  freed_bytes: number;
+}
+
+const BUILDING_PREFIX = ".building-";
+const LOCK_DIR = ".locks";
+
+/**
+ * The content-addressed environment cache. Layout under `root`:
+ *   `<name>@<recipe_key>/manifest.json` and `rootfs/`: finished entries, never modified;
+ *   `.building-<key>-<pid>-<rand>/`: an in-progress build, renamed into place when done;
+ *   `.locks/<key>.lock`: one builder per recipe at a time.
+ * An entry exists only once it is complete (the rename is the commit), so a killed build
+ * leaves at most a `.building-*` directory that the next pull or prune removes.
+ */
+export class EnvironmentCache {
+  constructor(
+    readonly root: string,
+    private readonly builders: readonly Builder[],
+  ) {}
+
+  entryPath(spec: EnvironmentSpec): string {
+    return join(this.root, entryDirName(spec, recipeKey(spec)));
+  }
+
+  async readManifest(dir: string): Promise<EnvironmentManifest | null> {
+    try {
+      return JSON.parse(await readFile(join(dir, "manifest.json"), "utf8")) as EnvironmentManifest;
+    } catch {
+      return null;
+    }
+  }
+
+  async info(name: string): Promise<EnvironmentInfo> {
+    const spec = findEnvironment(name);
+    const key = recipeKey(spec);
+    const manifest = await this.readManifest(this.entryPath(spec));
+    const staleKeys = (await this.entriesOf(spec)).filter((k) => k !== key);
+    const status: CacheStatus = manifest ? "cached" : staleKeys.length > 0 ? "stale" : "missing";
+    return {
+      name: spec.name,
+      description: spec.description,
+      source: spec.source,
+      recipe_key: key,
+      status,
+      path: manifest ? this.entryPath(spec) : null,
+      size_bytes: manifest?.size_bytes ?? null,
+      built_at: manifest?.built_at ?? null,
+      package_count: manifest?.package_count ?? null,
+      stale_keys: staleKeys,
+    };
+  }
+
+  async list(): Promise<EnvironmentInfo[]> {
+    return Promise.all(OFFICIAL_ENVIRONMENTS.map((e) => this.info(e.name)));
+  }
+
+  /**
+   * Makes sure the environment is cached and returns it. Fast path: the finished entry
+   * exists (one stat and one read). Slow path: take the recipe's lock, re-check, build
+   * into a private directory, write the manifest, rename into place.
+   */
+  async pull(
+    name: string,
+    options: { onProgress?: (p: BuildProgress) => void; signal?: AbortSignal; lockTimeoutMs?: number } = {},
+  ): Promise<PullResult> {
+    const started = performance.now();
+    const spec = findEnvironment(name);
+    const key = recipeKey(spec);
+    const final = this.entryPath(spec);
+    const existing = await this.readManifest(final);
+    if (existing) return this.pullResult(spec, final, existing, false, started);
+
+    const builder = this.builders.find((b) => b.kind === spec.source.kind);
+    if (!builder) {
+      throw new PyroError("build_failed", `no builder for source kind '${spec.source.kind}'`);
+    }
+    await mkdir(join(this.root, LOCK_DIR), { recursive: true });
+    const release = await acquireLock(join(this.root, LOCK_DIR, `${key}.lock`), {
+      ...(options.lockTimeoutMs !== undefined ? { timeoutMs: options.lockTimeoutMs } : {}),
+      ...(options.signal ? { signal: options.signal } : {}),
+      onWait: (o) =>
+        options.onProgress?.({ phase: "lock", message: `waiting for pid ${o.pid}, which is building ${name}` }),
+    });
+    try {
+      const raced = await this.readManifest(final);
+      if (raced) return this.pullResult(spec, final, raced, false, started);
+      await this.removePartials(key);
+      const tmp = join(this.root, `${BUILDING_PREFIX}${key}-${process.pid}-${randomBytes(3).toString("hex")}`);
+      const rootfs = join(tmp, "rootfs");
+      await mkdir(rootfs, { recursive: true });
+      try {
+        const out = await builder.build(spec, {
+          rootfs,
+          ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+          ...(options.signal ? { signal: options.signal } : {}),
+        });
+        const size = await treeSize(rootfs);
+        const manifest: EnvironmentManifest = {
+          name: spec.name,
+          description: spec.description,
+          recipe_key: key,
+          source: spec.source,
+          source_detail: out.source_detail,
+          built_at: new Date().toISOString(),
+          build_duration_ms: Math.round(performance.now() - started),
+          size_bytes: size.bytes,
+          file_count: size.files,
+          ...(out.package_count !== undefined ? { package_count: out.package_count } : {}),
+        };
+        await atomicWriteFile(join(tmp, "manifest.json"), `${JSON.stringify(manifest, null, 2)}\n`);
+        await rename(tmp, final);
+        await fsyncDir(this.root);
+        options.onProgress?.({ phase: "done", message: `${name} ready`, bytes: size.bytes });
+        return this.pullResult(spec, final, manifest, true, started);
+      } catch (err) {
+        await rm(tmp, { recursive: true, force: true });
+        throw err;
+      }
+    } finally {
+      await release();
+    }
+  }
+
+  private pullResult(
+    spec: EnvironmentSpec,
+    dir: string,
+    m: EnvironmentManifest,
+    built: boolean,
+    started: number,
+  ): PullResult {
+    return {
+      name: spec.name,
+      recipe_key: m.recipe_key,
+      path: dir,
+      rootfs: join(dir, "rootfs"),
+      built,
+      duration_ms: Math.round(performance.now() - started),
+      size_bytes: m.size_bytes,
+      package_count: m.package_count ?? null,
+    };
+  }
+
+  /** Removes partial builds of this key whose builder process is gone. */
+  private async removePartials(key: string): Promise<void> {
+    for (const d of await this.dirNames()) {
+      if (!d.startsWith(`${BUILDING_PREFIX}${key}-`)) continue;
+      const pid = Number(d.slice(`${BUILDING_PREFIX}${key}-`.length).split("-")[0]);
+      if (!pidAlive(pid) || pid === process.pid) await rm(join(this.root, d), { recursive: true, force: true });
+    }
+  }
+
+  /** Recipe keys present on disk for an environment name (finished entries only). */
+  private async entriesOf(spec: EnvironmentSpec): Promise<string[]> {
+    const prefix = `${entryDirName(spec, "")}`;
+    const keys: string[] = [];
+    for (const d of await this.dirNames()) {
+      if (d.startsWith(prefix) && (await this.readManifest(join(this.root, d)))) keys.push(d.slice(prefix.length));
+    }
+    return keys;
+  }
+
+  private async dirNames(): Promise<string[]> {
+    try {
+      return await readdir(this.root);
+    } catch {
+      return [];
+    }
+  }
+
+  /**
+   * Removes stale entries (older recipes of known environments), partial builds whose
+   * builder is gone, and unknown directories; with `all`, every entry too.
+   */
+  async prune(options: { all?: boolean } = {}): Promise<PruneResult> {
+    const current = new Set(OFFICIAL_ENVIRONMENTS.map((e) => entryDirName(e, recipeKey(e))));
+    const removed: PruneResult["removed"] = [];
+    for (const d of await this.dirNames()) {
+      if (d === LOCK_DIR || d === ".debs") continue;
+      const path = join(this.root, d);
+      let reason: PruneResult["removed"][number]["reason"] | null = null;
+      if (d.startsWith(BUILDING_PREFIX)) {
+        const pid = Number(d.split("-")[2]);
+        if (!pidAlive(pid)) reason = "partial";
+      } else if (current.has(d)) {
+        if (options.all) reason = "all";
+      } else if (d.includes("@")) {
+        reason = "stale";
+      } else {
+        reason = "unknown";
+      }
+      if (!reason) continue;
+      const st = await stat(path).catch(() => null);
+      if (!st?.isDirectory()) continue;
+      const manifest = await this.readManifest(path);
+      const size = manifest?.size_bytes ?? (await treeSize(path)).bytes;
+      await rm(path, { recursive: true, force: true });
+      removed.push({ path, reason, size_bytes: size });
+    }
+    if (options.all) await rm(join(this.root, ".debs"), { recursive: true, force: true });
+    return { removed, freed_bytes: removed.reduce((a, r) => a + r.size_bytes, 0) };
+  }
+}

@@ -1,0 +1,99 @@
+import { createHash } from "node:crypto";
+import { PyroError } from "../core/errors.js";
+
+/**
+ * The environment catalog: named root filesystems and the recipe that makes each one.
+ * A recipe names its source; today the only source is `debootstrap` (built locally
+ * from Debian's archive). A registry source (`oci`) plugs in as a second kind beside
+ * it, with its own builder (see `Builder` in builder.ts).
+ */
+export interface DebootstrapSource {
+  kind: "debootstrap";
+  suite: string;
+  variant: "minbase";
+  /** Extra packages beyond the variant's base set, sorted. */
+  include: string[];
+  arch: "amd64";
+}
+
+export interface OciSource {
+  kind: "oci";
+  reference: string;
+}
+
+export type EnvironmentSource = DebootstrapSource | OciSource;
+
+export interface EnvironmentSpec {
+  name: string;
+  description: string;
+  source: EnvironmentSource;
+}
+
+/**
+ * Bumped when the way a source becomes a rootfs changes (post-processing, layout):
+ * everything built by an older recipe becomes stale.
+ */
+export const RECIPE_VERSION = 1;
+
+const BOOKWORM = { kind: "debootstrap", suite: "bookworm", variant: "minbase", arch: "amd64" } as const;
+const DEFAULT_TOOLS = ["ca-certificates", "curl", "git", "make", "python3"];
+
+export const OFFICIAL_ENVIRONMENTS: readonly EnvironmentSpec[] = [
+  {
+    name: "debian:12",
+    description: "Debian 12 minbase plus git, ca-certificates, curl, python3 and make",
+    source: { ...BOOKWORM, include: DEFAULT_TOOLS },
+  },
+  {
+    name: "debian:12-base",
+    description: "Debian 12 minbase only",
+    source: { ...BOOKWORM, include: [] },
+  },
+  {
+    name: "debian:12-build",
+    description: "debian:12 plus build-essential",
+    source: { ...BOOKWORM, include: [...DEFAULT_TOOLS, "build-essential"].sort() },
+  },
+];
+
+export const DEFAULT_ENVIRONMENT = "debian:12";
+
+export function findEnvironment(name: string): EnvironmentSpec {
+  const spec = OFFICIAL_ENVIRONMENTS.find((e) => e.name === name);
+  if (!spec) {
+    throw new PyroError(
+      "environment_not_found",
+      `unknown environment '${name}'`,
+      `known environments: ${OFFICIAL_ENVIRONMENTS.map((e) => e.name).join(", ")}`,
+    );
+  }
+  return spec;
+}
+
+/**
+ * The cache key of a recipe: a hash over everything that changes the built root
+ * filesystem (source, packages, recipe version). The mirror is deliberately not part
+ * of it: the same suite from another mirror is the same content.
+ */
+export function recipeKey(spec: EnvironmentSpec): string {
+  const canonical = canonicalJson({ recipe: RECIPE_VERSION, source: spec.source });
+  return createHash("sha256").update(canonical).digest("hex").slice(0, 16);
+}
+
+/** JSON with sorted object keys, so equal recipes hash equally. */
+export function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const obj = value as Record<string, unknown>;
+    return `{${Object.keys(obj)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson(obj[k])}`)
+      .join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/** A filesystem-safe directory name for an environment at a recipe key. */
+export function entryDirName(spec: EnvironmentSpec, key: string): string {
+  return `${spec.name.replace(/[^A-Za-z0-9._-]/g, "_")}@${key}`;
+}

@@ -1,0 +1,90 @@
+import { randomBytes } from "node:crypto";
+import { lstat, open, readdir, rename, rm } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
+
+/**
+ * Writes a file atomically: a temp file in the same directory, fsync, rename.
+ * A reader sees the old content or the new one, never a torn write.
+ */
+export async function atomicWriteFile(path: string, data: string | Buffer, mode = 0o644): Promise<void> {
+  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
+  const fh = await open(tmp, "w", mode);
+  try {
+    await fh.writeFile(data);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  try {
+    await rename(tmp, path);
+  } catch (err) {
+    await rm(tmp, { force: true });
+    throw err;
+  }
+  await fsyncDir(dirname(path));
+}
+
+/** fsync a directory so a rename inside it is durable. */
+export async function fsyncDir(dir: string): Promise<void> {
+  const fh = await open(dir, "r");
+  try {
+    await fh.sync();
+  } catch {
+    // some filesystems refuse fsync on directories; the rename is still atomic
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Apparent size and file count of a tree, not following symlinks. */
+export async function treeSize(root: string): Promise<{ bytes: number; files: number }> {
+  let bytes = 0;
+  let files = 0;
+  const stack = [root];
+  while (stack.length > 0) {
+    const dir = stack.pop()!;
+    let entries: import("node:fs").Dirent[];
+    try {
+      entries = await readdir(dir, { withFileTypes: true });
+    } catch {
+      continue;
+    }
+    for (const e of entries) {
+      const p = join(dir, e.name);
+      if (e.isDirectory()) {
+        stack.push(p);
+        continue;
+      }
+      files++;
+      try {
+        const st = await lstat(p);
+        if (st.isFile()) bytes += st.size;
+      } catch {
+        // vanished while walking
+      }
+    }
+  }
+  return { bytes, files };
+}
+
+export function formatBytes(n: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let v = n;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${i === 0 ? v : v.toFixed(1)} ${units[i]}`;
+}
+
+/** True when a process with this pid exists (signal 0 probe). */
+export function pidAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
