@@ -60,7 +60,12 @@ export interface QemuBootProbe {
   ms: number;
 }
 
-export async function bootProbe(qemu: string, scratchDir: string, accel: "kvm" | "tcg", timeoutMs: number): Promise<QemuBootProbe> {
+export async function bootProbe(
+  qemu: string,
+  scratchDir: string,
+  accel: "kvm" | "tcg",
+  timeoutMs: number,
+): Promise<QemuBootProbe> {
   await mkdir(scratchDir, { recursive: true });
   const kernel = join(scratchDir, "probe-kernel.bin");
   await writeFile(kernel, probeKernel());
@@ -76,20 +81,36 @@ export async function bootProbe(qemu: string, scratchDir: string, accel: "kvm" |
  * KVM is usable only if a guest actually runs on it: /dev/kvm must open read-write and
  * QEMU must boot the probe kernel with `-accel kvm`.
  */
-export async function probeKvm(env: NodeJS.ProcessEnv, scratchDir: string, timeoutMs: number): Promise<KvmStatus> {
+export async function probeKvm(
+  env: NodeJS.ProcessEnv,
+  scratchDir: string,
+  timeoutMs: number,
+): Promise<KvmStatus> {
   try {
     await access("/dev/kvm", constants.F_OK);
   } catch {
-    return { present: false, usable: false, reason: "/dev/kvm does not exist (no hardware virtualisation exposed)" };
+    return {
+      present: false,
+      usable: false,
+      reason: "/dev/kvm does not exist (no hardware virtualisation exposed)",
+    };
   }
   try {
     await access("/dev/kvm", constants.R_OK | constants.W_OK);
   } catch {
-    return { present: true, usable: false, reason: "/dev/kvm is not readable and writable by this user (join the kvm group)" };
+    return {
+      present: true,
+      usable: false,
+      reason: "/dev/kvm is not readable and writable by this user (join the kvm group)",
+    };
   }
   const qemu = await which("qemu-system-x86_64", env.PATH);
   if (!qemu) {
-    return { present: true, usable: false, reason: "/dev/kvm exists but cannot be proved usable without qemu-system-x86_64" };
+    return {
+      present: true,
+      usable: false,
+      reason: "/dev/kvm exists but cannot be proved usable without qemu-system-x86_64",
+    };
   }
   const p = await bootProbe(qemu, scratchDir, "kvm", timeoutMs);
   return p.ok

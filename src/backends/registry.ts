@@ -11,7 +11,14 @@ import { probeKvm } from "./kvm.js";
 import { qemuProbe } from "./qemu/probe.js";
 
 /** Every backend of contract §2, strongest first. */
-export const BACKEND_PROBES: readonly BackendProbe[] = [firecrackerProbe, qemuProbe, gvisorProbe, dockerProbe, bwrapProbe, hostProbe];
+export const BACKEND_PROBES: readonly BackendProbe[] = [
+  firecrackerProbe,
+  qemuProbe,
+  gvisorProbe,
+  dockerProbe,
+  bwrapProbe,
+  hostProbe,
+];
 
 /**
  * Backends this build can create workspaces on. A backend that probes available but is
@@ -28,7 +35,12 @@ export interface ProbeReport {
 
 /** Probes every backend (in parallel, KVM once) and picks the default. */
 export async function probeAll(
-  options: { env?: NodeJS.ProcessEnv; timeoutMs?: number; probes?: readonly BackendProbe[]; implemented?: ReadonlySet<BackendName> } = {},
+  options: {
+    env?: NodeJS.ProcessEnv;
+    timeoutMs?: number;
+    probes?: readonly BackendProbe[];
+    implemented?: ReadonlySet<BackendName>;
+  } = {},
 ): Promise<ProbeReport> {
   const env = options.env ?? process.env;
   const timeoutMs = options.timeoutMs ?? 10_000;
@@ -48,15 +60,30 @@ export async function probeAll(
         try {
           r = await p.probe({ env, scratchDir: join(scratchDir, p.name), timeoutMs, kvm });
         } catch (err) {
-          r = { available: false, version: null, reason: `probe failed: ${(err as Error).message}`, opt_in: false, details: {} };
+          r = {
+            available: false,
+            version: null,
+            reason: `probe failed: ${(err as Error).message}`,
+            opt_in: false,
+            details: {},
+          };
         }
-        return { name: p.name, isolation: p.isolation, ...r, probe_ms: Math.round(performance.now() - started) };
+        return {
+          name: p.name,
+          isolation: p.isolation,
+          ...r,
+          probe_ms: Math.round(performance.now() - started),
+        };
       }),
     );
     const { name, reason } = chooseDefault(results, probes, implemented);
     return {
       kvm: await kvm(),
-      backends: results.map((r) => ({ ...r, implemented: implemented.has(r.name), default: r.name === name })),
+      backends: results.map((r) => ({
+        ...r,
+        implemented: implemented.has(r.name),
+        default: r.name === name,
+      })),
       default_backend: name,
       default_reason: reason,
     };
@@ -76,7 +103,9 @@ export function chooseDefault(
     .sort((a, b) => strength(probes, b.name) - strength(probes, a.name));
   const best = ranked[0];
   if (best) return { name: best.name, reason: `strongest isolating backend that works here` };
-  const workingButPending = results.filter((r) => r.available && !r.opt_in && !implemented.has(r.name)).map((r) => r.name);
+  const workingButPending = results
+    .filter((r) => r.available && !r.opt_in && !implemented.has(r.name))
+    .map((r) => r.name);
   return {
     name: null,
     reason:

@@ -6,7 +6,10 @@ import type { Io } from "./output.js";
  * A one-line progress display for long work (environment builds) on a TTY. Off a TTY it
  * prints nothing, so logs and --json output stay clean.
  */
-export function progressReporter(io: Io, label: string): { update: (p: BuildProgress) => void; done: () => void } {
+export function progressReporter(
+  io: Io,
+  label: string,
+): { update: (p: BuildProgress) => void; done: () => void } {
   if (!io.stderrIsTTY) return { update: () => {}, done: () => {} };
   const started = Date.now();
   let last = 0;

@@ -24,12 +24,15 @@ export interface PathOptions {
 export function resolvePaths(options: PathOptions = {}): PyroPaths {
   const env = options.env ?? process.env;
   const home = resolve(options.home ?? env.PYRO_HOME ?? defaultHome(env));
-  const environmentsDir = resolve(options.environmentsDir ?? env.PYRO_ENV_CACHE ?? join(home, "environments"));
+  const environmentsDir = resolve(
+    options.environmentsDir ?? env.PYRO_ENV_CACHE ?? join(home, "environments"),
+  );
   return { home, environmentsDir, debCacheDir: join(environmentsDir, ".debs") };
 }
 
 function defaultHome(env: NodeJS.ProcessEnv): string {
-  const base = env.XDG_CACHE_HOME && env.XDG_CACHE_HOME.length > 0 ? env.XDG_CACHE_HOME : join(homedir(), ".cache");
+  const base =
+    env.XDG_CACHE_HOME && env.XDG_CACHE_HOME.length > 0 ? env.XDG_CACHE_HOME : join(homedir(), ".cache");
   return join(base, "pyro");
 }
 

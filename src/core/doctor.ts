@@ -1,7 +1,7 @@
 import { arch, platform, release } from "node:os";
 import type { BackendName, KvmStatus } from "../backends/backend.js";
-import { probeAll, type ProbeReport } from "../backends/registry.js";
-import { type EnvironmentInfo } from "../env/cache.js";
+import { type ProbeReport, probeAll } from "../backends/registry.js";
+import type { EnvironmentInfo } from "../env/cache.js";
 import type { Engine } from "./engine.js";
 
 export type Readiness = "warm" | "cold" | "stale";
@@ -16,7 +16,12 @@ export interface DoctorReport {
     path: string;
     home: string;
     size_bytes: number;
-    environments: { name: string; status: EnvironmentInfo["status"]; recipe_key: string; size_bytes: number | null }[];
+    environments: {
+      name: string;
+      status: EnvironmentInfo["status"];
+      recipe_key: string;
+      size_bytes: number | null;
+    }[];
   };
   environment?: {
     name: string;
@@ -30,7 +35,10 @@ export interface DoctorReport {
  * Host readiness: every backend probed by trying it, KVM, the environment cache, and for
  * `environment` a warm/cold/stale verdict.
  */
-export async function doctor(engine: Engine, options: { environment?: string; timeoutMs?: number } = {}): Promise<DoctorReport> {
+export async function doctor(
+  engine: Engine,
+  options: { environment?: string; timeoutMs?: number } = {},
+): Promise<DoctorReport> {
   // Validate the environment name before spending seconds on probes.
   const envInfo = options.environment ? await engine.environments.info(options.environment) : undefined;
   const [probes, list] = await Promise.all([
@@ -38,7 +46,13 @@ export async function doctor(engine: Engine, options: { environment?: string; ti
     engine.environments.list(),
   ]);
   const report: DoctorReport = {
-    platform: { os: platform(), arch: arch(), kernel: release(), node: process.version, root: process.getuid?.() === 0 },
+    platform: {
+      os: platform(),
+      arch: arch(),
+      kernel: release(),
+      node: process.version,
+      root: process.getuid?.() === 0,
+    },
     kvm: probes.kvm,
     backends: probes.backends,
     default_backend: probes.default_backend,
@@ -47,7 +61,12 @@ export async function doctor(engine: Engine, options: { environment?: string; ti
       path: engine.environments.root,
       home: engine.paths.home,
       size_bytes: list.reduce((a, e) => a + (e.size_bytes ?? 0), 0),
-      environments: list.map((e) => ({ name: e.name, status: e.status, recipe_key: e.recipe_key, size_bytes: e.size_bytes })),
+      environments: list.map((e) => ({
+        name: e.name,
+        status: e.status,
+        recipe_key: e.recipe_key,
+        size_bytes: e.size_bytes,
+      })),
     },
   };
   if (envInfo) report.environment = readiness(envInfo);

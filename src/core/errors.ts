@@ -53,7 +53,10 @@ export function toPyroError(err: unknown): PyroError {
   if (err instanceof PyroError) return err;
   if (isErrnoException(err)) {
     const mapped = ERRNO_TABLE[err.code ?? ""];
-    if (mapped) return new PyroError(mapped.code, `${mapped.message}: ${err.path ?? err.message}`, mapped.hint, { cause: err });
+    if (mapped)
+      return new PyroError(mapped.code, `${mapped.message}: ${err.path ?? err.message}`, mapped.hint, {
+        cause: err,
+      });
   }
   if (err instanceof Error && err.name === "AbortError") {
     return new PyroError("cancelled", "the operation was cancelled", undefined, { cause: err });
@@ -69,7 +72,11 @@ const ERRNO_TABLE: Record<string, { code: ErrorCode; message: string; hint?: str
   EEXIST: { code: "conflict", message: "already exists" },
   ENOTDIR: { code: "invalid_argument", message: "not a directory" },
   EISDIR: { code: "invalid_argument", message: "is a directory" },
-  ENOSPC: { code: "internal", message: "no space left on device", hint: "free disk space, or run `pyro env prune`" },
+  ENOSPC: {
+    code: "internal",
+    message: "no space left on device",
+    hint: "free disk space, or run `pyro env prune`",
+  },
 };
 
 function isErrnoException(err: unknown): err is NodeJS.ErrnoException {

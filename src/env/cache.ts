@@ -3,8 +3,15 @@ import { mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { PyroError } from "../core/errors.js";
 import { atomicWriteFile, fsyncDir, pidAlive, treeSize } from "../util/fs.js";
+import { removeTree } from "../util/mounts.js";
 import type { Builder, BuildProgress } from "./builder.js";
-import { type EnvironmentSpec, entryDirName, findEnvironment, OFFICIAL_ENVIRONMENTS, recipeKey } from "./catalog.js";
+import {
+  type EnvironmentSpec,
+  entryDirName,
+  findEnvironment,
+  OFFICIAL_ENVIRONMENTS,
+  recipeKey,
+} from "./catalog.js";
 import { acquireLock } from "./lock.js";
 
 /** What a finished entry records about itself, next to its `rootfs/`. */
@@ -131,13 +138,19 @@ export class EnvironmentCache {
       ...(options.lockTimeoutMs !== undefined ? { timeoutMs: options.lockTimeoutMs } : {}),
       ...(options.signal ? { signal: options.signal } : {}),
       onWait: (o) =>
-        options.onProgress?.({ phase: "lock", message: `waiting for pid ${o.pid}, which is building ${name}` }),
+        options.onProgress?.({
+          phase: "lock",
+          message: `waiting for pid ${o.pid}, which is building ${name}`,
+        }),
     });
     try {
       const raced = await this.readManifest(final);
       if (raced) return this.pullResult(spec, final, raced, false, started);
       await this.removePartials(key);
-      const tmp = join(this.root, `${BUILDING_PREFIX}${key}-${process.pid}-${randomBytes(3).toString("hex")}`);
+      const tmp = join(
+        this.root,
+        `${BUILDING_PREFIX}${key}-${process.pid}-${randomBytes(3).toString("hex")}`,
+      );
       const rootfs = join(tmp, "rootfs");
       await mkdir(rootfs, { recursive: true });
       try {
@@ -165,7 +178,7 @@ export class EnvironmentCache {
         options.onProgress?.({ phase: "done", message: `${name} ready`, bytes: size.bytes });
         return this.pullResult(spec, final, manifest, true, started);
       } catch (err) {
-        await rm(tmp, { recursive: true, force: true });
+        await removeTree(tmp);
         throw err;
       }
     } finally {
@@ -197,7 +210,7 @@ export class EnvironmentCache {
     for (const d of await this.dirNames()) {
       if (!d.startsWith(`${BUILDING_PREFIX}${key}-`)) continue;
       const pid = Number(d.slice(`${BUILDING_PREFIX}${key}-`.length).split("-")[0]);
-      if (!pidAlive(pid) || pid === process.pid) await rm(join(this.root, d), { recursive: true, force: true });
+      if (!pidAlive(pid) || pid === process.pid) await removeTree(join(this.root, d));
     }
   }
 
@@ -206,7 +219,8 @@ export class EnvironmentCache {
     const prefix = `${entryDirName(spec, "")}`;
     const keys: string[] = [];
     for (const d of await this.dirNames()) {
-      if (d.startsWith(prefix) && (await this.readManifest(join(this.root, d)))) keys.push(d.slice(prefix.length));
+      if (d.startsWith(prefix) && (await this.readManifest(join(this.root, d))))
+        keys.push(d.slice(prefix.length));
     }
     return keys;
   }
@@ -245,7 +259,7 @@ export class EnvironmentCache {
       if (!st?.isDirectory()) continue;
       const manifest = await this.readManifest(path);
       const size = manifest?.size_bytes ?? (await treeSize(path)).bytes;
-      await rm(path, { recursive: true, force: true });
+      await removeTree(path);
       removed.push({ path, reason, size_bytes: size });
     }
     if (options.all) await rm(join(this.root, ".debs"), { recursive: true, force: true });

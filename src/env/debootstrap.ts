@@ -1,10 +1,10 @@
 import { mkdir, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { PyroError } from "../core/errors.js";
-import { firstLine, run, which } from "../util/run.js";
 import { treeSize } from "../util/fs.js";
+import { firstLine, run, which } from "../util/run.js";
+import type { BuildContext, Builder, BuildOutput, BuildProgress } from "./builder.js";
 import type { EnvironmentSpec } from "./catalog.js";
-import type { Builder, BuildContext, BuildOutput, BuildProgress } from "./builder.js";
 import { resolveMirror } from "./mirror.js";
 
 export interface DebootstrapOptions {
@@ -26,7 +26,12 @@ export class DebootstrapBuilder implements Builder {
   argv(spec: EnvironmentSpec, rootfs: string, mirror: string, debootstrap = "debootstrap"): string[] {
     const src = spec.source;
     if (src.kind !== "debootstrap") throw new Error(`not a debootstrap recipe: ${spec.name}`);
-    const argv = [debootstrap, `--variant=${src.variant}`, `--arch=${src.arch}`, `--cache-dir=${this.options.debCacheDir}`];
+    const argv = [
+      debootstrap,
+      `--variant=${src.variant}`,
+      `--arch=${src.arch}`,
+      `--cache-dir=${this.options.debCacheDir}`,
+    ];
     if (src.include.length > 0) argv.push(`--include=${src.include.join(",")}`);
     argv.push(src.suite, rootfs, mirror);
     return argv;
@@ -35,10 +40,18 @@ export class DebootstrapBuilder implements Builder {
   async build(spec: EnvironmentSpec, ctx: BuildContext): Promise<BuildOutput> {
     const bin = await which("debootstrap");
     if (!bin) {
-      throw new PyroError("build_failed", "debootstrap is not installed", "run `npm run setup` as root (installs debootstrap)");
+      throw new PyroError(
+        "build_failed",
+        "debootstrap is not installed",
+        "run `npm run setup` as root (installs debootstrap)",
+      );
     }
     if (process.getuid?.() !== 0) {
-      throw new PyroError("permission_denied", "building a Debian environment needs root (debootstrap)", "run `sudo pyro env pull ...` or `npm run setup` as root");
+      throw new PyroError(
+        "permission_denied",
+        "building a Debian environment needs root (debootstrap)",
+        "run `sudo pyro env pull ...` or `npm run setup` as root",
+      );
     }
     await mkdir(this.options.debCacheDir, { recursive: true });
     const mirror = this.options.mirror ?? (await resolveMirror());
@@ -60,7 +73,12 @@ export class DebootstrapBuilder implements Builder {
         env: { ...process.env, DEBIAN_FRONTEND: "noninteractive", LC_ALL: "C" },
       };
       if (ctx.signal) runOpts.signal = ctx.signal;
-      result = await run(this.argv(spec, ctx.rootfs, mirror, bin), runOpts);
+      // setpriv --pdeathsig: if pyro itself is killed (even SIGKILL), debootstrap dies with
+      // it instead of writing into a directory the next pull will remove.
+      result = await run(
+        ["setpriv", "--pdeathsig", "KILL", "--", ...this.argv(spec, ctx.rootfs, mirror, bin)],
+        runOpts,
+      );
     } finally {
       if (sampler) clearInterval(sampler);
     }
@@ -86,7 +104,8 @@ export class DebootstrapBuilder implements Builder {
   private async clean(rootfs: string): Promise<void> {
     const archives = join(rootfs, "var/cache/apt/archives");
     try {
-      for (const f of await readdir(archives)) if (f.endsWith(".deb")) await rm(join(archives, f), { force: true });
+      for (const f of await readdir(archives))
+        if (f.endsWith(".deb")) await rm(join(archives, f), { force: true });
     } catch {
       // nothing to clean
     }
@@ -122,7 +141,8 @@ export class PhaseTracker {
       this.phase = next;
       this.count = 0;
     }
-    if (next && rest && !/^(core packages|packages|Release|InRelease|Release signature)$/.test(rest)) this.count++;
+    if (next && rest && !/^(core packages|packages|release|inrelease|release signature)$/i.test(rest))
+      this.count++;
     this.last = `${verb} ${rest}`.trim();
     this.publish();
   }

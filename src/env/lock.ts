@@ -1,6 +1,6 @@
-import { hostname } from "node:os";
 import { randomBytes } from "node:crypto";
 import { link, open, readFile, rename, rm } from "node:fs/promises";
+import { hostname } from "node:os";
 import { PyroError } from "../core/errors.js";
 import { pidAlive } from "../util/fs.js";
 
@@ -37,7 +37,8 @@ export async function acquireLock(path: string, options: LockOptions = {}): Prom
       return async () => {
         // Only remove the lock if it is still ours.
         const owner = await readOwner(path);
-        if (owner && owner !== "torn" && owner.pid === me.pid && owner.host === me.host) await rm(path, { force: true });
+        if (owner && owner !== "torn" && owner.pid === me.pid && owner.host === me.host)
+          await rm(path, { force: true });
       };
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
@@ -53,7 +54,11 @@ export async function acquireLock(path: string, options: LockOptions = {}): Prom
     }
     if (options.signal?.aborted) throw new PyroError("cancelled", "cancelled while waiting for a lock");
     if (Date.now() > deadline) {
-      throw new PyroError("timeout", `timed out waiting for lock ${path}`, "another pyro process is building; retry later");
+      throw new PyroError(
+        "timeout",
+        `timed out waiting for lock ${path}`,
+        "another pyro process is building; retry later",
+      );
     }
     await new Promise((r) => setTimeout(r, pollMs));
   }
@@ -72,7 +77,9 @@ async function breakStaleLock(path: string, seen: LockOwner | "torn"): Promise<v
     return; // someone else moved it first
   }
   const moved = await readOwner(aside);
-  const same = moved === seen || (moved !== "torn" && seen !== "torn" && moved?.pid === seen.pid && moved?.host === seen.host);
+  const same =
+    moved === seen ||
+    (moved !== "torn" && seen !== "torn" && moved?.pid === seen.pid && moved?.host === seen.host);
   if (!same) {
     // We moved a live lock: restore it unless a third process has taken the path.
     await link(aside, path).catch(() => {});

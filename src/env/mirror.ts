@@ -7,7 +7,10 @@ export const FALLBACK_MIRROR = "http://deb.debian.org/debian";
  * The Debian mirror to build from: PYRO_DEBIAN_MIRROR, else the one apt on this host
  * uses for the main archive, else the project default.
  */
-export async function resolveMirror(env: NodeJS.ProcessEnv = process.env, aptDir = "/etc/apt"): Promise<string> {
+export async function resolveMirror(
+  env: NodeJS.ProcessEnv = process.env,
+  aptDir = "/etc/apt",
+): Promise<string> {
   if (env.PYRO_DEBIAN_MIRROR) return env.PYRO_DEBIAN_MIRROR.replace(/\/+$/, "");
   const found = await hostAptMirror(aptDir);
   return found ?? FALLBACK_MIRROR;
@@ -23,7 +26,8 @@ export async function hostAptMirror(aptDir: string): Promise<string | null> {
   }
   try {
     for (const f of (await readdir(join(aptDir, "sources.list.d"))).sort()) {
-      if (f.endsWith(".sources") || f.endsWith(".list")) texts.push(await readFile(join(aptDir, "sources.list.d", f), "utf8"));
+      if (f.endsWith(".sources") || f.endsWith(".list"))
+        texts.push(await readFile(join(aptDir, "sources.list.d", f), "utf8"));
     }
   } catch {
     // no directory
@@ -40,7 +44,10 @@ export function parseMirror(text: string): string | null {
   for (const raw of text.split("\n")) {
     const line = raw.trim();
     if (!line.startsWith("deb ")) continue;
-    const parts = line.replace(/\[[^\]]*\]/, "").split(/\s+/).filter(Boolean);
+    const parts = line
+      .replace(/\[[^\]]*\]/, "")
+      .split(/\s+/)
+      .filter(Boolean);
     const [, uri, suite] = parts;
     if (uri && suite && isMainDebianSuite(suite) && /^https?:\/\//.test(uri)) return uri.replace(/\/+$/, "");
   }
@@ -56,7 +63,12 @@ export function parseMirror(text: string): string | null {
     const suites = (fields.get("suites") ?? "").split(/\s+/);
     const uri = (fields.get("uris") ?? "").split(/\s+/)[0];
     if (fields.get("enabled") === "no") continue;
-    if (types.split(/\s+/).includes("deb") && uri && /^https?:\/\//.test(uri) && suites.some(isMainDebianSuite)) {
+    if (
+      types.split(/\s+/).includes("deb") &&
+      uri &&
+      /^https?:\/\//.test(uri) &&
+      suites.some(isMainDebianSuite)
+    ) {
       return uri.replace(/\/+$/, "");
     }
   }

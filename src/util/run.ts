@@ -110,7 +110,10 @@ export function run(argv: readonly string[], options: RunOptions = {}): Promise<
 }
 
 /** Finds an executable on PATH (or returns an absolute path as is when executable). */
-export async function which(name: string, pathEnv: string | undefined = process.env.PATH): Promise<string | null> {
+export async function which(
+  name: string,
+  pathEnv: string | undefined = process.env.PATH,
+): Promise<string | null> {
   const { access, constants } = await import("node:fs/promises");
   const { join, isAbsolute } = await import("node:path");
   const candidates = isAbsolute(name)

@@ -11,13 +11,39 @@ export const bwrapProbe: BackendProbe = {
     if (!bin) return missing("bwrap is not installed (Debian package bubblewrap)");
     const version = firstLine((await run([bin, "--version"], { timeoutMs: ctx.timeoutMs })).stdout) || null;
     const r = await run(
-      [bin, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/bin/true"],
+      [
+        bin,
+        "--unshare-all",
+        "--die-with-parent",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "/bin/true",
+      ],
       { timeoutMs: ctx.timeoutMs },
     );
     if (r.exitCode !== 0) {
-      return { available: false, version, reason: `bwrap could not start a sandbox: ${firstLine(r.stderr) || `exit ${r.exitCode}`}`, opt_in: false, details: { path: bin } };
+      return {
+        available: false,
+        version,
+        reason: `bwrap could not start a sandbox: ${firstLine(r.stderr) || `exit ${r.exitCode}`}`,
+        opt_in: false,
+        details: { path: bin },
+      };
     }
-    return { available: true, version, reason: null, opt_in: false, details: { path: bin, sandbox_ms: Math.round(r.durationMs) } };
+    return {
+      available: true,
+      version,
+      reason: null,
+      opt_in: false,
+      details: { path: bin, sandbox_ms: Math.round(r.durationMs) },
+    };
   },
 };
 

@@ -8,7 +8,11 @@ export function engineEndpoints(env: NodeJS.ProcessEnv): string[] {
 }
 
 /** GET a path on a Docker engine endpoint (unix:// or tcp://); resolves body text. */
-export function engineGet(endpoint: string, path: string, timeoutMs: number): Promise<{ status: number; body: string }> {
+export function engineGet(
+  endpoint: string,
+  path: string,
+  timeoutMs: number,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const opts: import("node:http").RequestOptions = { path, method: "GET", timeout: timeoutMs };
     if (endpoint.startsWith("unix://")) opts.socketPath = endpoint.slice("unix://".length);
@@ -52,7 +56,13 @@ export const dockerProbe: BackendProbe = {
         } catch {
           // keep null
         }
-        return { available: true, version, reason: "used only when asked for (--backend docker)", opt_in: true, details: { endpoint } };
+        return {
+          available: true,
+          version,
+          reason: "used only when asked for (--backend docker)",
+          opt_in: true,
+          details: { endpoint },
+        };
       } catch (err) {
         failures.push(`${endpoint}: ${(err as Error).message}`);
       }

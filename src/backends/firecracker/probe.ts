@@ -7,9 +7,13 @@ export const firecrackerProbe: BackendProbe = {
   isolation: "microVM (Firecracker, KVM)",
   strength: 40,
   async probe(ctx) {
-    const bin = ctx.env.PYRO_FIRECRACKER_BIN ? await which(ctx.env.PYRO_FIRECRACKER_BIN) : await which("firecracker", ctx.env.PATH);
+    const bin = ctx.env.PYRO_FIRECRACKER_BIN
+      ? await which(ctx.env.PYRO_FIRECRACKER_BIN)
+      : await which("firecracker", ctx.env.PATH);
     const kvm = await ctx.kvm();
-    const version = bin ? firstLine((await run([bin, "--version"], { timeoutMs: ctx.timeoutMs })).stdout) || null : null;
+    const version = bin
+      ? firstLine((await run([bin, "--version"], { timeoutMs: ctx.timeoutMs })).stdout) || null
+      : null;
     const reasons: string[] = [];
     if (!bin) reasons.push("no firecracker binary (set PYRO_FIRECRACKER_BIN or put firecracker on PATH)");
     if (!kvm.usable) reasons.push(`KVM not usable: ${kvm.reason}`);

@@ -12,12 +12,31 @@ export const qemuProbe: BackendProbe = {
   strength: 30,
   async probe(ctx) {
     const bin = await which("qemu-system-x86_64", ctx.env.PATH);
-    if (!bin) return { available: false, version: null, reason: "qemu-system-x86_64 is not installed (Debian package qemu-system-x86)", opt_in: false, details: {} };
-    const version = firstLine((await run([bin, "--version"], { timeoutMs: ctx.timeoutMs })).stdout).replace(/^QEMU emulator version\s*/, "") || null;
+    if (!bin)
+      return {
+        available: false,
+        version: null,
+        reason: "qemu-system-x86_64 is not installed (Debian package qemu-system-x86)",
+        opt_in: false,
+        details: {},
+      };
+    const version =
+      firstLine((await run([bin, "--version"], { timeoutMs: ctx.timeoutMs })).stdout).replace(
+        /^QEMU emulator version\s*/,
+        "",
+      ) || null;
     const kvm = await ctx.kvm();
-    if (kvm.usable) return { available: true, version, reason: null, opt_in: false, details: { path: bin, accel: "kvm" } };
+    if (kvm.usable)
+      return { available: true, version, reason: null, opt_in: false, details: { path: bin, accel: "kvm" } };
     const tcg = await bootProbe(bin, ctx.scratchDir, "tcg", ctx.timeoutMs);
-    if (!tcg.ok) return { available: false, version, reason: `qemu cannot boot a guest: ${tcg.reason}`, opt_in: false, details: { path: bin } };
+    if (!tcg.ok)
+      return {
+        available: false,
+        version,
+        reason: `qemu cannot boot a guest: ${tcg.reason}`,
+        opt_in: false,
+        details: { path: bin },
+      };
     return {
       available: true,
       version,

@@ -1,8 +1,8 @@
 import type { Command } from "commander";
-import { doctor, type DoctorReport } from "../../core/doctor.js";
+import { type DoctorReport, doctor } from "../../core/doctor.js";
 import { formatBytes } from "../../util/fs.js";
-import { act, table } from "../output.js";
 import type { CliContext } from "../main.js";
+import { act, table } from "../output.js";
 
 export function registerDoctor(program: Command, ctx: CliContext): void {
   program
@@ -22,7 +22,9 @@ export function registerDoctor(program: Command, ctx: CliContext): void {
 
 export function renderDoctor(r: DoctorReport): string {
   const lines: string[] = [];
-  lines.push(`platform: ${r.platform.os}/${r.platform.arch} kernel ${r.platform.kernel}, node ${r.platform.node}${r.platform.root ? ", root" : ""}`);
+  lines.push(
+    `platform: ${r.platform.os}/${r.platform.arch} kernel ${r.platform.kernel}, node ${r.platform.node}${r.platform.root ? ", root" : ""}`,
+  );
   lines.push(`kvm: ${r.kvm.usable ? "usable" : `not usable (${r.kvm.reason})`}`);
   lines.push("");
   lines.push(
@@ -40,6 +42,7 @@ export function renderDoctor(r: DoctorReport): string {
   lines.push(`default backend: ${r.default_backend ?? "none"} (${r.default_reason})`);
   lines.push(`cache: ${r.cache.path} (${formatBytes(r.cache.size_bytes)})`);
   for (const e of r.cache.environments) lines.push(`  ${e.name.padEnd(16)} ${e.status}`);
-  if (r.environment) lines.push(`environment ${r.environment.name}: ${r.environment.readiness} (${r.environment.reason})`);
+  if (r.environment)
+    lines.push(`environment ${r.environment.name}: ${r.environment.readiness} (${r.environment.reason})`);
   return lines.join("\n");
 }

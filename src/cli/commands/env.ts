@@ -1,11 +1,13 @@
 import type { Command } from "commander";
 import { formatBytes } from "../../util/fs.js";
+import type { CliContext } from "../main.js";
 import { act, table } from "../output.js";
 import { progressReporter } from "../progress.js";
-import type { CliContext } from "../main.js";
 
 export function registerEnv(program: Command, ctx: CliContext): void {
-  const env = program.command("env").description("manage cached environments (root filesystems workspaces start from)");
+  const env = program
+    .command("env")
+    .description("manage cached environments (root filesystems workspaces start from)");
 
   env
     .command("list")
@@ -22,7 +24,12 @@ export function registerEnv(program: Command, ctx: CliContext): void {
         (r) =>
           table(
             ["name", "status", "size", "description"],
-            r.environments.map((e) => [e.name, e.status, e.size_bytes === null ? "-" : formatBytes(e.size_bytes), e.description]),
+            r.environments.map((e) => [
+              e.name,
+              e.status,
+              e.size_bytes === null ? "-" : formatBytes(e.size_bytes),
+              e.description,
+            ]),
           ),
       );
     });
@@ -39,7 +46,9 @@ export function registerEnv(program: Command, ctx: CliContext): void {
         opts,
         async () => {
           try {
-            return await ctx.engine().environments.pull(name, { onProgress: progress.update, signal: ctx.signal });
+            return await ctx
+              .engine()
+              .environments.pull(name, { onProgress: progress.update, signal: ctx.signal });
           } finally {
             progress.done();
           }
@@ -85,7 +94,9 @@ export function registerEnv(program: Command, ctx: CliContext): void {
 
   env
     .command("prune")
-    .description("remove stale environment builds, leftovers of interrupted builds, and with --all everything")
+    .description(
+      "remove stale environment builds, leftovers of interrupted builds, and with --all everything",
+    )
     .option("--all", "remove every cached environment")
     .option("--json", "print the structured result")
     .action(async (opts: { all?: boolean; json?: boolean }) => {

@@ -1,0 +1,39 @@
+import { readFile, rm } from "node:fs/promises";
+import { resolve, sep } from "node:path";
+import { run } from "./run.js";
+
+/** Mount points at or below `root`, deepest first (from /proc/self/mountinfo). */
+export async function mountsUnder(root: string): Promise<string[]> {
+  const abs = resolve(root);
+  let text: string;
+  try {
+    text = await readFile("/proc/self/mountinfo", "utf8");
+  } catch {
+    return [];
+  }
+  const points = text
+    .split("\n")
+    .map((l) => l.split(" ")[4])
+    .filter((p): p is string => p !== undefined)
+    .map(unescapeMountPath)
+    .filter((p) => p === abs || p.startsWith(abs + sep));
+  return [...new Set(points)].sort((a, b) => b.length - a.length);
+}
+
+function unescapeMountPath(p: string): string {
+  return p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8)));
+}
+
+/**
+ * Removes a tree that a sandbox or a build may have mounted things into (debootstrap
+ * mounts /proc and /sys in its target; a killed build leaves them). Everything mounted
+ * below is detached first, so the removal can never descend into a host filesystem.
+ * Refuses to remove anything if a mount cannot be detached.
+ */
+export async function removeTree(path: string): Promise<void> {
+  for (const mp of await mountsUnder(path)) {
+    const r = await run(["umount", "-l", mp], { timeoutMs: 10_000 });
+    if (r.exitCode !== 0) throw new Error(`cannot unmount ${mp} before removing ${path}: ${r.stderr.trim()}`);
+  }
+  await rm(path, { recursive: true, force: true, maxRetries: 3 });
+}

@@ -1,0 +1,56 @@
+import { describe, expect, it } from "vitest";
+import { PyroError } from "../../../src/core/errors.js";
+import {
+  canonicalJson,
+  findEnvironment,
+  OFFICIAL_ENVIRONMENTS,
+  recipeKey,
+} from "../../../src/env/catalog.js";
+
+describe("environment catalog", () => {
+  it("lists exactly the three official environments of the contract", () => {
+    expect(OFFICIAL_ENVIRONMENTS.map((e) => e.name)).toEqual([
+      "debian:12",
+      "debian:12-base",
+      "debian:12-build",
+    ]);
+  });
+
+  it("gives debian:12 the contract's tools and debian:12-build build-essential on top", () => {
+    const d12 = findEnvironment("debian:12").source;
+    const build = findEnvironment("debian:12-build").source;
+    const base = findEnvironment("debian:12-base").source;
+    if (d12.kind !== "debootstrap" || build.kind !== "debootstrap" || base.kind !== "debootstrap")
+      throw new Error("kind");
+    expect(d12.include).toEqual(["ca-certificates", "curl", "git", "make", "python3"]);
+    expect(build.include).toEqual([...d12.include, "build-essential"].sort());
+    expect(base.include).toEqual([]);
+    expect(base.variant).toBe("minbase");
+  });
+
+  it("rejects an unknown name with environment_not_found and a hint listing the known ones", () => {
+    try {
+      findEnvironment("ubuntu:24.04");
+      expect.unreachable();
+    } catch (err) {
+      expect(err).toBeInstanceOf(PyroError);
+      expect((err as PyroError).code).toBe("environment_not_found");
+      expect((err as PyroError).hint).toContain("debian:12-base");
+    }
+  });
+
+  it("keys recipes by content: stable, distinct per environment, changed by any package change", () => {
+    const keys = OFFICIAL_ENVIRONMENTS.map(recipeKey);
+    expect(new Set(keys).size).toBe(3);
+    expect(recipeKey(findEnvironment("debian:12"))).toBe(keys[0]);
+    const spec = findEnvironment("debian:12");
+    if (spec.source.kind !== "debootstrap") throw new Error("kind");
+    const changed = { ...spec, source: { ...spec.source, include: [...spec.source.include, "vim"] } };
+    expect(recipeKey(changed)).not.toBe(keys[0]);
+    expect(recipeKey({ ...spec, description: "other words" })).toBe(keys[0]);
+  });
+
+  it("serialises objects with sorted keys so equal recipes hash equally", () => {
+    expect(canonicalJson({ b: 1, a: [2, { d: 3, c: 4 }] })).toBe('{"a":[2,{"c":4,"d":3}],"b":1}');
+  });
+});
