@@ -57,10 +57,10 @@ function isKind(value: number): value is FrameKind {
  * encoder (so we never send what we would reject) and the decoder.
  */
 function checkFrame(kind: number, channel: number, payloadLength: number): void {
-  if (!isKind(kind)) throw new ProtocolViolation(`unknown frame kind ${kind}`);
   if (payloadLength > MAX_FRAME_PAYLOAD) {
     throw new ProtocolViolation(`frame payload of ${payloadLength} bytes exceeds ${MAX_FRAME_PAYLOAD}`);
   }
+  if (!isKind(kind)) throw new ProtocolViolation(`unknown frame kind ${kind}`);
   if (kind === FrameKind.Message && channel !== 0) {
     throw new ProtocolViolation(`message frame on channel ${channel} (must be 0)`);
   }

@@ -45,3 +45,52 @@ export interface BackendProbe {
   readonly strength: number;
   probe(ctx: ProbeContext): Promise<Omit<ProbeResult, "name" | "isolation" | "probe_ms">>;
 }
+
+/** What the core hands a backend to start a workspace's sandbox. */
+export interface SandboxSpec {
+  workspace_id: string;
+  /** Host directory owned by this workspace; every backend file lives below it. */
+  dir: string;
+  /** The cached environment's root filesystem (never written). */
+  rootfs: string;
+  /** Host directory of snapshot trees, one directory per snapshot name (never written by the sandbox). */
+  snapshotsDir: string;
+  /** The snapshot `/workspace` starts from when the writable layer is fresh. */
+  snapshot: string;
+  limits: { vcpus: number; memory_mib: number; pids_max: number };
+  /** Host directory that holds the built pyro package (dist/ and node_modules/) for the agent. */
+  appDir: string;
+  /** Cache directory for the injected Node runtime. */
+  runtimeCacheDir: string;
+}
+
+/** Live facts about a started sandbox; persisted in the state store so any process can reattach. */
+export type SandboxState = Record<string, unknown> & { backend: BackendName };
+
+export type ExecutionMode = "guest_agent" | "host_compat";
+
+/**
+ * A backend that hosts workspaces. The core never spawns sandbox processes itself: it asks
+ * the backend to start one, then talks to the guest agent over `connect()`'s byte stream.
+ * A started sandbox must outlive the process that started it.
+ */
+export interface WorkspaceBackend {
+  readonly name: BackendName;
+  readonly executionMode: ExecutionMode;
+  /** Starts the sandbox and its agent; resolves once the agent answers a connection. */
+  start(spec: SandboxSpec, options?: { signal?: AbortSignal }): Promise<SandboxState>;
+  /** A new byte channel to the agent (the caller does the protocol handshake). */
+  connect(state: SandboxState, options?: { timeoutMs?: number }): Promise<import("node:stream").Duplex>;
+  /** True when the sandbox recorded in `state` is still alive. */
+  isRunning(state: SandboxState): Promise<boolean>;
+  /** Stops every process of the sandbox; the writable layer stays. */
+  stop(state: SandboxState): Promise<void>;
+  /** Discards the writable layers, so the next start shows `spec.snapshot` exactly. */
+  discardChanges(spec: SandboxSpec): Promise<void>;
+  /** Removes every host file and process the workspace had. */
+  destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void>;
+  /** Where the agent sees `/workspace` (its `--root`). */
+  agentRoot(spec: SandboxSpec): string;
+  /** Where the agent sees a snapshot tree (for diff). */
+  agentSnapshotPath(spec: SandboxSpec, name: string): string;
+}

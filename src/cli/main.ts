@@ -3,6 +3,8 @@ import { Engine } from "../core/engine.js";
 import { EXIT_OK, EXIT_USAGE, PyroError } from "../core/errors.js";
 import { registerDoctor } from "./commands/doctor.js";
 import { registerEnv } from "./commands/env.js";
+import { registerRun } from "./commands/run.js";
+import { registerWorkspace } from "./commands/workspace/index.js";
 import { type Io, reportError } from "./output.js";
 
 /** What every command gets: its I/O, a lazily made engine, a cancellation signal. */
@@ -27,6 +29,8 @@ export function buildProgram(ctx: CliContext): Command {
     });
   registerDoctor(program, ctx);
   registerEnv(program, ctx);
+  registerRun(program, ctx);
+  registerWorkspace(program, ctx);
   return program;
 }
 
@@ -71,6 +75,7 @@ export async function main(argv: string[], io?: Partial<Io>): Promise<number> {
     }
     throw err;
   } finally {
+    await engine?.close();
     process.removeListener("SIGINT", onSignal);
     process.removeListener("SIGTERM", onSignal);
   }

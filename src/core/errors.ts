@@ -51,6 +51,8 @@ export class PyroError extends Error {
  */
 export function toPyroError(err: unknown): PyroError {
   if (err instanceof PyroError) return err;
+  const coded = codedError(err);
+  if (coded) return coded;
   if (isErrnoException(err)) {
     const mapped = ERRNO_TABLE[err.code ?? ""];
     if (mapped)
@@ -78,6 +80,27 @@ const ERRNO_TABLE: Record<string, { code: ErrorCode; message: string; hint?: str
     hint: "free disk space, or run `pyro env prune`",
   },
 };
+
+/**
+ * Errors from lower layers (the agent channel) carry a string `code` of their own. Codes
+ * pyro shares pass through; channel failures map through one table.
+ */
+const CHANNEL_TABLE: Record<string, { code: ErrorCode; hint: string }> = {
+  agent_disconnected: { code: "backend_unavailable", hint: "the workspace's sandbox went away; check `pyro workspace status`" },
+  protocol_violation: { code: "internal", hint: "the guest agent sent something invalid; the channel was closed" },
+  version_mismatch: { code: "backend_unavailable", hint: "the guest agent speaks another protocol version" },
+};
+
+function codedError(err: unknown): PyroError | null {
+  if (!(err instanceof Error) || err.name !== "AgentError") return null;
+  const { code, hint } = err as Error & { code?: unknown; hint?: unknown };
+  if (typeof code !== "string") return null;
+  const h = typeof hint === "string" ? hint : undefined;
+  if ((ERROR_CODES as readonly string[]).includes(code)) return new PyroError(code as ErrorCode, err.message, h, { cause: err });
+  const mapped = CHANNEL_TABLE[code];
+  if (mapped) return new PyroError(mapped.code, err.message, h ?? mapped.hint, { cause: err });
+  return null;
+}
 
 function isErrnoException(err: unknown): err is NodeJS.ErrnoException {
   return err instanceof Error && typeof (err as NodeJS.ErrnoException).code === "string";

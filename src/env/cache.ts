@@ -12,7 +12,7 @@ import {
   OFFICIAL_ENVIRONMENTS,
   recipeKey,
 } from "./catalog.js";
-import { acquireLock } from "./lock.js";
+import { acquireLock } from "../util/lock.js";
 
 /** What a finished entry records about itself, next to its `rootfs/`. */
 export interface EnvironmentManifest {

@@ -67,6 +67,28 @@ export function checkName(name: string | null): string | null {
   return name;
 }
 
+export function checkWorkspaceId(id: string): string {
+  if (!WORKSPACE_ID_PATTERN.test(id)) {
+    throw new PyroError(
+      "invalid_argument",
+      `not a workspace id: ${id}`,
+      "ids look like ws_ followed by 12 hex digits",
+    );
+  }
+  return id;
+}
+
+export function checkNetworkPolicy<T extends string>(policy: T): T {
+  if (policy !== "off" && policy !== "egress" && !/^allowlist:[^,\s]+(,[^,\s]+)*$/.test(policy)) {
+    throw new PyroError(
+      "invalid_argument",
+      `unknown network policy: ${policy}`,
+      "use off, egress or allowlist:HOST[,HOST...]",
+    );
+  }
+  return policy;
+}
+
 const SECRET_REF_KEYS: Record<SecretRef["kind"], readonly string[]> = {
   host_env: ["name", "kind", "host_var"],
   prompt: ["name", "kind"],

@@ -1,14 +1,13 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, closeSync, fstatSync, mkdirSync, openSync } from "node:fs";
-import { dirname } from "node:path";
-import Database from "better-sqlite3";
-import { PyroError } from "../core/errors.js";
+import type Database from "better-sqlite3";
 import {
   type CommandDbRow,
   checkName,
+  checkNetworkPolicy,
   checkSecretRefs,
   checkState,
   checkTtl,
+  checkWorkspaceId,
   clipTail,
   decodeCommand,
   decodeEvent,
@@ -22,7 +21,7 @@ import {
   json,
   type WorkspaceDbRow,
 } from "./codec.js";
-import { migrate } from "./migrations.js";
+import { mapWriteError, notFound, openDatabase } from "./db.js";
 import type {
   CommandRow,
   EventKind,
@@ -107,24 +106,7 @@ export class StateStore {
    * Throws `conflict` for a database written by a newer pyro.
    */
   static open(path: string, options: StateStoreOptions = {}): StateStore {
-    const busyTimeoutMs = options.busyTimeoutMs ?? 10_000;
-    const memory = path === ":memory:";
-    if (!memory) prepareFile(path);
-    const db = new Database(path, { timeout: busyTimeoutMs });
-    try {
-      db.pragma(`busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
-      const mode = db.pragma("journal_mode = WAL", { simple: true });
-      // WAL is what lets the server read while a CLI process writes; refuse to run
-      // without it rather than degrade into lock errors under load.
-      if (!memory && mode !== "wal")
-        throw new PyroError("internal", `could not enable WAL on ${path} (got ${mode})`);
-      db.pragma("synchronous = NORMAL");
-      db.pragma("foreign_keys = ON");
-      migrate(db);
-    } catch (err) {
-      db.close();
-      throw err;
-    }
+    const db = openDatabase(path, options.busyTimeoutMs ?? 10_000);
     return new StateStore(path, db, options.now ?? (() => new Date()));
   }
 
@@ -134,7 +116,7 @@ export class StateStore {
    * `create` event. Nested calls become savepoints.
    */
   atomically<T>(fn: () => T): T {
-    return this.db.transaction(fn).immediate();
+    return this.write(fn);
   }
 
   /** Inserts a workspace. Throws `conflict` when the name (or id) is taken. */
@@ -144,13 +126,14 @@ export class StateStore {
     const state = input.state ?? "creating";
     checkState(state);
     const row: WorkspaceRow = {
-      workspace_id: input.workspace_id ?? newWorkspaceId(),
+      workspace_id:
+        input.workspace_id === undefined ? newWorkspaceId() : checkWorkspaceId(input.workspace_id),
       name: checkName(input.name ?? null),
       labels: { ...(input.labels ?? {}) },
       environment: input.environment,
       backend: input.backend,
       state,
-      network_policy: input.network_policy ?? "off",
+      network_policy: checkNetworkPolicy(input.network_policy ?? "off"),
       created_at,
       last_activity_at: created_at,
       expires_at: expiry(created_at, ttl),
@@ -205,7 +188,7 @@ export class StateStore {
         checkState(patch.state);
         next.state = patch.state;
       }
-      if (patch.network_policy !== undefined) next.network_policy = patch.network_policy;
+      if (patch.network_policy !== undefined) next.network_policy = checkNetworkPolicy(patch.network_policy);
       if (patch.ttl_seconds !== undefined) {
         next.ttl_seconds = checkTtl(patch.ttl_seconds);
         next.expires_at = expiry(next.last_activity_at, next.ttl_seconds);
@@ -401,12 +384,12 @@ export class StateStore {
     if (this.db.open) this.db.close();
   }
 
-  /** Runs `fn` under the write lock and maps a unique-name violation to `conflict`. */
+  /** Runs `fn` under the write lock; maps a taken name to `conflict`, a lock wait that ran out to `timeout`. */
   private write<T>(fn: () => T, attempted?: { name?: string | null }): T {
     try {
       return this.db.transaction(fn).immediate();
     } catch (err) {
-      throw asConflict(err, attempted?.name ?? null);
+      throw mapWriteError(err, attempted?.name ?? null);
     }
   }
 
@@ -441,28 +424,6 @@ export class StateStore {
   }
 }
 
-function notFound(id: string): PyroError {
-  return new PyroError("workspace_not_found", `no workspace ${id}`, "see `pyro workspace list`");
-}
-
-function asConflict(err: unknown, name: string | null): unknown {
-  if (
-    !(err instanceof Database.SqliteError) ||
-    (err.code !== "SQLITE_CONSTRAINT_PRIMARYKEY" && err.code !== "SQLITE_CONSTRAINT_UNIQUE")
-  ) {
-    return err;
-  }
-  if (err.message.includes("workspaces.name")) {
-    return new PyroError("conflict", `a workspace named "${name}" already exists`, "choose another name", {
-      cause: err,
-    });
-  }
-  if (err.message.includes("workspaces.workspace_id")) {
-    return new PyroError("conflict", "a workspace with this id already exists", undefined, { cause: err });
-  }
-  return err;
-}
-
 function mergeShallow(
   base: Record<string, unknown>,
   patch: Record<string, unknown>,
@@ -483,19 +444,4 @@ function limitOf(options: ListOptions): number {
 function kindsParams(kinds: readonly EventKind[] | undefined): [string | null, string | null] {
   const k = kinds === undefined ? null : json(kinds);
   return [k, k];
-}
-
-/**
- * Creates the parent directory (0700) and the database file (0600) before SQLite
- * does, so the file never exists with umask-derived permissions, and tightens a file
- * an older version left readable by others.
- */
-function prepareFile(path: string): void {
-  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
-  const fd = openSync(path, "a", 0o600);
-  try {
-    if ((fstatSync(fd).mode & 0o777) !== 0o600) chmodSync(path, 0o600);
-  } finally {
-    closeSync(fd);
-  }
 }

@@ -13,7 +13,7 @@ import { writeFile } from "node:fs/promises";
  * (bpf, perf, userfaultfd, io_uring), or would let the sandbox rebuild its own view
  * of the system (mount family, new namespaces, setns).
  *
- * Decisions (keep in sync with docs/backends.md):
+ * Decisions (user-facing backend docs should repeat them):
  * - `ptrace` is ALLOWED: gdb and strace are ordinary developer tools. Since Linux 4.8
  *   the kernel re-checks seccomp after a tracer rewrites a syscall, so tracing cannot
  *   bypass this filter, and the pid namespace limits tracees to the sandbox itself.
@@ -95,24 +95,60 @@ export type SyscallName = keyof typeof X86_64_SYSCALLS;
 /** Syscalls answered with EPERM whatever their arguments. */
 export const DENIED_SYSCALLS: readonly SyscallName[] = [
   // mount table and root changes
-  "mount", "umount2", "pivot_root", "open_tree", "open_tree_attr", "move_mount", "fsopen",
-  "fsconfig", "fsmount", "fspick", "mount_setattr",
+  "mount",
+  "umount2",
+  "pivot_root",
+  "open_tree",
+  "open_tree_attr",
+  "move_mount",
+  "fsopen",
+  "fsconfig",
+  "fsmount",
+  "fspick",
+  "mount_setattr",
   // namespaces: new ones via unshare, joining others via setns (clone is checked by flags)
-  "unshare", "setns",
+  "unshare",
+  "setns",
   // kernel code, kernel state and host-global settings
-  "init_module", "finit_module", "delete_module", "create_module", "query_module",
-  "get_kernel_syms", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff",
-  "acct", "quotactl", "quotactl_fd", "syslog", "vhangup", "uselib", "_sysctl", "nfsservctl",
+  "init_module",
+  "finit_module",
+  "delete_module",
+  "create_module",
+  "query_module",
+  "get_kernel_syms",
+  "kexec_load",
+  "kexec_file_load",
+  "reboot",
+  "swapon",
+  "swapoff",
+  "acct",
+  "quotactl",
+  "quotactl_fd",
+  "syslog",
+  "vhangup",
+  "uselib",
+  "_sysctl",
+  "nfsservctl",
   // clocks are not namespaced (time namespaces only offset monotonic/boottime)
-  "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+  "settimeofday",
+  "clock_settime",
+  "clock_adjtime",
+  "adjtimex",
   // hardware I/O ports
-  "iopl", "ioperm",
+  "iopl",
+  "ioperm",
   // kernel keyrings are shared with the host
-  "keyctl", "add_key", "request_key",
+  "keyctl",
+  "add_key",
+  "request_key",
   // large attack surfaces, unneeded for builds
-  "bpf", "perf_event_open", "userfaultfd", "lookup_dcookie",
+  "bpf",
+  "perf_event_open",
+  "userfaultfd",
+  "lookup_dcookie",
   // file handles bypass path-based confinement ("shocker")
-  "open_by_handle_at", "name_to_handle_at",
+  "open_by_handle_at",
+  "name_to_handle_at",
 ];
 
 /** Syscalls answered with ENOSYS so callers fall back to an older interface. */
@@ -124,7 +160,8 @@ export const ENOSYS_SYSCALLS: readonly SyscallName[] = [
 ];
 
 /** CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET (clone's low word). */
-export const CLONE_NEW_NAMESPACE_MASK = 0x0002_0000 | 0x0200_0000 | 0x0400_0000 | 0x0800_0000 | 0x1000_0000 | 0x2000_0000 | 0x4000_0000;
+export const CLONE_NEW_NAMESPACE_MASK =
+  0x0002_0000 | 0x0200_0000 | 0x0400_0000 | 0x0800_0000 | 0x1000_0000 | 0x2000_0000 | 0x4000_0000;
 
 /** personality() bits that are harmless: PER_LINUX32, UNAME26, ADDR_NO_RANDOMIZE. */
 export const PERSONALITY_ALLOWED_BITS = 0x0008 | 0x0002_0000 | 0x0004_0000;
@@ -167,9 +204,15 @@ interface Insn {
 }
 
 const ld = (off: number): Insn => ({ code: BPF.LD_W_ABS, k: off });
-const ret = (k: number, label?: Label): Insn => (label ? { code: BPF.RET_K, k, label } : { code: BPF.RET_K, k });
+const ret = (k: number, label?: Label): Insn =>
+  label ? { code: BPF.RET_K, k, label } : { code: BPF.RET_K, k };
 const jeq = (k: number, jt: Label, jf: Label = "next"): Insn => ({ code: BPF.JMP_JEQ_K, k: k >>> 0, jt, jf });
-const jset = (k: number, jt: Label, jf: Label = "next"): Insn => ({ code: BPF.JMP_JSET_K, k: k >>> 0, jt, jf });
+const jset = (k: number, jt: Label, jf: Label = "next"): Insn => ({
+  code: BPF.JMP_JSET_K,
+  k: k >>> 0,
+  jt,
+  jf,
+});
 
 /**
  * Builds the filter as a Buffer of `struct sock_filter {u16 code; u8 jt; u8 jf; u32 k}`
@@ -181,6 +224,8 @@ export function buildSeccompProgram(): Buffer {
     ld(OFF_ARCH),
     jeq(AUDIT_ARCH_X86_64, "next", "kill"),
     ld(OFF_NR),
+    // -1 is how a tracer skips a syscall; it would otherwise match the x32 bit below.
+    jeq(0xffff_ffff, "allow"),
     // x32 shares AUDIT_ARCH_X86_64 but sets bit 30 in the number: a second syscall table.
     jset(X32_SYSCALL_BIT, "eperm"),
     jeq(X86_64_SYSCALLS.clone, "clone"),

@@ -2,7 +2,7 @@ import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { acquireLock } from "../../../src/env/lock.js";
+import { acquireLock } from "../../../src/util/lock.js";
 
 let dir: string;
 beforeEach(async () => {

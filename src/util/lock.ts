@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { link, open, readFile, rename, rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { PyroError } from "../core/errors.js";
-import { pidAlive } from "../util/fs.js";
+import { pidAlive } from "./fs.js";
 
 export interface LockOptions {
   /** Give up after this long (default 45 min: a cold debootstrap on a busy host). */

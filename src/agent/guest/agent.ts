@@ -1,0 +1,136 @@
+/**
+ * Starting the agent: argument parsing and the two ways of being reached (a unix
+ * socket serving every connection, or one session over stdin/stdout). Kept apart
+ * from main.ts so tests can start an agent in-process.
+ */
+import { chmod, lstat, unlink } from "node:fs/promises";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { Duplex, type Readable, type Writable } from "node:stream";
+import { AgentError } from "../errors.js";
+import { serveConnection } from "../server.js";
+import { BUILTIN_OPS } from "./ops/index.js";
+import { Workspace } from "./paths.js";
+
+/** Parsed command line of the guest agent. */
+export interface GuestOptions {
+  root: string;
+  /** Unix socket path to listen on; exclusive with `stdio`. */
+  listen?: string;
+  stdio?: boolean;
+  /** Scratch directory outside the workspace (default: the OS temp dir). */
+  tmpDir?: string;
+  /** Another absolute name accepted for the root, e.g. /workspace when the root is a host directory. */
+  alias?: string;
+}
+
+export const USAGE = "usage: main.js --root DIR (--listen SOCKET | --stdio) [--tmp DIR] [--alias PATH]";
+
+/** Parses `--root DIR (--listen PATH | --stdio) [--tmp DIR]`; throws `invalid_argument`. */
+export function parseGuestArgs(argv: readonly string[]): GuestOptions {
+  const opts: Partial<GuestOptions> = {};
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    const value = () => {
+      const v = argv[++i];
+      if (v === undefined || v.startsWith("--"))
+        throw new AgentError("invalid_argument", `${arg} needs a value; ${USAGE}`);
+      return v;
+    };
+    if (arg === "--root") opts.root = value();
+    else if (arg === "--listen") opts.listen = value();
+    else if (arg === "--tmp") opts.tmpDir = value();
+    else if (arg === "--alias") opts.alias = value();
+    else if (arg === "--stdio") opts.stdio = true;
+    else throw new AgentError("invalid_argument", `unknown argument '${arg}'; ${USAGE}`);
+  }
+  if (!opts.root) throw new AgentError("invalid_argument", `--root is required; ${USAGE}`);
+  if (!opts.listen === !opts.stdio)
+    throw new AgentError("invalid_argument", `give exactly one of --listen and --stdio; ${USAGE}`);
+  return opts as GuestOptions;
+}
+
+/** A running agent. */
+export interface GuestHandle {
+  /** Stops accepting connections and closes open ones (their ops are cancelled). */
+  close(): Promise<void>;
+  /** Settles when the agent has nothing more to serve (stdio: the session ended). */
+  done: Promise<void>;
+}
+
+/** Debug logging to stderr, only when PYRO_AGENT_DEBUG is set: stdout may be the channel. */
+export function debugLog(env: NodeJS.ProcessEnv = process.env): ((line: string) => void) | undefined {
+  if (!env.PYRO_AGENT_DEBUG) return undefined;
+  return (line) => process.stderr.write(`pyro-agent[${process.pid}]: ${line}\n`);
+}
+
+/** Removes a leftover socket file, refusing to delete anything that is not a socket. */
+async function removeStaleSocket(socketPath: string): Promise<void> {
+  const st = await lstat(socketPath).catch(() => null);
+  if (!st) return;
+  if (!st.isSocket())
+    throw new AgentError("conflict", `${socketPath} exists and is not a socket; refusing to replace it`);
+  await unlink(socketPath);
+}
+
+/** Starts an agent as described by `opts`. `io` replaces stdin/stdout in stdio mode. */
+export async function startGuest(
+  opts: GuestOptions,
+  io: { input: Readable; output: Writable } = { input: process.stdin, output: process.stdout },
+  log = debugLog(),
+): Promise<GuestHandle> {
+  const workspace = await Workspace.open(path.resolve(opts.root), opts.alias);
+  const serve = (stream: Duplex) =>
+    serveConnection(stream, {
+      workspace,
+      handlers: BUILTIN_OPS,
+      tmpDir: opts.tmpDir ?? os.tmpdir(),
+      ...(log ? { log } : {}),
+    });
+
+  if (opts.stdio) {
+    const stream = Duplex.from({ readable: io.input, writable: io.output });
+    const done = serve(stream).then(() => undefined);
+    return {
+      done,
+      close: async () => {
+        stream.destroy();
+        await done;
+      },
+    };
+  }
+
+  const socketPath = opts.listen!;
+  await removeStaleSocket(socketPath);
+  const sessions = new Set<Promise<unknown>>();
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    const session = serve(socket).finally(() => {
+      sockets.delete(socket);
+      sessions.delete(session);
+    });
+    sessions.add(session);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(socketPath, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  // Only the owner (and root) may talk to the agent.
+  await chmod(socketPath, 0o600);
+  log?.(`listening on ${socketPath}, root ${workspace.givenRoot}`);
+  const done = new Promise<void>((resolve) => server.once("close", () => resolve()));
+  return {
+    done,
+    close: async () => {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const socket of sockets) socket.destroy();
+      await Promise.allSettled([...sessions]);
+      await closed;
+    },
+  };
+}

@@ -1,0 +1,142 @@
+/**
+ * `exec`: runs `/bin/sh -c command` in the workspace with a clean environment, a
+ * timeout that kills the whole process tree, and per-stream output caps.
+ */
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import os from "node:os";
+import type { Readable } from "node:stream";
+import { AgentError } from "../../errors.js";
+import { killTree, TREE_MARKER_VAR } from "../proctree.js";
+import type { OpHandler } from "./context.js";
+
+/** The environment every command starts from; `args.env` is merged over it. */
+export const BASE_ENV: Readonly<Record<string, string>> = {
+  PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+  HOME: "/root",
+  LANG: "C.UTF-8",
+  TERM: "dumb",
+};
+
+/** Exit code reported for a command killed at its timeout (as coreutils `timeout` does). */
+export const TIMEOUT_EXIT_CODE = 124;
+
+// After the shell exits, background children may still hold stdout/stderr open. We
+// wait this long for the pipes to drain, then stop reading: exec returns when the
+// command's shell is done, not when everything it spawned is.
+const PIPE_GRACE_MS = 250;
+
+/** Collects a stream up to `cap` bytes, then keeps reading and discarding. */
+class CappedCollector {
+  private chunks: Buffer[] = [];
+  private size = 0;
+  truncated = false;
+
+  constructor(private readonly cap: number) {}
+
+  add(chunk: Buffer): void {
+    const room = this.cap - this.size;
+    if (chunk.length > room) this.truncated = true;
+    if (room <= 0) return;
+    const kept = chunk.length > room ? chunk.subarray(0, room) : chunk;
+    this.chunks.push(kept);
+    this.size += kept.length;
+  }
+
+  /** The collected bytes as UTF-8, invalid sequences replaced (lossy by design). */
+  text(): string {
+    return Buffer.concat(this.chunks, this.size).toString("utf8");
+  }
+}
+
+function closed(stream: Readable): Promise<void> {
+  return new Promise((resolve) => {
+    if (stream.destroyed || stream.readableEnded) resolve();
+    else stream.once("close", () => resolve());
+  });
+}
+
+/** See the module comment. */
+export const exec: OpHandler<"exec"> = async (args, ctx) => {
+  const { workspace, signal } = ctx;
+  let cwd = workspace.root;
+  if (args.cwd !== undefined) {
+    const resolved = await workspace.resolve(args.cwd);
+    if (!resolved.stat) throw new AgentError("not_found", `cwd does not exist: ${args.cwd}`);
+    if (!resolved.stat.isDirectory())
+      throw new AgentError("invalid_argument", `cwd is not a directory: ${args.cwd}`);
+    cwd = resolved.real;
+  }
+  if (signal.aborted) throw new AgentError("cancelled", "the command was cancelled before it started");
+
+  const marker = randomBytes(12).toString("hex");
+  const env = { ...BASE_ENV, ...args.env, [TREE_MARKER_VAR]: marker };
+  const started = performance.now();
+  // detached: the shell leads a new session and process group, so the group kill
+  // reaches what it starts and a Ctrl-C aimed at the agent does not.
+  const child = spawn("/bin/sh", ["-c", args.command], {
+    cwd,
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
+  });
+  const stdout = new CappedCollector(args.max_output_bytes);
+  const stderr = new CappedCollector(args.max_output_bytes);
+  child.stdout.on("data", (c: Buffer) => stdout.add(c));
+  child.stderr.on("data", (c: Buffer) => stderr.add(c));
+
+  let timedOut = false;
+  let cancelled = false;
+  let killing: Promise<void> | null = null;
+  const kill = () => {
+    if (child.pid !== undefined) killing ??= killTree(child.pid, marker);
+  };
+  const timer = setTimeout(() => {
+    timedOut = true;
+    kill();
+  }, args.timeout_ms);
+  const onAbort = () => {
+    cancelled = true;
+    kill();
+  };
+  signal.addEventListener("abort", onAbort, { once: true });
+
+  try {
+    const { code, sig } = await new Promise<{ code: number | null; sig: NodeJS.Signals | null }>(
+      (resolve, reject) => {
+        child.once("error", reject);
+        child.once("exit", (c, s) => resolve({ code: c, sig: s }));
+      },
+    );
+    clearTimeout(timer);
+    if (killing) await killing;
+    // Give the pipes a moment to deliver the tail of the output.
+    const grace = new Promise((r) => setTimeout(r, PIPE_GRACE_MS).unref());
+    await Promise.race([Promise.all([closed(child.stdout), closed(child.stderr)]), grace]);
+    child.stdout.destroy();
+    child.stderr.destroy();
+
+    if (cancelled && !timedOut)
+      throw new AgentError("cancelled", "the command was cancelled; its processes were killed");
+    let exitCode: number;
+    if (timedOut) exitCode = TIMEOUT_EXIT_CODE;
+    else if (code !== null) exitCode = code;
+    else exitCode = 128 + (sig ? (os.constants.signals[sig] ?? 0) : 0);
+    return {
+      exit_code: exitCode,
+      stdout: stdout.text(),
+      stderr: stderr.text(),
+      duration_ms: Math.round(performance.now() - started),
+      timed_out: timedOut,
+      truncated: stdout.truncated || stderr.truncated,
+    };
+  } catch (err) {
+    if (err instanceof AgentError) throw err;
+    throw new AgentError("internal", `could not run the command: ${(err as Error).message}`, undefined, {
+      cause: err,
+    });
+  } finally {
+    clearTimeout(timer);
+    signal.removeEventListener("abort", onAbort);
+  }
+};

@@ -1,0 +1,24 @@
+/** The built-in op handlers, one per op named in the protocol. */
+import type { OpHandlers } from "./context.js";
+import { diff } from "./diff.js";
+import { exec } from "./exec.js";
+import { fileList, fileRead, fileWrite } from "./files.js";
+import { patchApply } from "./patch.js";
+import { info, ping } from "./system.js";
+import { tarIn, tarOut } from "./tar.js";
+
+export type { OpContext, OpHandler, OpHandlers } from "./context.js";
+
+/** Every op the agent implements. */
+export const BUILTIN_OPS: OpHandlers = {
+  ping,
+  info,
+  exec,
+  file_list: fileList,
+  file_read: fileRead,
+  file_write: fileWrite,
+  patch_apply: patchApply,
+  diff,
+  tar_out: tarOut,
+  tar_in: tarIn,
+};

@@ -1,0 +1,111 @@
+/**
+ * Finding and killing every process a command started. A process group alone is not
+ * enough: children may call setsid() (new session and group) and may be orphaned to
+ * init when their parent exits. So a command's tree is the union of
+ *   - its process group,
+ *   - the ppid closure of its first process (catches setsid while the parent lives),
+ *   - every process whose initial environment carries the command's marker variable
+ *     (catches orphans, unless they exec'd with a scrubbed environment).
+ */
+import { readdir, readFile } from "node:fs/promises";
+
+/** Environment variable that tags every process of one exec. */
+export const TREE_MARKER_VAR = "PYRO_EXEC_TOKEN";
+
+interface ProcInfo {
+  ppid: number;
+  pgid: number;
+}
+
+/** Live (non-zombie) processes from /proc. Processes that vanish mid-scan are skipped. */
+async function scanProc(): Promise<Map<number, ProcInfo>> {
+  const procs = new Map<number, ProcInfo>();
+  const names = await readdir("/proc").catch(() => [] as string[]);
+  await Promise.all(
+    names
+      .filter((n) => /^\d+$/.test(n))
+      .map(async (n) => {
+        const text = await readFile(`/proc/${n}/stat`, "utf8").catch(() => null);
+        if (!text) return;
+        // "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses,
+        // so parse from the last ')'.
+        const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
+        const state = fields[0];
+        if (state === "Z" || state === "X") return;
+        procs.set(Number(n), { ppid: Number(fields[1]), pgid: Number(fields[2]) });
+      }),
+  );
+  return procs;
+}
+
+async function hasMarker(pid: number, needle: string): Promise<boolean> {
+  const env = await readFile(`/proc/${pid}/environ`).catch(() => null);
+  if (!env) return false;
+  return (
+    env.includes(Buffer.from(`\0${needle}\0`)) ||
+    env.subarray(0, needle.length + 1).equals(Buffer.from(`${needle}\0`))
+  );
+}
+
+/** Every live process that belongs to the tree started as `rootPid` (see the module comment). */
+export async function findTree(rootPid: number, marker: string): Promise<number[]> {
+  const procs = await scanProc();
+  const members = new Set<number>();
+  if (procs.has(rootPid)) members.add(rootPid);
+  for (const [pid, info] of procs) if (info.pgid === rootPid) members.add(pid);
+  // ppid closure: repeat until no new member appears (a process may be listed before its parent).
+  let grew = true;
+  while (grew) {
+    grew = false;
+    for (const [pid, info] of procs) {
+      if (!members.has(pid) && (members.has(info.ppid) || info.ppid === rootPid)) {
+        members.add(pid);
+        grew = true;
+      }
+    }
+  }
+  const needle = `${TREE_MARKER_VAR}=${marker}`;
+  await Promise.all(
+    [...procs.keys()]
+      .filter((pid) => !members.has(pid))
+      .map(async (pid) => {
+        if (await hasMarker(pid, needle)) members.add(pid);
+      }),
+  );
+  members.delete(process.pid);
+  members.delete(1);
+  return [...members];
+}
+
+function signalAll(pids: number[], signal: NodeJS.Signals): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // Exited in between.
+    }
+  }
+}
+
+/**
+ * SIGKILLs the whole tree. The tree is found before anything is killed (a dead parent
+ * breaks the ppid chain to its setsid'd children), and frozen with SIGSTOP first so
+ * nothing forks between the scan and the kill. Repeats until a scan finds nothing
+ * alive, giving up after a few rounds rather than spin.
+ */
+export async function killTree(rootPid: number, marker: string): Promise<void> {
+  for (let round = 0; round < 20; round++) {
+    const found = await findTree(rootPid, marker);
+    if (found.length === 0) return;
+    signalAll(found, "SIGSTOP");
+    // Frozen now: a second scan also sees children forked during the first one.
+    const frozen = await findTree(rootPid, marker);
+    try {
+      process.kill(-rootPid, "SIGKILL");
+    } catch {
+      // The group is already gone.
+    }
+    signalAll([...new Set([...found, ...frozen])], "SIGKILL");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

@@ -1,0 +1,154 @@
+/**
+ * Per-op argument and result schemas. Both sides validate against these: the agent
+ * validates args before running an op, the client validates args before sending and
+ * results before returning them. Result fields are snake_case, like every pyro surface.
+ */
+import { z } from "zod";
+
+/** Cap on `exec.max_output_bytes`: two streams this size must fit in one message. */
+export const MAX_EXEC_OUTPUT_BYTES = 4 * 1024 * 1024;
+/** Cap on `file_read.max_bytes` for inline (non-streamed) reads. */
+export const MAX_INLINE_READ_BYTES = 16 * 1024 * 1024;
+/** Default `file_read.max_bytes` for inline reads. */
+export const DEFAULT_INLINE_READ_BYTES = 1024 * 1024;
+/** Longest `exec.timeout_ms` accepted (24 h). */
+export const MAX_EXEC_TIMEOUT_MS = 24 * 60 * 60 * 1000;
+
+const count = z.int().min(0);
+// Paths travel as strings; containment is the agent's job (guest/paths.ts), here we
+// only refuse what can never be a path.
+const pathArg = z.string().refine((s) => !s.includes("\0"), "path must not contain NUL");
+const envName = z
+  .string()
+  .regex(/^[^=\0]+$/, "environment variable names must be non-empty, without '=' or NUL");
+const envValue = z.string().refine((s) => !s.includes("\0"), "environment values must not contain NUL");
+
+const artifactType = z.enum(["file", "directory", "symlink", "other"]);
+const changeStatus = z.enum(["added", "modified", "deleted"]);
+
+export const pingArgs = z.strictObject({});
+export const pingResult = z.strictObject({ time_ms: z.number() });
+
+export const infoArgs = z.strictObject({});
+export const infoResult = z.strictObject({
+  kernel: z.string(),
+  hostname: z.string(),
+  pid: z.int(),
+  node: z.string(),
+  root: z.string(),
+});
+
+export const execArgs = z.strictObject({
+  command: z.string().min(1),
+  cwd: pathArg.optional(),
+  env: z.record(envName, envValue).optional(),
+  timeout_ms: z.int().min(1).max(MAX_EXEC_TIMEOUT_MS),
+  max_output_bytes: z.int().min(0).max(MAX_EXEC_OUTPUT_BYTES),
+});
+export const execResult = z.strictObject({
+  exit_code: z.int(),
+  stdout: z.string(),
+  stderr: z.string(),
+  duration_ms: z.number().min(0),
+  timed_out: z.boolean(),
+  truncated: z.boolean(),
+});
+
+export const fileEntry = z.strictObject({
+  path: z.string(),
+  artifact_type: artifactType,
+  size_bytes: count,
+  link_target: z.string().nullable(),
+});
+export const fileListArgs = z.strictObject({ path: pathArg, recursive: z.boolean().default(false) });
+export const fileListResult = z.strictObject({
+  path: z.string(),
+  entries: z.array(fileEntry),
+  /** True when the listing stopped at the entry cap. */
+  truncated: z.boolean(),
+});
+
+export const fileReadArgs = z.strictObject({
+  path: pathArg,
+  max_bytes: z.int().min(0).optional(),
+  /** Send the bytes as data frames on the request's channel instead of inline. */
+  stream: z.boolean().default(false),
+});
+export const fileReadResult = z.strictObject({
+  path: z.string(),
+  content: z.string(),
+  /** "stream" when the bytes were sent as data frames and `content` is empty. */
+  encoding: z.enum(["utf8", "base64", "stream"]),
+  size_bytes: count,
+  truncated: z.boolean(),
+});
+
+export const fileWriteArgs = z.strictObject({
+  path: pathArg,
+  content: z.string(),
+  encoding: z.enum(["utf8", "base64"]),
+});
+export const fileWriteResult = z.strictObject({ path: z.string(), size_bytes: count, created: z.boolean() });
+
+export const patchApplyArgs = z.strictObject({ patch: z.string() });
+export const patchApplyResult = z.strictObject({
+  changed: z.boolean(),
+  files: z.array(z.strictObject({ path: z.string(), status: changeStatus })),
+});
+
+export const diffArgs = z.strictObject({ base: pathArg });
+export const diffResult = z.strictObject({
+  changed: z.boolean(),
+  patch: z.string(),
+  summary: z.strictObject({ total: count, added: count, modified: count, deleted: count }),
+  entries: z.array(z.strictObject({ path: z.string(), status: changeStatus })),
+  /** True when `patch` was cut at the size cap (entries and summary stay complete). */
+  truncated: z.boolean(),
+});
+
+export const tarOutArgs = z.strictObject({ path: pathArg });
+export const tarOutResult = z.strictObject({
+  artifact_type: z.enum(["file", "directory"]),
+  bytes: count,
+  entries: count,
+});
+
+export const tarInArgs = z.strictObject({ dest: pathArg });
+export const tarInResult = z.strictObject({
+  dest: z.string(),
+  /** Regular files extracted. */
+  files: count,
+  /** Bytes of regular-file content extracted. */
+  bytes: count,
+});
+
+/**
+ * Every op, with its schemas and how it uses the request's channel:
+ * `upload` ops read a data stream from the host, `download` ops may send one.
+ */
+export const OPS = {
+  ping: { args: pingArgs, result: pingResult, upload: false, download: false },
+  info: { args: infoArgs, result: infoResult, upload: false, download: false },
+  exec: { args: execArgs, result: execResult, upload: false, download: false },
+  file_list: { args: fileListArgs, result: fileListResult, upload: false, download: false },
+  file_read: { args: fileReadArgs, result: fileReadResult, upload: false, download: true },
+  file_write: { args: fileWriteArgs, result: fileWriteResult, upload: false, download: false },
+  patch_apply: { args: patchApplyArgs, result: patchApplyResult, upload: false, download: false },
+  diff: { args: diffArgs, result: diffResult, upload: false, download: false },
+  tar_out: { args: tarOutArgs, result: tarOutResult, upload: false, download: true },
+  tar_in: { args: tarInArgs, result: tarInResult, upload: true, download: false },
+} as const;
+
+export type OpName = keyof typeof OPS;
+/** What a caller passes (defaults may be omitted). */
+export type OpArgs<O extends OpName> = z.input<(typeof OPS)[O]["args"]>;
+/** What an op receives after validation (defaults filled in). */
+export type OpParsedArgs<O extends OpName> = z.output<(typeof OPS)[O]["args"]>;
+export type OpResult<O extends OpName> = z.output<(typeof OPS)[O]["result"]>;
+
+/** Every op name, in a stable order (the agent advertises these in its hello). */
+export const OP_NAMES = Object.keys(OPS) as OpName[];
+
+export function isOpName(name: string): name is OpName {
+  return Object.hasOwn(OPS, name);
+}

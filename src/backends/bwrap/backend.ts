@@ -1,0 +1,244 @@
+import { closeSync, openSync } from "node:fs";
+import { mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import type { Duplex } from "node:stream";
+import { PyroError } from "../../core/errors.js";
+import { removeTree } from "../../util/mounts.js";
+import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
+import { connectUnix, killAndWait, procStartTime, sameProcessAlive, spawnDetached, waitForSocket } from "../common.js";
+import { prepareNodeRuntime } from "../runtime.js";
+import { CgroupLimits, detectCgroups } from "./cgroups.js";
+import { seccompArgs, writeSeccompFile } from "./seccomp.js";
+
+/** Mount points inside the sandbox. */
+export const IN_SANDBOX = {
+  workspace: "/workspace",
+  runtime: "/run/pyro/runtime",
+  app: "/run/pyro/app",
+  snapshots: "/run/pyro/snapshots",
+  sock: "/run/pyro/sock",
+} as const;
+
+/**
+ * Runs inside `unshare --mount --propagation private`: waits for the parent to place it in
+ * its cgroup (one line on stdin), mounts the two copy-on-write overlays (system root over
+ * the cached environment, /workspace over the current snapshot) in the private mount
+ * namespace, then becomes bwrap. Values arrive as positional arguments, never spliced
+ * into the script text.
+ */
+const LAUNCH_SCRIPT = [
+  "set -eu",
+  "read -r _gate",
+  'mount -t overlay pyro-root -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4"',
+  'mount -t overlay pyro-ws -o "lowerdir=$5,upperdir=$6,workdir=$7" "$8"',
+  "shift 8",
+  'exec "$@"',
+].join("\n");
+
+interface Layout {
+  rootUpper: string;
+  rootWork: string;
+  rootMerged: string;
+  wsUpper: string;
+  wsWork: string;
+  wsMerged: string;
+  sock: string;
+  logs: string;
+}
+
+function layout(dir: string): Layout {
+  return {
+    rootUpper: join(dir, "root", "upper"),
+    rootWork: join(dir, "root", "work"),
+    rootMerged: join(dir, "mnt", "root"),
+    wsUpper: join(dir, "ws", "upper"),
+    wsWork: join(dir, "ws", "work"),
+    wsMerged: join(dir, "mnt", "ws"),
+    sock: join(dir, "sock"),
+    logs: join(dir, "logs"),
+  };
+}
+
+/**
+ * The bubblewrap backend: Linux namespaces (mount, pid, ipc, uts, net, cgroup), all
+ * capabilities dropped, a seccomp filter, cgroup limits, and a copy-on-write root per
+ * workspace. Needs root (overlay mounts, cgroups).
+ */
+export class BwrapBackend implements WorkspaceBackend {
+  readonly name = "bwrap" as const;
+  readonly executionMode = "guest_agent" as const;
+
+  agentRoot(): string {
+    return IN_SANDBOX.workspace;
+  }
+
+  agentSnapshotPath(_spec: SandboxSpec, name: string): string {
+    return `${IN_SANDBOX.snapshots}/${name}`;
+  }
+
+  /** The bwrap argv (without the launch wrapper), separate so tests can pin it. */
+  bwrapArgv(spec: SandboxSpec, l: Layout, runtimeDir: string, agentArgv: string[]): string[] {
+    return [
+      "bwrap",
+      "--unshare-pid",
+      "--unshare-ipc",
+      "--unshare-uts",
+      "--unshare-net",
+      "--unshare-cgroup-try",
+      "--new-session",
+      "--cap-drop",
+      "ALL",
+      ...seccompArgs(3),
+      "--hostname",
+      `pyro-${spec.workspace_id.replace(/^ws_/, "").slice(0, 12)}`,
+      "--bind",
+      l.rootMerged,
+      "/",
+      "--bind",
+      l.wsMerged,
+      IN_SANDBOX.workspace,
+      "--proc",
+      "/proc",
+      "--dev",
+      "/dev",
+      "--ro-bind",
+      runtimeDir,
+      IN_SANDBOX.runtime,
+      "--ro-bind",
+      spec.appDir,
+      IN_SANDBOX.app,
+      "--ro-bind",
+      spec.snapshotsDir,
+      IN_SANDBOX.snapshots,
+      "--bind",
+      l.sock,
+      IN_SANDBOX.sock,
+      "--chdir",
+      IN_SANDBOX.workspace,
+      "--clearenv",
+      "--setenv",
+      "PATH",
+      "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      "--setenv",
+      "HOME",
+      "/root",
+      "--setenv",
+      "LANG",
+      "C.UTF-8",
+      "--",
+      ...agentArgv,
+    ];
+  }
+
+  async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
+    if (process.getuid?.() !== 0) {
+      throw new PyroError("backend_unavailable", "the bwrap backend needs root here (overlay mounts and cgroups)", "run as root, or choose another backend");
+    }
+    const l = layout(spec.dir);
+    for (const d of [l.rootUpper, l.rootWork, l.rootMerged, l.wsUpper, l.wsWork, l.wsMerged, l.sock, l.logs]) {
+      await mkdir(d, { recursive: true, mode: 0o700 });
+    }
+    const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
+    const socket = join(l.sock, "agent.sock");
+    await rm(socket, { force: true });
+    const agentArgv = runtime.argv(
+      IN_SANDBOX.runtime,
+      `${IN_SANDBOX.app}/dist/agent/guest/main.js`,
+      "--root",
+      IN_SANDBOX.workspace,
+      "--listen",
+      `${IN_SANDBOX.sock}/agent.sock`,
+    );
+    const seccompFile = join(spec.dir, "seccomp.bpf");
+    await writeSeccompFile(seccompFile);
+
+    // Limits first: fail closed before anything runs if they cannot be applied.
+    const cgroups = await CgroupLimits.create(await detectCgroups(), spec.workspace_id, {
+      vcpus: spec.limits.vcpus,
+      memoryMib: spec.limits.memory_mib,
+      pidsMax: spec.limits.pids_max,
+    }).catch((err: Error) => {
+      throw new PyroError("backend_unavailable", `cannot apply resource limits: ${err.message}`, "pyro refuses to run without limits");
+    });
+
+    const logFile = join(l.logs, "sandbox.log");
+    const argv = [
+      "unshare",
+      "--mount",
+      "--propagation",
+      "private",
+      "--",
+      "/bin/sh",
+      "-c",
+      LAUNCH_SCRIPT,
+      "pyro-launch",
+      spec.rootfs,
+      l.rootUpper,
+      l.rootWork,
+      l.rootMerged,
+      join(spec.snapshotsDir, spec.snapshot),
+      l.wsUpper,
+      l.wsWork,
+      l.wsMerged,
+      ...this.bwrapArgv(spec, l, runtime.dir, agentArgv),
+    ];
+    const fd = openSync(seccompFile, "r");
+    let pid: number;
+    try {
+      const child = spawnDetached(argv, { logFile, extraFds: [fd], stdinPipe: true });
+      pid = child.pid;
+      try {
+        await cgroups.addProcess(pid);
+      } catch (err) {
+        await killAndWait(pid, (await procStartTime(pid)) ?? "");
+        await cgroups.destroy();
+        throw new PyroError("backend_unavailable", `cannot place the sandbox in its cgroup: ${(err as Error).message}`);
+      }
+      child.stdin?.end("go\n");
+    } finally {
+      closeSync(fd);
+    }
+    const startTime = (await procStartTime(pid)) ?? "";
+    const state: SandboxState = { backend: "bwrap", pid, start_time: startTime, socket, log: logFile, cgroup: spec.workspace_id };
+    try {
+      await waitForSocket(socket, () => sameProcessAlive(pid, startTime), {
+        timeoutMs: 20_000,
+        logFile,
+        what: "bwrap sandbox",
+        ...(options.signal ? { signal: options.signal } : {}),
+      });
+    } catch (err) {
+      await this.stop(state);
+      throw err;
+    }
+    return state;
+  }
+
+  connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    return connectUnix(String(state.socket), options.timeoutMs ?? 5000);
+  }
+
+  isRunning(state: SandboxState): Promise<boolean> {
+    return sameProcessAlive(state.pid, state.start_time);
+  }
+
+  /** Kills every process of the sandbox (through its cgroup) and waits for them. */
+  async stop(state: SandboxState): Promise<void> {
+    const cg = await CgroupLimits.attach(await detectCgroups(), String(state.cgroup));
+    if (cg) await cg.destroy();
+    if (typeof state.pid === "number" && typeof state.start_time === "string") await killAndWait(state.pid, state.start_time);
+  }
+
+  async discardChanges(spec: SandboxSpec): Promise<void> {
+    for (const d of ["root", "ws"]) await removeTree(join(spec.dir, d));
+  }
+
+  async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
+    if (state) await this.stop(state);
+    else {
+      const cg = await CgroupLimits.attach(await detectCgroups(), spec.workspace_id);
+      if (cg) await cg.destroy();
+    }
+    await removeTree(spec.dir);
+  }
+}

@@ -1,0 +1,72 @@
+import { cp, mkdir, rm, stat } from "node:fs/promises";
+import { join } from "node:path";
+import type { Duplex } from "node:stream";
+import { type GuestHandle, startGuest } from "../../agent/guest/agent.js";
+import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
+import { connectUnix } from "../common.js";
+
+/**
+ * A backend for unit tests: the real guest agent, in this process, on a temp directory.
+ * No isolation and no child processes for the sandbox itself, so the core's logic
+ * (lifecycle, store, snapshots, resets) is tested fast and without root. "Sandboxes" live
+ * only as long as this object: a new FakeBackend sees every workspace as dead, which is
+ * how tests simulate a crashed sandbox.
+ */
+export class FakeBackend implements WorkspaceBackend {
+  readonly executionMode = "guest_agent" as const;
+  readonly started: string[] = [];
+  private readonly running = new Map<string, GuestHandle>();
+
+  constructor(readonly name: BackendName = "bwrap") {}
+
+  agentRoot(spec: SandboxSpec): string {
+    return join(spec.dir, "workspace");
+  }
+
+  agentSnapshotPath(spec: SandboxSpec, name: string): string {
+    return join(spec.snapshotsDir, name);
+  }
+
+  async start(spec: SandboxSpec): Promise<SandboxState> {
+    const root = this.agentRoot(spec);
+    if (!(await stat(root).catch(() => null))) {
+      await cp(join(spec.snapshotsDir, spec.snapshot), root, { recursive: true, verbatimSymlinks: true });
+    }
+    await mkdir(join(spec.dir, "sock"), { recursive: true });
+    const socket = join(spec.dir, "sock", "agent.sock");
+    const handle = await startGuest({ root, listen: socket, tmpDir: spec.dir, alias: "/workspace" }, undefined, undefined);
+    const token = `${spec.workspace_id}:${this.started.length}`;
+    this.running.set(token, handle);
+    this.started.push(token);
+    return { backend: this.name, token, socket };
+  }
+
+  connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    return connectUnix(String(state.socket), options.timeoutMs ?? 2000);
+  }
+
+  async isRunning(state: SandboxState): Promise<boolean> {
+    return this.running.has(String(state.token));
+  }
+
+  async stop(state: SandboxState): Promise<void> {
+    const h = this.running.get(String(state.token));
+    this.running.delete(String(state.token));
+    await h?.close();
+  }
+
+  async discardChanges(spec: SandboxSpec): Promise<void> {
+    await rm(this.agentRoot(spec), { recursive: true, force: true });
+  }
+
+  async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
+    if (state) await this.stop(state);
+    await rm(spec.dir, { recursive: true, force: true });
+  }
+
+  /** Stops every sandbox (test teardown). */
+  async closeAll(): Promise<void> {
+    await Promise.all([...this.running.values()].map((h) => h.close()));
+    this.running.clear();
+  }
+}

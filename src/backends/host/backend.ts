@@ -1,0 +1,74 @@
+import { cp, mkdir, rm, stat } from "node:fs/promises";
+import type { Duplex } from "node:stream";
+import { join } from "node:path";
+import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
+import { connectUnix, killAndWait, procStartTime, sameProcessAlive, spawnDetached, waitForSocket } from "../common.js";
+
+/**
+ * The host-compat backend: no isolation at all. The agent runs as a plain host process
+ * on a host directory. Only used with --allow-host-compat, and every result says
+ * `execution_mode: host_compat`.
+ */
+export class HostBackend implements WorkspaceBackend {
+  readonly name = "host" as const;
+  readonly executionMode = "host_compat" as const;
+
+  agentRoot(spec: SandboxSpec): string {
+    return join(spec.dir, "workspace");
+  }
+
+  agentSnapshotPath(spec: SandboxSpec, name: string): string {
+    return join(spec.snapshotsDir, name);
+  }
+
+  async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
+    const root = this.agentRoot(spec);
+    // A missing workspace directory means fresh (created, or changes discarded): materialise the snapshot.
+    if (!(await stat(root).catch(() => null))) {
+      await cp(join(spec.snapshotsDir, spec.snapshot), root, { recursive: true, verbatimSymlinks: true, preserveTimestamps: true });
+    }
+    await mkdir(join(spec.dir, "sock"), { recursive: true, mode: 0o700 });
+    await mkdir(join(spec.dir, "logs"), { recursive: true });
+    await mkdir(join(spec.dir, "tmp"), { recursive: true });
+    const socket = join(spec.dir, "sock", "agent.sock");
+    await rm(socket, { force: true });
+    const logFile = join(spec.dir, "logs", "agent.log");
+    const { pid } = spawnDetached(
+      [process.execPath, join(spec.appDir, "dist/agent/guest/main.js"), "--root", root, "--listen", socket, "--alias", "/workspace", "--tmp", join(spec.dir, "tmp")],
+      { logFile, cwd: root },
+    );
+    const startTime = (await procStartTime(pid)) ?? "";
+    await waitForSocket(socket, () => sameProcessAlive(pid, startTime), {
+      timeoutMs: 15_000,
+      logFile,
+      what: "host agent",
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
+    return { backend: "host", pid, start_time: startTime, socket, log: logFile };
+  }
+
+  connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    return connectUnix(String(state.socket), options.timeoutMs ?? 5000);
+  }
+
+  isRunning(state: SandboxState): Promise<boolean> {
+    return sameProcessAlive(state.pid, state.start_time);
+  }
+
+  async stop(state: SandboxState): Promise<void> {
+    if (typeof state.pid === "number" && typeof state.start_time === "string") {
+      // The agent leads its own session; its commands run in their own process groups and
+      // are killed by the agent on shutdown. Kill the agent itself here.
+      await killAndWait(state.pid, state.start_time);
+    }
+  }
+
+  async discardChanges(spec: SandboxSpec): Promise<void> {
+    await rm(this.agentRoot(spec), { recursive: true, force: true });
+  }
+
+  async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
+    if (state) await this.stop(state);
+    await rm(spec.dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,106 @@
+import type { Command } from "commander";
+import { demo, prepare, runOnce } from "../../core/oneshot.js";
+import { backendName, collect, commandString, keyValues, positiveNumber } from "../args.js";
+import type { CliContext } from "../main.js";
+import { act } from "../output.js";
+
+interface RunFlags {
+  vcpus?: number;
+  memory?: number;
+  timeout?: number;
+  network?: string;
+  backend?: string;
+  allowHostCompat?: boolean;
+  env?: string[];
+  json?: boolean;
+}
+
+/** `pyro run`, `pyro demo`, `pyro prepare`: the evaluator commands. */
+export function registerRun(program: Command, ctx: CliContext): void {
+  program
+    .command("run")
+    .description("one-shot: create a workspace, run one command, capture its output, destroy it")
+    .argument("<env>", "environment, e.g. debian:12")
+    .argument("[command...]", "command after --: one shell string, or an argv")
+    .option("--vcpus <n>", "virtual CPUs (default 1)", positiveNumber("--vcpus"))
+    .option("--memory <mib>", "memory limit in MiB (default 1024)", positiveNumber("--memory"))
+    .option("--timeout <s>", "command timeout in seconds (default 300)", positiveNumber("--timeout"))
+    .option("--network <policy>", "network policy: off (default)")
+    .option("--backend <name>", "isolation backend (default: strongest that works)")
+    .option("--allow-host-compat", "allow running without isolation when no sandbox works")
+    .option("--env <K=V>", "environment variable for the command (repeatable)", collect)
+    .option("--json", "print the structured result")
+    .action(async (env: string, command: string[], opts: RunFlags) => {
+      ctx.exitCode = await act(
+        ctx.io,
+        opts,
+        () =>
+          runOnce(ctx.engine(), commandString(command), {
+            environment: env,
+            ...(opts.vcpus ? { vcpus: opts.vcpus } : {}),
+            ...(opts.memory ? { memory_mib: opts.memory } : {}),
+            ...(opts.timeout ? { timeout_seconds: opts.timeout } : {}),
+            ...(opts.network ? { network_policy: opts.network } : {}),
+            ...(opts.backend ? { backend: backendName(opts.backend)! } : {}),
+            ...(opts.env ? { env: keyValues(opts.env, "--env") } : {}),
+            allow_host_compat: opts.allowHostCompat === true,
+            signal: ctx.signal,
+          }),
+        (r) => {
+          // Human mode: the command's own streams, as if it ran here.
+          if (r.stderr) ctx.io.stderr.write(r.stderr);
+          if (r.timed_out) ctx.io.stderr.write(`pyro: command timed out\n`);
+          if (r.execution_mode === "host_compat") ctx.io.stderr.write("pyro: warning: ran on the host without isolation (host_compat)\n");
+          return r.stdout;
+        },
+        (r) => (r.timed_out ? 124 : r.exit_code),
+      );
+    });
+
+  program
+    .command("demo")
+    .description("prove the one-shot lifecycle end to end on debian:12")
+    .option("--backend <name>", "isolation backend")
+    .option("--allow-host-compat", "allow running without isolation when no sandbox works")
+    .option("--json", "print the structured result")
+    .action(async (opts: { backend?: string; allowHostCompat?: boolean; json?: boolean }) => {
+      ctx.exitCode = await act(
+        ctx.io,
+        opts,
+        () => demo(ctx.engine(), { ...(opts.backend ? { backend: backendName(opts.backend)! } : {}), allow_host_compat: opts.allowHostCompat === true }),
+        (r) =>
+          [
+            `demo on backend ${r.backend} (${r.execution_mode}): ${r.ok ? "ok" : "FAILED"}`,
+            ...r.steps.map((s) => `  ${s.ok ? "ok  " : "FAIL"} ${s.step.padEnd(12)} ${String(s.duration_ms).padStart(6)} ms  ${s.detail}`),
+          ].join("\n"),
+        (r) => (r.ok ? 0 : 1),
+      );
+    });
+
+  program
+    .command("prepare")
+    .description("make an environment warm: cache it and prove create/exec/reset/delete once")
+    .argument("<env>", "environment, e.g. debian:12")
+    .option("--backend <name>", "isolation backend")
+    .option("--allow-host-compat", "allow running without isolation when no sandbox works")
+    .option("--force", "prove the loop again even when nothing changed")
+    .option("--json", "print the structured result")
+    .action(async (env: string, opts: { backend?: string; allowHostCompat?: boolean; force?: boolean; json?: boolean }) => {
+      ctx.exitCode = await act(
+        ctx.io,
+        opts,
+        () =>
+          prepare(ctx.engine(), env, {
+            ...(opts.backend ? { backend: backendName(opts.backend)! } : {}),
+            allow_host_compat: opts.allowHostCompat === true,
+            force: opts.force === true,
+          }),
+        (r) =>
+          r.reused
+            ? `${r.environment} is warm on ${r.backend} (prepared ${r.prepared_at}; nothing changed)`
+            : `${r.environment} is warm on ${r.backend}: ${Object.entries(r.timings as Record<string, number>)
+                .map(([k, v]) => `${k.replace(/_ms$/, "")} ${v} ms`)
+                .join(", ")}`,
+      );
+    });
+}

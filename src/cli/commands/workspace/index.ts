@@ -1,0 +1,14 @@
+import type { Command } from "commander";
+import type { CliContext } from "../../main.js";
+import { registerExec } from "./exec.js";
+import { registerFiles } from "./files.js";
+import { registerLifecycle } from "./lifecycle.js";
+import { registerSnapshots } from "./snapshots.js";
+
+export function registerWorkspace(program: Command, ctx: CliContext): void {
+  const ws = program.command("workspace").description("persistent workspaces: create, exec, edit, diff, export, reset, delete");
+  registerLifecycle(ws, ctx);
+  registerExec(ws, ctx);
+  registerFiles(ws, ctx);
+  registerSnapshots(ws, ctx);
+}

@@ -1,0 +1,126 @@
+import type { Command } from "commander";
+import type { WorkspaceView } from "../../../core/views.js";
+import { backendName, collect, keyValues, positiveNumber } from "../../args.js";
+import type { CliContext } from "../../main.js";
+import { act, table } from "../../output.js";
+
+export function renderWorkspace(w: WorkspaceView): string {
+  return [
+    `workspace ${w.workspace_id}${w.name ? ` (${w.name})` : ""}: ${w.state}`,
+    `  environment ${w.environment}, backend ${w.backend} (${w.execution_mode}), network ${w.network_policy}`,
+    `  seed: ${w.workspace_seed.kind}${w.workspace_seed.source ? ` ${w.workspace_seed.source}` : ""} (${w.workspace_seed.file_count} files)`,
+    `  labels: ${Object.entries(w.labels).map(([k, v]) => `${k}=${v}`).join(", ") || "-"}`,
+    `  last activity ${w.last_activity_at}, expires ${w.expires_at ?? "never"}, resets ${w.reset_count}`,
+  ].join("\n");
+}
+
+export function registerLifecycle(ws: Command, ctx: CliContext): void {
+  ws.command("create")
+    .description("create a workspace seeded from a directory or Git checkout (or a repository URL)")
+    .argument("[env]", "environment", "debian:12")
+    .option("--seed-path <path>", "directory or Git checkout to copy into /workspace (tracked files for Git)")
+    .option("--repo-url <url>", "clone this repository as the seed")
+    .option("--repo-ref <ref>", "branch, tag or commit for --repo-url")
+    .option("--name <name>", "unique name to address the workspace by")
+    .option("--label <K=V>", "label (repeatable)", collect)
+    .option("--network <policy>", "network policy: off (default)")
+    .option("--env <K=V>", "environment variable for every command (repeatable)", collect)
+    .option("--backend <name>", "isolation backend (default: strongest that works)")
+    .option("--allow-host-compat", "allow the host backend (no isolation)")
+    .option("--vcpus <n>", "virtual CPUs (default 1)", positiveNumber("--vcpus"))
+    .option("--memory <mib>", "memory limit in MiB (default 1024)", positiveNumber("--memory"))
+    .option("--ttl <s>", "seconds of inactivity before the workspace is reaped (default 86400)", positiveNumber("--ttl"))
+    .option("--id-only", "print only the workspace id")
+    .option("--json", "print the structured result")
+    .action(async (env: string, o: Record<string, any>) => {
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () =>
+          ctx.engine().workspaces.create({
+            environment: env,
+            seed_path: o.seedPath,
+            repo_url: o.repoUrl,
+            repo_ref: o.repoRef,
+            ...(o.name !== undefined ? { name: o.name } : {}),
+            labels: keyValues(o.label, "--label"),
+            ...(o.network ? { network_policy: o.network } : {}),
+            env: keyValues(o.env, "--env"),
+            ...(o.backend ? { backend: backendName(o.backend)! } : {}),
+            allow_host_compat: o.allowHostCompat === true,
+            ...(o.vcpus ? { vcpus: o.vcpus } : {}),
+            ...(o.memory ? { memory_mib: o.memory } : {}),
+            ...(o.ttl ? { ttl_seconds: o.ttl } : {}),
+            signal: ctx.signal,
+          }),
+        (w) => (o.idOnly ? w.workspace_id : renderWorkspace(w)),
+      );
+    });
+
+  ws.command("list")
+    .description("list workspaces, most recent activity first")
+    .option("--json", "print the structured result")
+    .action(async (o: { json?: boolean }) => {
+      ctx.exitCode = await act(ctx.io, o, () => ctx.engine().workspaces.list(), (r) =>
+        r.count === 0
+          ? "no workspaces"
+          : table(
+              ["id", "name", "state", "env", "backend", "commands", "last activity"],
+              r.workspaces.map((w) => [w.workspace_id, w.name ?? "-", w.state, w.environment, w.backend, String(w.command_count), w.last_activity_at]),
+            ),
+      );
+    });
+
+  ws.command("status")
+    .description("show one workspace")
+    .argument("<id>", "workspace id or name")
+    .option("--json", "print the structured result")
+    .action(async (id: string, o: { json?: boolean }) => {
+      ctx.exitCode = await act(ctx.io, o, () => ctx.engine().workspaces.status(id), renderWorkspace);
+    });
+
+  ws.command("update")
+    .description("rename a workspace or change its labels")
+    .argument("<id>", "workspace id or name")
+    .option("--name <name>", "new unique name")
+    .option("--label <K=V>", "set a label (repeatable)", collect)
+    .option("--clear-label <K>", "remove a label (repeatable)", collect)
+    .option("--json", "print the structured result")
+    .action(async (id: string, o: { name?: string; label?: string[]; clearLabel?: string[]; json?: boolean }) => {
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () =>
+          ctx.engine().workspaces.update(id, {
+            ...(o.name !== undefined ? { name: o.name } : {}),
+            ...(o.label ? { set_labels: keyValues(o.label, "--label") } : {}),
+            ...(o.clearLabel ? { clear_labels: o.clearLabel } : {}),
+          }),
+        renderWorkspace,
+      );
+    });
+
+  ws.command("delete")
+    .description("delete a workspace: its sandbox, files and history")
+    .argument("<id>", "workspace id or name")
+    .option("--json", "print the structured result")
+    .action(async (id: string, o: { json?: boolean }) => {
+      ctx.exitCode = await act(ctx.io, o, () => ctx.engine().workspaces.delete(id), (r) => `deleted ${r.workspace_id}`);
+    });
+
+  ws.command("stop")
+    .description("stop a workspace's sandbox; files are kept")
+    .argument("<id>", "workspace id or name")
+    .option("--json", "print the structured result")
+    .action(async (id: string, o: { json?: boolean }) => {
+      ctx.exitCode = await act(ctx.io, o, () => ctx.engine().workspaces.stop(id), renderWorkspace);
+    });
+
+  ws.command("start")
+    .description("start a stopped workspace on its kept files")
+    .argument("<id>", "workspace id or name")
+    .option("--json", "print the structured result")
+    .action(async (id: string, o: { json?: boolean }) => {
+      ctx.exitCode = await act(ctx.io, o, () => ctx.engine().workspaces.start(id), renderWorkspace);
+    });
+}

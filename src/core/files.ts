@@ -1,0 +1,92 @@
+import { readFile } from "node:fs/promises";
+import { resolve } from "node:path";
+import { PyroError } from "./errors.js";
+import { ExportWriter, packHostPath } from "./transfer.js";
+import type { Workspaces } from "./workspaces.js";
+
+/** File operations through the agent; each mutating one becomes a review event. */
+
+export async function listFiles(ws: Workspaces, idOrName: string, path = "/workspace", recursive = false) {
+  return ws.withAgent(idOrName, "files", async (agent, w) => {
+    const r = await agent.request("file_list", { path, recursive });
+    return { workspace_id: w.workspace_id, ...r };
+  });
+}
+
+export async function readFileFromWorkspace(ws: Workspaces, idOrName: string, path: string, options: { max_bytes?: number } = {}) {
+  return ws.withAgent(idOrName, "files", async (agent, w) => {
+    const r = await agent.request("file_read", { path, ...(options.max_bytes !== undefined ? { max_bytes: options.max_bytes } : {}) });
+    return { workspace_id: w.workspace_id, ...r };
+  });
+}
+
+export async function writeFileToWorkspace(ws: Workspaces, idOrName: string, path: string, content: string | Buffer) {
+  return ws.withAgent(idOrName, "files", async (agent, w) => {
+    const isText = typeof content === "string";
+    const r = await agent.request("file_write", {
+      path,
+      content: isText ? content : content.toString("base64"),
+      encoding: isText ? "utf8" : "base64",
+    });
+    ws.store.recordEvent(w.workspace_id, "file_write", { path: r.path, size_bytes: r.size_bytes, created: r.created });
+    return { workspace_id: w.workspace_id, ...r };
+  });
+}
+
+export async function applyPatch(ws: Workspaces, idOrName: string, patch: string) {
+  if (patch.trim() === "") throw new PyroError("invalid_argument", "the patch is empty", "pass a unified diff");
+  return ws.withAgent(idOrName, "files", async (agent, w) => {
+    const r = await agent.request("patch_apply", { patch });
+    ws.store.recordEvent(w.workspace_id, "patch_apply", { files: r.files });
+    return { workspace_id: w.workspace_id, ...r };
+  });
+}
+
+/** Changes of /workspace relative to the baseline (or a named snapshot). */
+export async function diffWorkspace(ws: Workspaces, idOrName: string, options: { snapshot?: string } = {}) {
+  return ws.withAgent(idOrName, "files", async (agent, w) => {
+    const snapshot = options.snapshot ?? "baseline";
+    if (!ws.store.getSnapshot(w.workspace_id, snapshot)) {
+      throw new PyroError("not_found", `workspace ${w.workspace_id} has no snapshot '${snapshot}'`, "list them with `pyro workspace snapshot list`");
+    }
+    const r = await agent.request("diff", { base: ws.agentSnapshotPath(w, snapshot) });
+    return { workspace_id: w.workspace_id, base_snapshot: snapshot, ...r };
+  });
+}
+
+/** Copies a file or directory out of /workspace to a host path (safe against tar-slip). */
+export async function exportFromWorkspace(ws: Workspaces, idOrName: string, path: string, outputPath: string, signal?: AbortSignal) {
+  const output = resolve(outputPath);
+  return ws.withAgent(idOrName, "files", async (agent, w) => {
+    const writer = new ExportWriter(output);
+    await writer.begin();
+    try {
+      const r = await agent.request("tar_out", { path }, { onData: (c: Buffer) => writer.write(c), timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) });
+      await writer.commit(r.artifact_type);
+      ws.store.recordEvent(w.workspace_id, "export", { path, output_path: output, artifact_type: r.artifact_type, bytes: r.bytes });
+      return { workspace_id: w.workspace_id, path, output_path: output, artifact_type: r.artifact_type, bytes: r.bytes, entries: r.entries };
+    } catch (err) {
+      await writer.abort();
+      throw err;
+    }
+  });
+}
+
+/** Copies a host file or directory into /workspace (default: its root). */
+export async function syncPush(ws: Workspaces, idOrName: string, source: string, dest = "/workspace", signal?: AbortSignal) {
+  const upload = await packHostPath(source);
+  return ws.withAgent(idOrName, "files", async (agent, w) => {
+    const r = await agent.request("tar_in", { dest }, { upload, timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) });
+    ws.store.recordEvent(w.workspace_id, "sync_push", { source: resolve(source), dest: r.dest, files: r.files, bytes: r.bytes });
+    return { workspace_id: w.workspace_id, source: resolve(source), ...r };
+  });
+}
+
+/** Reads text for --text-file / --patch-file. */
+export async function readHostText(path: string): Promise<string> {
+  try {
+    return await readFile(path, "utf8");
+  } catch {
+    throw new PyroError("not_found", `cannot read ${path}`);
+  }
+}

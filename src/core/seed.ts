@@ -1,0 +1,102 @@
+import { copyFile, cp, lstat, mkdir, mkdtemp, readlink, rm, stat, symlink } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import type { WorkspaceSeed } from "../state/types.js";
+import { treeSize } from "../util/fs.js";
+import { run, which } from "../util/run.js";
+import { PyroError } from "./errors.js";
+
+export interface SeedSource {
+  seed_path?: string | undefined;
+  repo_url?: string | undefined;
+  repo_ref?: string | undefined;
+}
+
+/**
+ * Fills `dest` (an empty directory: the baseline snapshot) from a seed. A Git checkout
+ * contributes its tracked files (working-tree content); a plain directory is copied whole;
+ * a repository URL is cloned first. Nothing here runs code from the seed.
+ */
+export async function seedInto(dest: string, source: SeedSource, signal?: AbortSignal): Promise<WorkspaceSeed> {
+  await mkdir(dest, { recursive: true });
+  if (source.repo_url) return seedFromRepoUrl(dest, source.repo_url, source.repo_ref, signal);
+  if (!source.seed_path) return { kind: "empty", source: null, file_count: 0, bytes: 0 };
+  const src = resolve(source.seed_path);
+  const st = await stat(src).catch(() => null);
+  if (!st?.isDirectory()) {
+    throw new PyroError("invalid_argument", `seed path ${src} is not a directory`, "pass a directory or a Git checkout");
+  }
+  if (await isGitCheckout(src)) return seedFromGitCheckout(dest, src, src, signal);
+  await cp(src, dest, { recursive: true, verbatimSymlinks: true, preserveTimestamps: true, errorOnExist: false });
+  const size = await treeSize(dest);
+  return { kind: "directory", source: src, file_count: size.files, bytes: size.bytes };
+}
+
+async function isGitCheckout(dir: string): Promise<boolean> {
+  if (!(await which("git"))) return false;
+  const r = await run(["git", "-C", dir, "rev-parse", "--show-toplevel"], { timeoutMs: 10_000 });
+  return r.exitCode === 0 && resolve(r.stdout.trim()) === dir;
+}
+
+async function seedFromGitCheckout(
+  dest: string,
+  checkout: string,
+  reported: string,
+  signal?: AbortSignal,
+  ref?: string,
+): Promise<WorkspaceSeed> {
+  const ls = await run(["git", "-C", checkout, "ls-files", "-z", "--cached"], {
+    timeoutMs: 60_000,
+    maxCapture: 256 * 1024 * 1024,
+    ...(signal ? { signal } : {}),
+  });
+  if (ls.exitCode !== 0) throw new PyroError("invalid_argument", `git ls-files failed in ${checkout}: ${ls.stderr.trim()}`);
+  const files = [...new Set(ls.stdout.split("\0").filter(Boolean))];
+  let bytes = 0;
+  let count = 0;
+  for (const rel of files) {
+    const from = join(checkout, rel);
+    const st = await lstat(from).catch(() => null);
+    if (!st) continue; // tracked but deleted in the working tree: the seed has it deleted too
+    const to = join(dest, rel);
+    await mkdir(dirname(to), { recursive: true });
+    if (st.isSymbolicLink()) await symlink(await readlink(from), to);
+    else if (st.isFile()) {
+      await copyFile(from, to);
+      bytes += st.size;
+    } else continue; // submodules (directories) are not seeded
+    count++;
+  }
+  const head = await run(["git", "-C", checkout, "rev-parse", "HEAD"], { timeoutMs: 10_000 });
+  const seed: WorkspaceSeed = { kind: "git", source: reported, file_count: count, bytes };
+  if (head.exitCode === 0) seed.commit = head.stdout.trim();
+  if (ref) seed.ref = ref;
+  return seed;
+}
+
+async function seedFromRepoUrl(dest: string, url: string, ref: string | undefined, signal?: AbortSignal): Promise<WorkspaceSeed> {
+  if (!(await which("git"))) throw new PyroError("invalid_argument", "git is not installed on the host", "install git to seed from a repository");
+  const tmp = await mkdtemp(join(tmpdir(), "pyro-clone-"));
+  try {
+    const argv = ["git", "clone", "--quiet", "--no-hardlinks"];
+    // A commit id cannot be passed to --branch: clone fully and check it out.
+    const isCommit = ref !== undefined && /^[0-9a-f]{7,40}$/.test(ref);
+    if (ref && !isCommit) argv.push("--depth", "1", "--branch", ref);
+    argv.push("--", url, join(tmp, "repo"));
+    const r = await run(argv, {
+      timeoutMs: 10 * 60_000,
+      env: { ...process.env, GIT_TERMINAL_PROMPT: "0" },
+      ...(signal ? { signal } : {}),
+    });
+    if (r.exitCode !== 0) {
+      throw new PyroError("invalid_argument", `cannot clone ${url}${ref ? ` at ${ref}` : ""}: ${r.stderr.trim().split("\n").pop()}`);
+    }
+    if (isCommit) {
+      const co = await run(["git", "-C", join(tmp, "repo"), "checkout", "--quiet", "--detach", ref], { timeoutMs: 60_000 });
+      if (co.exitCode !== 0) throw new PyroError("invalid_argument", `cannot check out ${ref}: ${co.stderr.trim()}`);
+    }
+    return await seedFromGitCheckout(dest, join(tmp, "repo"), url, signal, ref);
+  } finally {
+    await rm(tmp, { recursive: true, force: true });
+  }
+}

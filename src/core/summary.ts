@@ -1,0 +1,62 @@
+import { diffWorkspace } from "./files.js";
+import type { Workspaces } from "./workspaces.js";
+
+const EDIT_KINDS = ["file_write", "patch_apply", "sync_push"] as const;
+
+/**
+ * One review of a workspace: what ran, what was edited, what changed against the
+ * baseline, what was exported and snapshotted. Built from the review events, the command
+ * history and a live diff (when the workspace is running).
+ */
+export async function summarizeWorkspace(ws: Workspaces, idOrName: string, options: { recent?: number } = {}) {
+  const w = await ws.get(idOrName);
+  const recent = options.recent ?? 10;
+  const store = ws.store;
+  const commandCount = store.countCommands(w.workspace_id);
+  const commands = store.listCommands(w.workspace_id, { limit: recent });
+  const edits = store.listEvents(w.workspace_id, { kinds: EDIT_KINDS, limit: recent });
+  const exports = store.listEvents(w.workspace_id, { kinds: ["export"], limit: recent });
+  const snapshots = store.listSnapshots(w.workspace_id).filter((s) => s.kind === "named");
+  const last = commands.at(-1);
+
+  let changes: { available: boolean; changed: boolean | null; summary: unknown; entries: unknown[]; reason?: string };
+  if (w.state === "running") {
+    try {
+      const d = await diffWorkspace(ws, w.workspace_id);
+      changes = { available: true, changed: d.changed, summary: d.summary, entries: d.entries };
+    } catch (err) {
+      changes = { available: false, changed: null, summary: null, entries: [], reason: (err as Error).message };
+    }
+  } else {
+    changes = { available: false, changed: null, summary: null, entries: [], reason: `workspace is ${w.state}` };
+  }
+
+  return {
+    workspace_id: w.workspace_id,
+    name: w.name,
+    state: w.state,
+    environment: w.environment,
+    backend: w.backend,
+    outcome: {
+      command_count: commandCount,
+      last_command: last ? { command: last.command, exit_code: last.exit_code, timed_out: last.timed_out, started_at: last.started_at } : null,
+      service_count: 0,
+      running_service_count: 0,
+      export_count: store.countEvents(w.workspace_id, ["export"]),
+      snapshot_count: snapshots.length,
+      reset_count: w.reset_count,
+    },
+    commands: {
+      total: commandCount,
+      recent: commands.map((c) => ({ seq: c.seq, command: c.command, exit_code: c.exit_code, timed_out: c.timed_out, duration_ms: c.duration_ms, started_at: c.started_at })),
+    },
+    edits: { recent: edits.map((e) => ({ kind: e.kind, at: e.at, ...e.detail })) },
+    changes,
+    services: { current: [], recent: [] },
+    artifacts: { exports: exports.map((e) => ({ at: e.at, ...e.detail })) },
+    snapshots: {
+      named_count: snapshots.length,
+      recent: snapshots.slice(-recent).map((s) => ({ snapshot_name: s.name, created_at: s.created_at, size_bytes: s.bytes })),
+    },
+  };
+}

@@ -1,0 +1,44 @@
+import type { ExecutionMode } from "../backends/backend.js";
+import type { WorkspaceListRow, WorkspaceRow } from "../state/types.js";
+
+/** The workspace object every surface returns for create/status/update (snake_case). */
+export function workspaceView(w: WorkspaceRow, executionMode: ExecutionMode) {
+  return {
+    workspace_id: w.workspace_id,
+    name: w.name,
+    labels: w.labels,
+    environment: w.environment,
+    backend: w.backend,
+    execution_mode: executionMode,
+    state: w.state,
+    network_policy: w.network_policy,
+    created_at: w.created_at,
+    last_activity_at: w.last_activity_at,
+    expires_at: w.expires_at,
+    workspace_seed: w.workspace_seed,
+    current_snapshot: w.current_snapshot,
+    reset_count: w.reset_count,
+    limits: { vcpus: w.spec.vcpus, memory_mib: w.spec.memory_mib, pids_max: w.spec.pids_max ?? null },
+    error: w.error,
+  };
+}
+
+export type WorkspaceView = ReturnType<typeof workspaceView>;
+
+/** One row of `workspace list`. */
+export function workspaceListItem(w: WorkspaceListRow) {
+  return {
+    workspace_id: w.workspace_id,
+    name: w.name,
+    labels: w.labels,
+    environment: w.environment,
+    backend: w.backend,
+    state: w.state,
+    created_at: w.created_at,
+    last_activity_at: w.last_activity_at,
+    expires_at: w.expires_at,
+    command_count: w.command_count,
+    service_count: 0,
+    running_service_count: 0,
+  };
+}

@@ -1,0 +1,345 @@
+import { randomBytes } from "node:crypto";
+import { mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { AgentClient } from "../agent/client.js";
+import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
+import type { StateStore } from "../state/store.js";
+import type { NetworkPolicy, WorkspaceRow } from "../state/types.js";
+import { treeSize } from "../util/fs.js";
+import { acquireLock } from "../util/lock.js";
+import { removeTree } from "../util/mounts.js";
+import type { Engine } from "./engine.js";
+import { PyroError, toPyroError } from "./errors.js";
+import { assertAllowed, type Operation } from "./lifecycle.js";
+import { type SeedSource, seedInto } from "./seed.js";
+import { workspaceListItem, workspaceView } from "./views.js";
+
+export const DEFAULTS = {
+  vcpus: 1,
+  memory_mib: 1024,
+  pids_max: 1024,
+  timeout_seconds: 300,
+  max_output_bytes: 1024 * 1024,
+  ttl_seconds: 24 * 60 * 60,
+} as const;
+
+export interface CreateOptions extends SeedSource {
+  environment?: string;
+  name?: string;
+  labels?: Record<string, string>;
+  network_policy?: string;
+  env?: Record<string, string>;
+  backend?: BackendName;
+  allow_host_compat?: boolean;
+  vcpus?: number;
+  memory_mib?: number;
+  ttl_seconds?: number | null;
+  signal?: AbortSignal;
+}
+
+/**
+ * The workspace service: every workspace operation of every surface goes through here.
+ * It owns the lifecycle, the state store and the agent connections; backends own the
+ * sandboxes. Agent connections are cached per instance, so an SDK user or the MCP server
+ * gets warm round trips while a CLI call makes one connection.
+ */
+export class Workspaces {
+  private readonly clients = new Map<string, Promise<AgentClient>>();
+
+  constructor(private readonly engine: Engine) {}
+
+  get store(): StateStore {
+    return this.engine.store();
+  }
+
+  executionMode(w: WorkspaceRow) {
+    return this.engine.backend(w.backend).executionMode;
+  }
+
+  agentSnapshotPath(w: WorkspaceRow, name: string): string {
+    return this.engine.backend(w.backend).agentSnapshotPath(this.sandboxSpec(w), name);
+  }
+
+  workspaceDir(id: string): string {
+    return join(this.engine.paths.home, "workspaces", id);
+  }
+
+  sandboxSpec(w: WorkspaceRow, snapshot = w.current_snapshot ?? "baseline", rootfs = String(w.runtime.rootfs ?? "")): SandboxSpec {
+    const dir = this.workspaceDir(w.workspace_id);
+    return {
+      workspace_id: w.workspace_id,
+      dir: join(dir, "sandbox"),
+      rootfs,
+      snapshotsDir: join(dir, "snapshots"),
+      snapshot,
+      limits: { vcpus: w.spec.vcpus, memory_mib: w.spec.memory_mib, pids_max: w.spec.pids_max ?? DEFAULTS.pids_max },
+      appDir: this.engine.appDir,
+      runtimeCacheDir: join(this.engine.paths.home, "runtime"),
+    };
+  }
+
+  /** Resolves an id or unique name; unknown → workspace_not_found. Reaps expired ones first. */
+  async get(idOrName: string): Promise<WorkspaceRow> {
+    await this.reapExpired();
+    const w = this.store.getWorkspace(idOrName);
+    if (!w) {
+      throw new PyroError("workspace_not_found", `no workspace '${idOrName}'`, "list workspaces with `pyro workspace list`");
+    }
+    return w;
+  }
+
+  async create(options: CreateOptions) {
+    const environment = options.environment ?? "debian:12";
+    const backend = await this.engine.chooseBackend(options.backend, options.allow_host_compat === true);
+    const policy = parseNetworkPolicy(options.network_policy);
+    if (policy !== "off") {
+      throw new PyroError("backend_unavailable", `network policy '${policy}' is not supported by this build yet`, "use --network off");
+    }
+    if (options.name !== undefined) validateName(options.name);
+    if (options.name && this.store.nameTaken(options.name)) {
+      throw new PyroError("conflict", `a workspace named '${options.name}' already exists`, "pick another name or delete the old one");
+    }
+    const env = await this.engine.environments.pull(environment, options.signal ? { signal: options.signal } : {});
+    const id = `ws_${randomBytes(6).toString("hex")}`;
+    const dir = this.workspaceDir(id);
+    const baseline = join(dir, "snapshots", "baseline");
+    await mkdir(join(dir, "sandbox"), { recursive: true, mode: 0o700 });
+    let created: WorkspaceRow | null = null;
+    try {
+      const seed = await seedInto(baseline, options, options.signal);
+      created = this.store.createWorkspace({
+        workspace_id: id,
+        name: options.name ?? null,
+        labels: options.labels ?? {},
+        environment,
+        backend: backend.name,
+        state: "creating",
+        network_policy: policy,
+        ttl_seconds: options.ttl_seconds === undefined ? DEFAULTS.ttl_seconds : options.ttl_seconds,
+        workspace_seed: seed,
+        spec: {
+          vcpus: options.vcpus ?? DEFAULTS.vcpus,
+          memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
+          pids_max: DEFAULTS.pids_max,
+          env: options.env ?? {},
+          timeout_seconds: DEFAULTS.timeout_seconds,
+        },
+        runtime: { rootfs: env.rootfs, env_key: env.recipe_key },
+        current_snapshot: "baseline",
+      });
+      this.store.upsertSnapshot({ workspace_id: id, name: "baseline", kind: "baseline", layer: baseline, bytes: seed.bytes, file_count: seed.file_count });
+      const state = await backend.start(this.sandboxSpec(created), options.signal ? { signal: options.signal } : {});
+      const w = this.store.updateWorkspace(id, { state: "running", runtime: { sandbox: state } });
+      this.store.recordEvent(id, "create", { environment, backend: backend.name, seed: seed.kind, source: seed.source });
+      return workspaceView(w, backend.executionMode);
+    } catch (err) {
+      if (created) this.store.deleteWorkspace(id);
+      await backend.destroy(this.sandboxSpec(created ?? ({ workspace_id: id, spec: { vcpus: 1, memory_mib: 1 }, runtime: {} } as WorkspaceRow)), null).catch(() => {});
+      await removeTree(dir).catch(() => {});
+      throw err;
+    }
+  }
+
+  async list() {
+    await this.reapExpired();
+    const rows = this.store.listWorkspaces();
+    return { count: rows.length, workspaces: rows.map(workspaceListItem) };
+  }
+
+  async status(idOrName: string) {
+    const w = await this.refreshState(await this.get(idOrName));
+    return workspaceView(w, this.engine.backend(w.backend).executionMode);
+  }
+
+  async update(idOrName: string, patch: { name?: string; set_labels?: Record<string, string>; clear_labels?: string[] }) {
+    const w = await this.get(idOrName);
+    assertAllowed(w.state, "update", w.workspace_id);
+    if (patch.name !== undefined) {
+      validateName(patch.name);
+      if (this.store.nameTaken(patch.name, w.workspace_id)) throw new PyroError("conflict", `a workspace named '${patch.name}' already exists`);
+    }
+    const updated = this.store.updateWorkspace(w.workspace_id, {
+      ...(patch.name !== undefined ? { name: patch.name } : {}),
+      ...(patch.set_labels ? { set_labels: patch.set_labels } : {}),
+      ...(patch.clear_labels ? { clear_labels: patch.clear_labels } : {}),
+    });
+    this.store.recordEvent(w.workspace_id, "update", patch as Record<string, unknown>);
+    this.store.touch(w.workspace_id);
+    return workspaceView(updated, this.engine.backend(w.backend).executionMode);
+  }
+
+  async delete(idOrName: string) {
+    const w = await this.get(idOrName);
+    await this.destroy(w);
+    return { workspace_id: w.workspace_id, name: w.name, deleted: true };
+  }
+
+  private async destroy(w: WorkspaceRow): Promise<void> {
+    this.store.updateWorkspace(w.workspace_id, { state: "deleting" });
+    await this.dropClient(w.workspace_id);
+    const backend = this.engine.backend(w.backend);
+    await backend.destroy(this.sandboxSpec(w), sandboxState(w));
+    await removeTree(this.workspaceDir(w.workspace_id));
+    this.store.deleteWorkspace(w.workspace_id);
+  }
+
+  /** Deletes workspaces whose TTL ran out. Errors on one do not block the others. */
+  async reapExpired(): Promise<string[]> {
+    const reaped: string[] = [];
+    for (const w of this.store.expiredWorkspaces()) {
+      try {
+        await this.destroy(w);
+        reaped.push(w.workspace_id);
+      } catch {
+        // retried at the next reap
+      }
+    }
+    return reaped;
+  }
+
+  async stop(idOrName: string) {
+    const w = await this.get(idOrName);
+    assertAllowed(w.state, "stop", w.workspace_id);
+    await this.dropClient(w.workspace_id);
+    const state = sandboxState(w);
+    if (state) await this.engine.backend(w.backend).stop(state);
+    const updated = this.store.updateWorkspace(w.workspace_id, { state: "stopped", runtime: { sandbox: null } });
+    this.store.recordEvent(w.workspace_id, "stop", {});
+    return workspaceView(updated, this.engine.backend(w.backend).executionMode);
+  }
+
+  async start(idOrName: string) {
+    const w = await this.get(idOrName);
+    if (w.state === "running") return this.status(idOrName);
+    assertAllowed(w.state, "start", w.workspace_id);
+    const started = await this.ensureStarted(w, true);
+    this.store.recordEvent(w.workspace_id, "start", {});
+    return workspaceView(started, this.engine.backend(w.backend).executionMode);
+  }
+
+  /**
+   * A workspace marked running whose sandbox died (host reboot, OOM of the sandbox) is
+   * restarted on its kept writable layer; one marked stopped stays stopped.
+   */
+  private async refreshState(w: WorkspaceRow): Promise<WorkspaceRow> {
+    if (w.state !== "running") return w;
+    const state = sandboxState(w);
+    if (state && (await this.engine.backend(w.backend).isRunning(state))) return w;
+    return this.ensureStarted(w, false);
+  }
+
+  private async ensureStarted(w: WorkspaceRow, explicit: boolean): Promise<WorkspaceRow> {
+    const release = await acquireLock(join(this.workspaceDir(w.workspace_id), "start.lock"), { timeoutMs: 60_000 });
+    try {
+      const fresh = this.store.getWorkspace(w.workspace_id);
+      if (!fresh) throw new PyroError("workspace_not_found", `workspace ${w.workspace_id} was deleted`);
+      const backend = this.engine.backend(fresh.backend);
+      const state = sandboxState(fresh);
+      if (state && (await backend.isRunning(state))) return fresh;
+      if (!explicit && fresh.state !== "running") assertAllowed(fresh.state, "exec", fresh.workspace_id);
+      if (state) await backend.stop(state);
+      const started = await backend.start(this.sandboxSpec(fresh));
+      return this.store.updateWorkspace(fresh.workspace_id, { state: "running", runtime: { sandbox: started }, error: null });
+    } finally {
+      await release();
+    }
+  }
+
+  /** Runs `fn` with a connected agent of a running workspace; reconnects once on a dead channel. */
+  async withAgent<T>(idOrName: string, op: Operation, fn: (agent: AgentClient, w: WorkspaceRow) => Promise<T>): Promise<T> {
+    let w = await this.get(idOrName);
+    assertAllowed(w.state, op, w.workspace_id);
+    w = await this.refreshState(w);
+    const backend = this.engine.backend(w.backend);
+    for (let attempt = 0; ; attempt++) {
+      let client: AgentClient;
+      try {
+        client = await this.client(w, backend);
+      } catch (err) {
+        await this.dropClient(w.workspace_id);
+        if (attempt > 0) throw toPyroError(err);
+        w = await this.refreshState(this.store.getWorkspace(w.workspace_id) ?? w);
+        continue;
+      }
+      try {
+        const result = await fn(client, w);
+        this.store.touch(w.workspace_id);
+        return result;
+      } catch (err) {
+        const code = (err as { code?: string }).code;
+        if (attempt === 0 && (code === "agent_disconnected" || code === "protocol_violation")) {
+          await this.dropClient(w.workspace_id);
+          w = await this.refreshState(this.store.getWorkspace(w.workspace_id) ?? w);
+          continue;
+        }
+        throw toPyroError(err);
+      }
+    }
+  }
+
+  private client(w: WorkspaceRow, backend: WorkspaceBackend): Promise<AgentClient> {
+    const cached = this.clients.get(w.workspace_id);
+    if (cached) return cached;
+    const state = sandboxState(w);
+    if (!state) return Promise.reject(new PyroError("workspace_stopped", `workspace ${w.workspace_id} has no running sandbox`));
+    const p = backend.connect(state, { timeoutMs: 5000 }).then((stream) => AgentClient.connect(stream, { timeoutMs: 10_000 }));
+    this.clients.set(w.workspace_id, p);
+    p.catch(() => this.clients.delete(w.workspace_id));
+    return p;
+  }
+
+  private async dropClient(id: string): Promise<void> {
+    const p = this.clients.get(id);
+    this.clients.delete(id);
+    if (p) await p.then((c) => c.close()).catch(() => {});
+  }
+
+  /** Closes every agent connection (the sandboxes keep running). */
+  async close(): Promise<void> {
+    await Promise.all([...this.clients.keys()].map((id) => this.dropClient(id)));
+  }
+
+  /** Stops the sandbox, discards its writable layers and starts it again on `snapshot`. */
+  async restartOn(w: WorkspaceRow, snapshot: string): Promise<WorkspaceRow> {
+    const backend = this.engine.backend(w.backend);
+    await this.dropClient(w.workspace_id);
+    const state = sandboxState(w);
+    if (state) await backend.stop(state);
+    const spec = this.sandboxSpec(w, snapshot);
+    await backend.discardChanges(spec);
+    const updated = this.store.updateWorkspace(w.workspace_id, { current_snapshot: snapshot, runtime: { sandbox: null } });
+    if (w.state === "stopped") return updated;
+    const started = await backend.start(spec);
+    return this.store.updateWorkspace(w.workspace_id, { state: "running", runtime: { sandbox: started } });
+  }
+
+  snapshotDir(w: WorkspaceRow, name: string): string {
+    return join(this.workspaceDir(w.workspace_id), "snapshots", name);
+  }
+
+  async snapshotSize(dir: string) {
+    return treeSize(dir);
+  }
+
+  async removeSnapshotDir(w: WorkspaceRow, name: string): Promise<void> {
+    await rm(this.snapshotDir(w, name), { recursive: true, force: true });
+  }
+}
+
+export function sandboxState(w: WorkspaceRow): SandboxState | null {
+  const s = w.runtime.sandbox;
+  return s && typeof s === "object" ? (s as SandboxState) : null;
+}
+
+export function parseNetworkPolicy(p: string | undefined): NetworkPolicy {
+  if (p === undefined || p === "off") return "off";
+  if (p === "egress") return "egress";
+  if (/^allowlist:[A-Za-z0-9.-]+(,[A-Za-z0-9.-]+)*$/.test(p)) return p as NetworkPolicy;
+  throw new PyroError("invalid_argument", `invalid network policy '${p}'`, "use off, egress or allowlist:HOST[,HOST...]");
+}
+
+function validateName(name: string): void {
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/.test(name) || /^ws_[0-9a-f]{12}$/.test(name)) {
+    throw new PyroError("invalid_argument", `invalid workspace name '${name}'`, "use 1-63 letters, digits, '.', '_' or '-', not shaped like an id");
+  }
+}

@@ -1,0 +1,94 @@
+import { cp, mkdir, rm, symlink, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import type { AgentError } from "../../../src/agent/errors.js";
+import { type AgentFixture, startAgent } from "./helpers.js";
+
+let fx: AgentFixture;
+let base: string;
+beforeEach(async () => {
+  fx = await startAgent();
+  await mkdir(path.join(fx.root, "src"));
+  await writeFile(path.join(fx.root, "src/app.py"), "line1\nline2\nline3\n");
+  await writeFile(path.join(fx.root, "gone.txt"), "remove me\n");
+  await writeFile(path.join(fx.root, "same.txt"), "unchanged\n");
+  await writeFile(path.join(fx.root, "logo.bin"), Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x00, 0xff]));
+  await symlink("src/app.py", path.join(fx.root, "link"));
+  base = path.join(fx.outside, "baseline");
+  await cp(fx.root, base, { recursive: true, verbatimSymlinks: true });
+});
+afterEach(() => fx.cleanup());
+
+describe("diff", () => {
+  it("reports no change against an identical baseline", async () => {
+    const r = await fx.client.request("diff", { base });
+    expect(r).toEqual({
+      changed: false,
+      patch: "",
+      summary: { total: 0, added: 0, modified: 0, deleted: 0 },
+      entries: [],
+      truncated: false,
+    });
+  });
+
+  it("lists added, modified, deleted and binary changes with a unified diff", async () => {
+    await writeFile(path.join(fx.root, "src/app.py"), "line1\nLINE2\nline3\n");
+    await rm(path.join(fx.root, "gone.txt"));
+    await writeFile(path.join(fx.root, "src/new.py"), "print('new')\n");
+    await writeFile(path.join(fx.root, "logo.bin"), Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x00, 0xfe]));
+    await rm(path.join(fx.root, "link"));
+    await symlink("same.txt", path.join(fx.root, "link"));
+    const r = await fx.client.request("diff", { base });
+    expect(r.changed).toBe(true);
+    expect(r.entries).toEqual([
+      { path: "gone.txt", status: "deleted" },
+      { path: "link", status: "modified" },
+      { path: "logo.bin", status: "modified" },
+      { path: "src/app.py", status: "modified" },
+      { path: "src/new.py", status: "added" },
+    ]);
+    expect(r.summary).toEqual({ total: 5, added: 1, modified: 3, deleted: 1 });
+    expect(r.patch).toContain(
+      "diff --git a/src/app.py b/src/app.py\n--- a/src/app.py\n+++ b/src/app.py\n@@ -1,3 +1,3 @@\n line1\n-line2\n+LINE2\n line3\n",
+    );
+    expect(r.patch).toContain(
+      "diff --git a/src/new.py b/src/new.py\nnew file mode 100644\n--- /dev/null\n+++ b/src/new.py\n",
+    );
+    expect(r.patch).toContain(
+      "deleted file mode 100644\n--- a/gone.txt\n+++ /dev/null\n@@ -1,1 +0,0 @@\n-remove me\n",
+    );
+    expect(r.patch).toContain("Binary files a/logo.bin and b/logo.bin differ\n");
+    expect(r.patch).toContain("-src/app.py\n\\ No newline at end of file\n+same.txt\n");
+  });
+
+  it("produces a patch that patch_apply can replay onto the baseline", async () => {
+    await writeFile(path.join(fx.root, "src/app.py"), "line1\nline2 changed\nline3\nline4\n");
+    await rm(path.join(fx.root, "gone.txt"));
+    await mkdir(path.join(fx.root, "docs"));
+    await writeFile(path.join(fx.root, "docs/readme.md"), "# hi\n");
+    const { patch } = await fx.client.request("diff", { base });
+    // Replay on a second agent whose root is a copy of the baseline.
+    const other = await startAgent();
+    try {
+      await rm(other.root, { recursive: true });
+      await cp(base, other.root, { recursive: true, verbatimSymlinks: true });
+      await other.client.request("patch_apply", { patch });
+      const again = await fx.client.request("diff", { base: other.root });
+      expect(again.changed).toBe(false);
+    } finally {
+      await other.cleanup();
+    }
+  });
+
+  it("refuses a relative, missing or overlapping baseline", async () => {
+    const codes = await Promise.all(
+      ["baseline", path.join(fx.outside, "nope"), fx.root, path.join(fx.root, "src")].map((b) =>
+        fx.client.request("diff", { base: b }).then(
+          () => "ok",
+          (e: AgentError) => e.code,
+        ),
+      ),
+    );
+    expect(codes).toEqual(["invalid_argument", "not_found", "invalid_argument", "invalid_argument"]);
+  });
+});

@@ -1,0 +1,130 @@
+import { mkdir, readFile } from "node:fs/promises";
+import path from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import type { AgentError } from "../../../src/agent/errors.js";
+import { type AgentFixture, alive, eventually, startAgent } from "./helpers.js";
+
+let fx: AgentFixture;
+beforeEach(async () => {
+  fx = await startAgent();
+});
+afterEach(() => fx.cleanup());
+
+const run = (
+  command: string,
+  extra: { cwd?: string; env?: Record<string, string>; timeout_ms?: number; max_output_bytes?: number } = {},
+) => fx.client.request("exec", { command, timeout_ms: 10_000, max_output_bytes: 1024 * 1024, ...extra });
+
+async function pidsIn(file: string): Promise<number[]> {
+  const text = await readFile(path.join(fx.root, file), "utf8");
+  return text.split(/\s+/).filter(Boolean).map(Number);
+}
+
+describe("exec", () => {
+  it("reports exit codes, stdout and stderr separately", async () => {
+    const r = await run("echo out; echo err >&2; exit 3");
+    expect(r).toMatchObject({
+      exit_code: 3,
+      stdout: "out\n",
+      stderr: "err\n",
+      timed_out: false,
+      truncated: false,
+    });
+    expect(r.duration_ms).toBeGreaterThanOrEqual(0);
+    expect((await run("true")).exit_code).toBe(0);
+  });
+
+  it("reports a death by signal as 128 + the signal number", async () => {
+    expect((await run("kill -TERM $$")).exit_code).toBe(143);
+    expect((await run("kill -KILL $$")).exit_code).toBe(137);
+  });
+
+  it("runs in the root by default and in a contained cwd when given", async () => {
+    await mkdir(path.join(fx.root, "sub/dir"), { recursive: true });
+    expect((await run("pwd")).stdout.trim()).toBe(fx.root);
+    expect((await run("pwd", { cwd: "sub/dir" })).stdout.trim()).toBe(path.join(fx.root, "sub/dir"));
+    const err = await run("pwd", { cwd: "../" }).catch((e: AgentError) => e);
+    expect((err as AgentError).code).toBe("path_outside_workspace");
+    const missing = await run("pwd", { cwd: "nope" }).catch((e: AgentError) => e);
+    expect((missing as AgentError).code).toBe("not_found");
+  });
+
+  it("starts from a clean base environment with the given variables merged over it", async () => {
+    process.env.PYRO_TEST_LEAK = "leaked";
+    try {
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell expansion, not a template
+      const r = await run('echo "$PATH|$HOME|$LANG|$TERM|$FOO|${PYRO_TEST_LEAK:-clean}"', {
+        env: { FOO: "bar baz", TERM: "xterm" },
+      });
+      expect(r.stdout.trim()).toBe(
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin|/root|C.UTF-8|xterm|bar baz|clean",
+      );
+    } finally {
+      delete process.env.PYRO_TEST_LEAK;
+    }
+  });
+
+  it("gives the command an empty stdin", async () => {
+    const r = await run("cat; echo done", { timeout_ms: 5000 });
+    expect(r).toMatchObject({ stdout: "done\n", timed_out: false });
+  });
+
+  it("kills the whole tree at the timeout, including a backgrounded child", async () => {
+    const started = Date.now();
+    const r = await run("sleep 100 & echo $! > pids; sleep 100", { timeout_ms: 500 });
+    expect(r.timed_out).toBe(true);
+    expect(r.exit_code).toBe(124);
+    expect(Date.now() - started).toBeLessThan(5000);
+    const [bg] = await pidsIn("pids");
+    expect(await eventually(async () => !(await alive(bg!)))).toBe(true);
+  });
+
+  it("kills children that started their own session, even once orphaned", async () => {
+    // One setsid child whose parent shell lives on, one orphaned by a subshell that exits.
+    const r = await run(
+      "setsid sleep 100 & echo $! >> pids; (setsid sleep 101 & echo $! >> pids); sleep 100",
+      {
+        timeout_ms: 500,
+      },
+    );
+    expect(r.timed_out).toBe(true);
+    const pids = await pidsIn("pids");
+    expect(pids).toHaveLength(2);
+    for (const pid of pids) expect(await eventually(async () => !(await alive(pid)))).toBe(true);
+  });
+
+  it("caps each stream at max_output_bytes, keeps draining, and says truncated", async () => {
+    const r = await run("head -c 200000 /dev/zero | tr '\\0' a; echo tail >&2", { max_output_bytes: 1000 });
+    expect(r.stdout).toBe("a".repeat(1000));
+    expect(r.stderr).toBe("tail\n");
+    expect(r.truncated).toBe(true);
+    expect(r.exit_code).toBe(0);
+  });
+
+  it("returns once the shell exits even if a background child keeps the pipes open", async () => {
+    const started = Date.now();
+    const r = await run("sleep 3 & echo started");
+    expect(r.stdout).toBe("started\n");
+    expect(Date.now() - started).toBeLessThan(2500);
+  });
+
+  it("decodes invalid UTF-8 output lossily instead of failing", async () => {
+    const r = await run("printf 'ok\\377\\376end'");
+    expect(r.stdout.startsWith("ok")).toBe(true);
+    expect(r.stdout.endsWith("end")).toBe(true);
+    expect(r.stdout).toContain("\uFFFD");
+  });
+
+  it("kills a running command when the host's connection goes away", async () => {
+    const running = run("echo $$ > pid; sleep 100", { timeout_ms: 60_000 }).catch((e: AgentError) => e);
+    expect(
+      await eventually(
+        async () => (await readFile(path.join(fx.root, "pid"), "utf8").catch(() => "")) !== "",
+      ),
+    ).toBe(true);
+    const [pid] = await pidsIn("pid");
+    fx.client.close();
+    expect(((await running) as AgentError).code).toBe("agent_disconnected");
+    expect(await eventually(async () => !(await alive(pid!)))).toBe(true);
+  });
+});
