@@ -16,10 +16,21 @@ export async function procStartTime(pid: number): Promise<string | null> {
   }
 }
 
-/** True when `pid` is alive and is the same process (start time matches): pid reuse safe. */
+/**
+ * True when `pid` is alive and is the same process (start time matches): pid reuse safe.
+ * A zombie is dead: a sandbox whose starter exited is reparented to pid 1, and where pid 1
+ * does not reap (many containers and VMs), the dead sandbox would otherwise look alive forever.
+ */
 export async function sameProcessAlive(pid: unknown, startTime: unknown): Promise<boolean> {
   if (typeof pid !== "number" || typeof startTime !== "string") return false;
-  return (await procStartTime(pid)) === startTime;
+  let stat: string;
+  try {
+    stat = await readFile(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return false;
+  }
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return fields[0] !== "Z" && fields[0] !== "X" && fields[19] === startTime;
 }
 
 /** Connects to a unix socket with a timeout. */

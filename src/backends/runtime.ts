@@ -105,6 +105,8 @@ export async function prepareNodeRuntime(
   await mkdir(cacheDir, { recursive: true });
   const tmp = await mkdtemp(join(cacheDir, `.node-${key}-`));
   try {
+    // mkdtemp makes it 0700; a sandbox running as another uid must still read it.
+    await chmod(tmp, 0o755);
     const manifest = await build(tmp, source, key, version, options);
     await atomicWriteFile(join(tmp, MANIFEST), JSON.stringify(manifest, null, 2));
     await fsyncDir(tmp);

@@ -1,10 +1,11 @@
-import { readFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { atomicWriteFile } from "../util/fs.js";
-import { mkdir } from "node:fs/promises";
 import type { BackendName } from "../backends/backend.js";
 import type { Engine } from "./engine.js";
 import { execInWorkspace } from "./exec.js";
+import { applyPatch, diffWorkspace } from "./files.js";
 import { resetWorkspace } from "./snapshots.js";
 import type { CreateOptions } from "./workspaces.js";
 
@@ -59,18 +60,65 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
   }
 }
 
-/** Proves the one-shot lifecycle end to end on the default environment. */
+/**
+ * A tiny project with a failing test: the demo reproduces, fixes, diffs and resets it.
+ * Tests run with `python3 -B`: the fix has the same size as the bug, and within the same
+ * second Python would trust its stale bytecode (it checks mtime seconds and size).
+ */
+const DEMO_PROJECT: Record<string, string> = {
+  "calc.py": "def add(a, b):\n    return a - b\n",
+  "test_calc.py": "from calc import add\n\nassert add(2, 3) == 5, 'add(2, 3) should be 5'\nprint('tests passed')\n",
+};
+const DEMO_FIX = [
+  "--- a/calc.py",
+  "+++ b/calc.py",
+  "@@ -1,2 +1,2 @@",
+  " def add(a, b):",
+  "-    return a - b",
+  "+    return a + b",
+  "",
+].join("\n");
+
+/**
+ * Proves the product end to end on the default environment: a one-shot run, then the
+ * daily workspace loop on a tiny project (reproduce a failure, patch, rerun, diff,
+ * reset, delete).
+ */
 export async function demo(engine: Engine, options: { backend?: BackendName; allow_host_compat?: boolean } = {}) {
   const steps: { step: string; ok: boolean; duration_ms: number; detail: string }[] = [];
-  const t0 = performance.now();
-  const env = await engine.environments.pull("debian:12");
-  steps.push({ step: "environment", ok: true, duration_ms: Math.round(performance.now() - t0), detail: `debian:12 ${env.built ? "built" : "cached"}` });
-  const r = await runOnce(engine, "uname -sr && git --version && python3 --version && id -u && cat /etc/debian_version", {
-    ...(options.backend ? { backend: options.backend } : {}),
-    allow_host_compat: options.allow_host_compat === true,
-  });
-  steps.push({ step: "run", ok: r.exit_code === 0, duration_ms: r.total_ms, detail: r.stdout.trim().split("\n").join("; ") });
-  return { ok: steps.every((s) => s.ok), backend: r.backend, execution_mode: r.execution_mode, steps, output: r.stdout, exit_code: r.exit_code };
+  const step = async <T>(name: string, fn: () => Promise<T>, check: (r: T) => [boolean, string]): Promise<T> => {
+    const t = performance.now();
+    const r = await fn();
+    const [ok, detail] = check(r);
+    steps.push({ step: name, ok, duration_ms: Math.round(performance.now() - t), detail });
+    return r;
+  };
+  const choice = { ...(options.backend ? { backend: options.backend } : {}), allow_host_compat: options.allow_host_compat === true };
+  await step("environment", () => engine.environments.pull("debian:12"), (e) => [true, `debian:12 ${e.built ? "built" : "cached"}`]);
+  const run = await step(
+    "run",
+    () => runOnce(engine, "git --version && python3 --version && cat /etc/debian_version", choice),
+    (r) => [r.exit_code === 0, `${r.backend}: ${r.stdout.trim().split("\n").join("; ")}`],
+  );
+  const seed = await mkdtemp(join(tmpdir(), "pyro-demo-"));
+  try {
+    for (const [f, text] of Object.entries(DEMO_PROJECT)) await writeFile(join(seed, f), text);
+    const ws = await step("create", () => engine.workspaces.create({ ...choice, seed_path: seed, ttl_seconds: 600 }), (w) => [w.state === "running", w.workspace_id]);
+    try {
+      const W = engine.workspaces;
+      await step("reproduce", () => execInWorkspace(W, ws.workspace_id, "python3 -B test_calc.py"), (r) => [r.exit_code !== 0, `fails as expected (exit ${r.exit_code})`]);
+      await step("patch", () => applyPatch(W, ws.workspace_id, DEMO_FIX), (r) => [r.changed, r.files.map((f) => `${f.status} ${f.path}`).join(", ")]);
+      await step("rerun", () => execInWorkspace(W, ws.workspace_id, "python3 -B test_calc.py"), (r) => [r.exit_code === 0, r.stdout.trim()]);
+      await step("diff", () => diffWorkspace(W, ws.workspace_id), (d) => [d.summary.modified === 1, `${d.summary.total} changed file(s)`]);
+      await step("reset", () => resetWorkspace(W, ws.workspace_id), (r) => [r.reset_count === 1, `back to ${r.workspace_reset.snapshot_name}`]);
+      await step("verify", () => execInWorkspace(W, ws.workspace_id, "python3 -B test_calc.py"), (r) => [r.exit_code !== 0, "the fix is gone after reset"]);
+    } finally {
+      await step("delete", () => engine.workspaces.delete(ws.workspace_id), (r) => [r.deleted, r.workspace_id]);
+    }
+  } finally {
+    await rm(seed, { recursive: true, force: true });
+  }
+  return { ok: steps.every((s) => s.ok), backend: run.backend, execution_mode: run.execution_mode, steps };
 }
 
 /**

@@ -29,6 +29,10 @@ export const IN_SANDBOX = {
 const LAUNCH_SCRIPT = [
   "set -eu",
   "read -r _gate",
+  // Close every inherited descriptor but stdio and the seccomp program (fd 3): whatever
+  // the launching process inherited must not leak into the sandbox.
+  // bash, not sh: dash cannot name descriptors above 9.
+  'for p in /proc/$$/fd/*; do n=${p##*/}; if [ "$n" -gt 3 ]; then eval "exec $n>&-" 2>/dev/null || true; fi; done',
   'mount -t overlay pyro-root -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4"',
   'mount -t overlay pyro-ws -o "lowerdir=$5,upperdir=$6,workdir=$7" "$8"',
   "shift 8",
@@ -168,7 +172,7 @@ export class BwrapBackend implements WorkspaceBackend {
       "--propagation",
       "private",
       "--",
-      "/bin/sh",
+      "/bin/bash",
       "-c",
       LAUNCH_SCRIPT,
       "pyro-launch",

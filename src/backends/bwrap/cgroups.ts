@@ -26,6 +26,7 @@ import { setTimeout as sleep } from "node:timers/promises";
  * own pid: the whole supervisor would then count against one sandbox.
  */
 
+/** The controllers pyro sets limits with. */
 export const CGROUP_CONTROLLERS = ["memory", "cpu", "pids"] as const;
 export type CgroupController = (typeof CGROUP_CONTROLLERS)[number];
 

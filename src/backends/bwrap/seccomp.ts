@@ -90,6 +90,7 @@ export const X86_64_SYSCALLS = {
   open_tree_attr: 467,
 } as const;
 
+/** A syscall the filter knows by name. */
 export type SyscallName = keyof typeof X86_64_SYSCALLS;
 
 /** Syscalls answered with EPERM whatever their arguments. */
@@ -166,16 +167,18 @@ export const CLONE_NEW_NAMESPACE_MASK =
 /** personality() bits that are harmless: PER_LINUX32, UNAME26, ADDR_NO_RANDOMIZE. */
 export const PERSONALITY_ALLOWED_BITS = 0x0008 | 0x0002_0000 | 0x0004_0000;
 
+/** `seccomp_data.arch` for the native x86_64 ABI (x32 shares it). */
 export const AUDIT_ARCH_X86_64 = 0xc000_003e;
 const X32_SYSCALL_BIT = 0x4000_0000;
 
+/** Filter return values (linux/seccomp.h); ERRNO carries the errno in its low 16 bits. */
 export const SECCOMP_RET_KILL_PROCESS = 0x8000_0000;
 export const SECCOMP_RET_ERRNO = 0x0005_0000;
 export const SECCOMP_RET_ALLOW = 0x7fff_0000;
 const EPERM = 1;
 const ENOSYS = 38;
 
-// Classic BPF opcodes (linux/filter.h) used by this program.
+/** Classic BPF opcodes (linux/filter.h) this generator emits. */
 export const BPF = {
   LD_W_ABS: 0x20,
   JMP_JA: 0x05,
@@ -281,6 +284,9 @@ function assemble(insns: readonly Insn[]): Buffer {
  * bwrap as an extra stdio entry; see {@link seccompArgs}.
  */
 export async function writeSeccompFile(path: string): Promise<void> {
+  // On another architecture every syscall would hit the KILL_PROCESS arch check.
+  if (process.arch !== "x64")
+    throw new Error(`the seccomp filter is x86_64-only; this host is ${process.arch}`);
   await writeFile(path, buildSeccompProgram(), { mode: 0o600 });
 }
 
