@@ -69,6 +69,28 @@ export type SandboxState = Record<string, unknown> & { backend: BackendName };
 
 export type ExecutionMode = "guest_agent" | "host_compat";
 
+/** A one-shot command in a throwaway sandbox (no workspace, no agent, no state). */
+export interface OneShotSpec {
+  rootfs: string;
+  /** Directory for the throwaway layer; removed afterwards. */
+  scratchDir: string;
+  command: string;
+  env: Record<string, string>;
+  limits: SandboxSpec["limits"];
+  timeoutMs: number;
+  maxOutputBytes: number;
+  signal?: AbortSignal;
+}
+
+export interface OneShotResult {
+  exit_code: number;
+  stdout: string;
+  stderr: string;
+  duration_ms: number;
+  timed_out: boolean;
+  truncated: boolean;
+}
+
 /**
  * A backend that hosts workspaces. The core never spawns sandbox processes itself: it asks
  * the backend to start one, then talks to the guest agent over `connect()`'s byte stream.
@@ -93,4 +115,10 @@ export interface WorkspaceBackend {
   agentRoot(spec: SandboxSpec): string;
   /** Where the agent sees a snapshot tree (for diff). */
   agentSnapshotPath(spec: SandboxSpec, name: string): string;
+  /**
+   * Optional fast path for `pyro run`: the command as the sandbox's only process, with the
+   * same isolation as a workspace. Backends without it run one-shots as
+   * create + exec + delete.
+   */
+  runOnce?(spec: OneShotSpec): Promise<OneShotResult>;
 }

@@ -1,7 +1,7 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type BackendName, BACKEND_NAMES, type WorkspaceBackend } from "../backends/backend.js";
+import { type BackendName, BACKEND_NAMES, type BackendProbe, type WorkspaceBackend } from "../backends/backend.js";
 import { BwrapBackend } from "../backends/bwrap/backend.js";
 import { HostBackend } from "../backends/host/backend.js";
 import { BACKEND_PROBES } from "../backends/registry.js";
@@ -112,7 +112,19 @@ export class Engine {
     return this.injected.has(name);
   }
 
-  private async probe(name: BackendName) {
+  private readonly probes = new Map<BackendName, ReturnType<BackendProbe["probe"]>>();
+
+  /** Probes a backend once per engine: a long-lived SDK client or server pays it once. */
+  private probe(name: BackendName): ReturnType<BackendProbe["probe"]> {
+    let p = this.probes.get(name);
+    if (!p) {
+      p = this.probeNow(name);
+      this.probes.set(name, p);
+    }
+    return p;
+  }
+
+  private async probeNow(name: BackendName) {
     const p = BACKEND_PROBES.find((x) => x.name === name)!;
     let kvm: ReturnType<typeof probeKvm> | undefined;
     return p.probe({

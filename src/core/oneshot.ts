@@ -7,7 +7,8 @@ import type { Engine } from "./engine.js";
 import { execInWorkspace } from "./exec.js";
 import { applyPatch, diffWorkspace } from "./files.js";
 import { resetWorkspace } from "./snapshots.js";
-import type { CreateOptions } from "./workspaces.js";
+import { PyroError } from "./errors.js";
+import { type CreateOptions, DEFAULTS, parseNetworkPolicy } from "./workspaces.js";
 
 export interface RunOptions {
   environment?: string;
@@ -22,15 +23,40 @@ export interface RunOptions {
   signal?: AbortSignal;
 }
 
-/** One-shot: create a throwaway workspace, run one command, capture, destroy (always). */
+/**
+ * One-shot: create, run one command, capture, destroy (always). A backend with a
+ * one-shot fast path runs the command as the sandbox's only process; otherwise (or with
+ * a seed) it is a throwaway workspace.
+ */
 export async function runOnce(engine: Engine, command: string, options: RunOptions = {}) {
   const started = performance.now();
+  if (command.trim() === "") throw new PyroError("invalid_argument", "the command is empty");
+  const backend = await engine.chooseBackend(options.backend, options.allow_host_compat === true);
+  parseNetworkPolicy(options.network_policy);
+  if (options.network_policy && options.network_policy !== "off") {
+    throw new PyroError("backend_unavailable", `network policy '${options.network_policy}' is not supported by this build yet`, "use --network off");
+  }
+  const environment = options.environment ?? "debian:12";
+  const timeoutSeconds = options.timeout_seconds ?? DEFAULTS.timeout_seconds;
+  if (backend.runOnce && !options.seed_path) {
+    const env = await engine.environments.pull(environment, options.signal ? { signal: options.signal } : {});
+    const r = await backend.runOnce({
+      rootfs: env.rootfs,
+      scratchDir: join(engine.paths.home, "oneshot"),
+      command,
+      env: options.env ?? {},
+      limits: { vcpus: options.vcpus ?? DEFAULTS.vcpus, memory_mib: options.memory_mib ?? DEFAULTS.memory_mib, pids_max: DEFAULTS.pids_max },
+      timeoutMs: timeoutSeconds * 1000,
+      maxOutputBytes: DEFAULTS.max_output_bytes,
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
+    return { environment, backend: backend.name, ...r, execution_mode: backend.executionMode, total_ms: Math.round(performance.now() - started) };
+  }
   const createOpts: CreateOptions = {
-    ...(options.environment ? { environment: options.environment } : {}),
+    environment,
+    backend: backend.name,
     ...(options.vcpus ? { vcpus: options.vcpus } : {}),
     ...(options.memory_mib ? { memory_mib: options.memory_mib } : {}),
-    ...(options.network_policy ? { network_policy: options.network_policy } : {}),
-    ...(options.backend ? { backend: options.backend } : {}),
     ...(options.env ? { env: options.env } : {}),
     ...(options.seed_path ? { seed_path: options.seed_path } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
@@ -40,7 +66,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
   const ws = await engine.workspaces.create(createOpts);
   try {
     const r = await execInWorkspace(engine.workspaces, ws.workspace_id, command, {
-      ...(options.timeout_seconds ? { timeout_seconds: options.timeout_seconds } : {}),
+      timeout_seconds: timeoutSeconds,
       ...(options.signal ? { signal: options.signal } : {}),
     });
     return {

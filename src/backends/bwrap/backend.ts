@@ -4,11 +4,13 @@ import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { PyroError } from "../../core/errors.js";
 import { removeTree } from "../../util/mounts.js";
-import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
+import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
+import { bwrapRunOnce } from "./oneshot.js";
 import { connectUnix, killAndWait, procStartTime, sameProcessAlive, spawnDetached, waitForSocket } from "../common.js";
 import { prepareNodeRuntime } from "../runtime.js";
 import { CgroupLimits, detectCgroups } from "./cgroups.js";
-import { seccompArgs, writeSeccompFile } from "./seccomp.js";
+import { detectLaunchTools, isolationArgs, type LaunchTools, launchArgv } from "./launch.js";
+import { writeSeccompFile } from "./seccomp.js";
 
 /** Mount points inside the sandbox. */
 export const IN_SANDBOX = {
@@ -18,26 +20,6 @@ export const IN_SANDBOX = {
   snapshots: "/run/pyro/snapshots",
   sock: "/run/pyro/sock",
 } as const;
-
-/**
- * Runs inside `unshare --mount --propagation private`: waits for the parent to place it in
- * its cgroup (one line on stdin), mounts the two copy-on-write overlays (system root over
- * the cached environment, /workspace over the current snapshot) in the private mount
- * namespace, then becomes bwrap. Values arrive as positional arguments, never spliced
- * into the script text.
- */
-const LAUNCH_SCRIPT = [
-  "set -eu",
-  "read -r _gate",
-  // Close every inherited descriptor but stdio and the seccomp program (fd 3): whatever
-  // the launching process inherited must not leak into the sandbox.
-  // bash, not sh: dash cannot name descriptors above 9.
-  'for p in /proc/$$/fd/*; do n=${p##*/}; if [ "$n" -gt 3 ]; then eval "exec $n>&-" 2>/dev/null || true; fi; done',
-  'mount -t overlay pyro-root -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4"',
-  'mount -t overlay pyro-ws -o "lowerdir=$5,upperdir=$6,workdir=$7" "$8"',
-  "shift 8",
-  'exec "$@"',
-].join("\n");
 
 interface Layout {
   rootUpper: string;
@@ -72,6 +54,17 @@ export class BwrapBackend implements WorkspaceBackend {
   readonly name = "bwrap" as const;
   readonly executionMode = "guest_agent" as const;
 
+  private tools: Promise<LaunchTools> | undefined;
+
+  private launchTools(): Promise<LaunchTools> {
+    this.tools ??= detectLaunchTools();
+    return this.tools;
+  }
+
+  async runOnce(spec: OneShotSpec): Promise<OneShotResult> {
+    return bwrapRunOnce(spec, await this.launchTools());
+  }
+
   agentRoot(): string {
     return IN_SANDBOX.workspace;
   }
@@ -84,27 +77,14 @@ export class BwrapBackend implements WorkspaceBackend {
   bwrapArgv(spec: SandboxSpec, l: Layout, runtimeDir: string, agentArgv: string[]): string[] {
     return [
       "bwrap",
-      "--unshare-pid",
-      "--unshare-ipc",
-      "--unshare-uts",
-      "--unshare-net",
-      "--unshare-cgroup-try",
-      "--new-session",
-      "--cap-drop",
-      "ALL",
-      ...seccompArgs(3),
-      "--hostname",
-      `pyro-${spec.workspace_id.replace(/^ws_/, "").slice(0, 12)}`,
+      // Binds come first: /proc and /dev from isolationArgs must land on the new root.
       "--bind",
       l.rootMerged,
       "/",
       "--bind",
       l.wsMerged,
       IN_SANDBOX.workspace,
-      "--proc",
-      "/proc",
-      "--dev",
-      "/dev",
+      ...isolationArgs(`pyro-${spec.workspace_id.replace(/^ws_/, "").slice(0, 12)}`),
       "--ro-bind",
       runtimeDir,
       IN_SANDBOX.runtime,
@@ -119,16 +99,6 @@ export class BwrapBackend implements WorkspaceBackend {
       IN_SANDBOX.sock,
       "--chdir",
       IN_SANDBOX.workspace,
-      "--clearenv",
-      "--setenv",
-      "PATH",
-      "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-      "--setenv",
-      "HOME",
-      "/root",
-      "--setenv",
-      "LANG",
-      "C.UTF-8",
       "--",
       ...agentArgv,
     ];
@@ -166,26 +136,14 @@ export class BwrapBackend implements WorkspaceBackend {
     });
 
     const logFile = join(l.logs, "sandbox.log");
-    const argv = [
-      "unshare",
-      "--mount",
-      "--propagation",
-      "private",
-      "--",
-      "/bin/bash",
-      "-c",
-      LAUNCH_SCRIPT,
-      "pyro-launch",
-      spec.rootfs,
-      l.rootUpper,
-      l.rootWork,
-      l.rootMerged,
-      join(spec.snapshotsDir, spec.snapshot),
-      l.wsUpper,
-      l.wsWork,
-      l.wsMerged,
-      ...this.bwrapArgv(spec, l, runtime.dir, agentArgv),
-    ];
+    const argv = launchArgv(
+      [
+        { lower: spec.rootfs, upper: l.rootUpper, work: l.rootWork, target: l.rootMerged },
+        { lower: join(spec.snapshotsDir, spec.snapshot), upper: l.wsUpper, work: l.wsWork, target: l.wsMerged },
+      ],
+      this.bwrapArgv(spec, l, runtime.dir, agentArgv),
+      await this.launchTools(),
+    );
     const fd = openSync(seccompFile, "r");
     let pid: number;
     try {

@@ -1,0 +1,99 @@
+import { seccompArgs } from "./seccomp.js";
+
+/** One copy-on-write mount made in the sandbox's private mount namespace. */
+export interface Overlay {
+  lower: string;
+  upper: string;
+  work: string;
+  target: string;
+}
+
+/**
+ * Overlay features pyro does not need, switched off: each makes the mount check the upper
+ * and work directories (measured here: 14 ms per mount with them, 5 ms without). Without
+ * redirect_dir, renaming a directory that came from the lower layer copies it up.
+ */
+export const OVERLAY_OPTIONS = "index=off,xino=off,redirect_dir=off,metacopy=off";
+
+/** The shell and mount command of the launch step. Both must handle descriptors above 9. */
+export interface LaunchTools {
+  shell: string[];
+  mount: string;
+}
+
+/** Portable: bash and util-linux mount (dash cannot name descriptors above 9). */
+export const BASH_TOOLS: LaunchTools = { shell: ["/bin/bash"], mount: "mount" };
+
+/** Faster where busybox-static is installed (setup installs it): ~3 ms less per launch. */
+export const BUSYBOX_TOOLS: LaunchTools = { shell: ["/bin/busybox", "sh"], mount: "/bin/busybox mount" };
+
+export async function detectLaunchTools(): Promise<LaunchTools> {
+  const { access, constants } = await import("node:fs/promises");
+  try {
+    await access("/bin/busybox", constants.X_OK);
+    return BUSYBOX_TOOLS;
+  } catch {
+    return BASH_TOOLS;
+  }
+}
+
+/**
+ * argv that runs `command` in a private mount namespace after mounting `overlays`:
+ * `unshare --mount --propagation private -- bash -c SCRIPT ...`. The script waits for
+ * one line on stdin (the parent places it in its cgroup first), closes every inherited
+ * descriptor but stdio and fd 3 (the seccomp program), mounts, then becomes `command`.
+ * Values arrive as positional arguments, never spliced into the script text.
+ */
+export function launchArgv(overlays: readonly Overlay[], command: readonly string[], tools: LaunchTools = BASH_TOOLS): string[] {
+  const script = [
+    "set -eu",
+    "read -r _gate",
+    'for p in /proc/$$/fd/*; do n=${p##*/}; if [ "$n" -gt 3 ]; then eval "exec $n>&-" 2>/dev/null || true; fi; done',
+    ...overlays.map(() => `${tools.mount} -t overlay pyro -o "lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}" "$4"; shift 4`),
+    'exec "$@"',
+  ].join("\n");
+  return [
+    "unshare",
+    "--mount",
+    "--propagation",
+    "private",
+    "--",
+    ...tools.shell,
+    "-c",
+    script,
+    "pyro-launch",
+    ...overlays.flatMap((o) => [o.lower, o.upper, o.work, o.target]),
+    ...command,
+  ];
+}
+
+export const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/**
+ * The isolation flags every bwrap sandbox of pyro gets: its own pid, ipc, uts, net and
+ * cgroup namespaces (network: loopback only), a new session (no TIOCSTI into the
+ * caller's terminal), no capabilities, the seccomp filter on fd 3, a fresh /proc and
+ * /dev, and a clean environment.
+ */
+export function isolationArgs(hostname: string, env: Record<string, string> = {}): string[] {
+  const base: Record<string, string> = { PATH: SANDBOX_PATH, HOME: "/root", LANG: "C.UTF-8", ...env };
+  return [
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-net",
+    "--unshare-cgroup-try",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+    ...seccompArgs(3),
+    "--hostname",
+    hostname,
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--clearenv",
+    ...Object.entries(base).flatMap(([k, v]) => ["--setenv", k, v]),
+  ];
+}
