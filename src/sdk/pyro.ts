@@ -25,13 +25,11 @@ export type PyroOptions = EngineOptions;
  */
 export class Pyro {
   readonly engine: Engine;
+  private readonly ws: Engine["workspaces"];
 
   constructor(options: PyroOptions = {}) {
     this.engine = new Engine(options);
-  }
-
-  private get ws() {
-    return this.engine.workspaces;
+    this.ws = this.engine.workspaces;
   }
 
   doctor(options: { environment?: string } = {}) {
