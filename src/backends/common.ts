@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { openSync, closeSync } from "node:fs";
+import { closeSync, openSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { connect as netConnect, type Socket } from "node:net";
 import { PyroError } from "../core/errors.js";
@@ -73,10 +73,16 @@ export async function waitForSocket(
     }
     if (options.signal?.aborted) throw new PyroError("cancelled", `${options.what} start was cancelled`);
     if (!(await alive())) {
-      throw new PyroError("backend_unavailable", `${options.what} exited during start: ${await logTail(options.logFile)}`);
+      throw new PyroError(
+        "backend_unavailable",
+        `${options.what} exited during start: ${await logTail(options.logFile)}`,
+      );
     }
     if (Date.now() > deadline) {
-      throw new PyroError("timeout", `${options.what} did not answer within ${options.timeoutMs} ms: ${await logTail(options.logFile)}`);
+      throw new PyroError(
+        "timeout",
+        `${options.what} did not answer within ${options.timeoutMs} ms: ${await logTail(options.logFile)}`,
+      );
     }
     await new Promise((r) => setTimeout(r, delay));
     delay = Math.min(delay * 2, 100);
@@ -99,7 +105,13 @@ export async function logTail(file: string | undefined, lines = 5): Promise<stri
  */
 export function spawnDetached(
   argv: readonly string[],
-  options: { logFile: string; env?: NodeJS.ProcessEnv; cwd?: string; extraFds?: number[]; stdinPipe?: boolean },
+  options: {
+    logFile: string;
+    env?: NodeJS.ProcessEnv;
+    cwd?: string;
+    extraFds?: number[];
+    stdinPipe?: boolean;
+  },
 ): { pid: number; stdin: import("node:stream").Writable | null } {
   const [file, ...args] = argv;
   if (!file) throw new Error("spawnDetached: empty argv");

@@ -28,24 +28,44 @@ async function main(): Promise<void> {
     const env = await pyro.pullEnvironment("debian:12");
 
     // Floor: a bare bwrap spawn of /bin/true over the same rootfs.
-    const bwrapTrue = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", env.rootfs, "/", "--proc", "/proc", "--dev", "/dev", "/bin/true"];
+    const bwrapTrue = [
+      "bwrap",
+      "--unshare-all",
+      "--die-with-parent",
+      "--ro-bind",
+      env.rootfs,
+      "/",
+      "--proc",
+      "/proc",
+      "--dev",
+      "/dev",
+      "/bin/true",
+    ];
     const floor = await medianMs(n, async () => {
       const r = await run(bwrapTrue, { killGroup: false });
       if (r.exitCode !== 0) throw new Error(`bwrap floor failed: ${r.stderr}`);
     });
     log(`bench: floor bwrap /bin/true ${round(floor)} ms`);
 
-    const createMs = await medianMs(quick ? 2 : 5, async () => {
-      const w = await pyro.createWorkspace({ backend: "bwrap" });
-      await pyro.deleteWorkspace(w.workspace_id);
-    }, 0);
+    const createMs = await medianMs(
+      quick ? 2 : 5,
+      async () => {
+        const w = await pyro.createWorkspace({ backend: "bwrap" });
+        await pyro.deleteWorkspace(w.workspace_id);
+      },
+      0,
+    );
     rows.push(row("workspace create (warm env)", createMs, "bwrap /bin/true", floor, {}));
 
     const ws = await pyro.createWorkspace({ backend: "bwrap" });
-    const execMs = await medianMs(n * 2, async () => {
-      const r = await pyro.execWorkspace(ws.workspace_id, "true");
-      if (r.exit_code !== 0) throw new Error("exec failed");
-    }, 3);
+    const execMs = await medianMs(
+      n * 2,
+      async () => {
+        const r = await pyro.execWorkspace(ws.workspace_id, "true");
+        if (r.exit_code !== 0) throw new Error("exec failed");
+      },
+      3,
+    );
     rows.push(row("workspace exec true (warm)", execMs, "bwrap /bin/true", floor, { max: 0.5 }));
     extra.agent_rss_kib = await sandboxRssKib(ws.workspace_id);
     await pyro.deleteWorkspace(ws.workspace_id);
@@ -62,19 +82,29 @@ async function main(): Promise<void> {
     for (let d = 0; d < 100; d++) {
       await mkdir(join(seed, `d${d}`), { recursive: true });
       const buf = Buffer.alloc(10 * 1024, d);
-      await Promise.all(Array.from({ length: 100 }, (_, f) => writeFile(join(seed, `d${d}`, `f${f}.bin`), buf)));
+      await Promise.all(
+        Array.from({ length: 100 }, (_, f) => writeFile(join(seed, `d${d}`, `f${f}.bin`), buf)),
+      );
     }
-    const cpMs = await medianMs(3, async () => {
-      await pexec("cp", ["-a", seed, join(home, "cp-copy")]);
-      await rm(join(home, "cp-copy"), { recursive: true, force: true });
-    }, 0);
+    const cpMs = await medianMs(
+      3,
+      async () => {
+        await pexec("cp", ["-a", seed, join(home, "cp-copy")]);
+        await rm(join(home, "cp-copy"), { recursive: true, force: true });
+      },
+      0,
+    );
     const big = await pyro.createWorkspace({ backend: "bwrap", seedPath: seed });
-    const resetMs = await medianMs(quick ? 2 : 5, async () => {
-      await pyro.execWorkspace(big.workspace_id, "rm -rf d1 && echo x > d2/f1.bin && touch new.txt");
-      const t = performance.now();
-      await pyro.resetWorkspace(big.workspace_id);
-      return performance.now() - t;
-    }, 0);
+    const resetMs = await medianMs(
+      quick ? 2 : 5,
+      async () => {
+        await pyro.execWorkspace(big.workspace_id, "rm -rf d1 && echo x > d2/f1.bin && touch new.txt");
+        const t = performance.now();
+        await pyro.resetWorkspace(big.workspace_id);
+        return performance.now() - t;
+      },
+      0,
+    );
     // medianMs timed the exec too; time resets alone for the row.
     const resetOnly: number[] = [];
     for (let i = 0; i < (quick ? 2 : 5); i++) {
@@ -84,25 +114,55 @@ async function main(): Promise<void> {
       resetOnly.push(performance.now() - t);
     }
     resetOnly.sort((a, b) => a - b);
-    rows.push(row("reset 10k files / 100 MB", resetOnly[Math.floor(resetOnly.length / 2)]!, "cp -a of the tree", cpMs, { max: 0.2 }, `exec+reset ${round(resetMs)} ms`));
+    rows.push(
+      row(
+        "reset 10k files / 100 MB",
+        resetOnly[Math.floor(resetOnly.length / 2)]!,
+        "cp -a of the tree",
+        cpMs,
+        { max: 0.2 },
+        `exec+reset ${round(resetMs)} ms`,
+      ),
+    );
 
     // Throughput: sync push and export against a tar | tar pipe of the same tree.
-    const tarPipe = await medianMs(3, async () => {
-      const out = join(home, "tar-out");
-      await mkdir(out, { recursive: true });
-      await pexec("sh", ["-c", 'tar -C "$1" -cf - . | tar -C "$2" -xf -', "sh", seed, out]);
-      await rm(out, { recursive: true, force: true });
-    }, 0);
-    const pushMs = await medianMs(3, async () => {
-      await pyro.syncPushWorkspace(big.workspace_id, seed, { dest: "/workspace/pushed" });
-      await pyro.execWorkspace(big.workspace_id, "rm -rf pushed");
-    }, 0);
-    rows.push(row("sync push 100 MB", pushMs, "tar | tar pipe", tarPipe, { min: 0.5, inverse: true }, "includes an rm of the pushed tree"));
-    const exportMs = await medianMs(3, async () => {
-      const out = join(home, "export-out");
-      await pyro.exportWorkspace(big.workspace_id, "/workspace", out);
-      await rm(out, { recursive: true, force: true });
-    }, 0);
+    const tarPipe = await medianMs(
+      3,
+      async () => {
+        const out = join(home, "tar-out");
+        await mkdir(out, { recursive: true });
+        await pexec("sh", ["-c", 'tar -C "$1" -cf - . | tar -C "$2" -xf -', "sh", seed, out]);
+        await rm(out, { recursive: true, force: true });
+      },
+      0,
+    );
+    const pushMs = await medianMs(
+      3,
+      async () => {
+        await pyro.syncPushWorkspace(big.workspace_id, seed, { dest: "/workspace/pushed" });
+        await pyro.execWorkspace(big.workspace_id, "rm -rf pushed");
+      },
+      0,
+    );
+    rows.push(
+      row(
+        "sync push 100 MB",
+        pushMs,
+        "tar | tar pipe",
+        tarPipe,
+        { min: 0.5, inverse: true },
+        "includes an rm of the pushed tree",
+      ),
+    );
+    const exportMs = await medianMs(
+      3,
+      async () => {
+        const out = join(home, "export-out");
+        await pyro.exportWorkspace(big.workspace_id, "/workspace", out);
+        await rm(out, { recursive: true, force: true });
+      },
+      0,
+    );
     rows.push(row("export 100 MB", exportMs, "tar | tar pipe", tarPipe, { min: 0.5, inverse: true }));
     await pyro.deleteWorkspace(big.workspace_id);
   } finally {
@@ -112,7 +172,10 @@ async function main(): Promise<void> {
   if (json) process.stdout.write(`${JSON.stringify({ rows, ...extra }, null, 2)}\n`);
   else {
     process.stdout.write(`${printTable(rows)}\n`);
-    if (extra.agent_rss_kib) process.stdout.write(`\nidle workspace memory (sandbox processes' RSS): ${round(Number(extra.agent_rss_kib) / 1024, 1)} MiB\n`);
+    if (extra.agent_rss_kib)
+      process.stdout.write(
+        `\nidle workspace memory (sandbox processes' RSS): ${round(Number(extra.agent_rss_kib) / 1024, 1)} MiB\n`,
+      );
   }
 }
 

@@ -24,11 +24,29 @@ export interface BenchRow {
   note?: string;
 }
 
-export function row(name: string, valueMs: number, floorName: string, floorMs: number, target: { max?: number; min?: number; inverse?: boolean }, note?: string): BenchRow {
+export function row(
+  name: string,
+  valueMs: number,
+  floorName: string,
+  floorMs: number,
+  target: { max?: number; min?: number; inverse?: boolean },
+  note?: string,
+): BenchRow {
   const ratio = target.inverse ? floorMs / valueMs : valueMs / floorMs;
-  const pass = target.max !== undefined ? ratio <= target.max : target.min !== undefined ? ratio >= target.min : null;
-  const t = target.max !== undefined ? `≤ ${target.max}×` : target.min !== undefined ? `≥ ${target.min}×` : "-";
-  return { name, value_ms: round(valueMs), floor_name: floorName, floor_ms: round(floorMs), ratio: round(ratio, 3), target: t, pass, ...(note ? { note } : {}) };
+  const pass =
+    target.max !== undefined ? ratio <= target.max : target.min !== undefined ? ratio >= target.min : null;
+  const t =
+    target.max !== undefined ? `≤ ${target.max}×` : target.min !== undefined ? `≥ ${target.min}×` : "-";
+  return {
+    name,
+    value_ms: round(valueMs),
+    floor_name: floorName,
+    floor_ms: round(floorMs),
+    ratio: round(ratio, 3),
+    target: t,
+    pass,
+    ...(note ? { note } : {}),
+  };
 }
 
 export function round(n: number, digits = 2): number {
@@ -38,7 +56,15 @@ export function round(n: number, digits = 2): number {
 
 export function printTable(rows: BenchRow[]): string {
   const head = ["benchmark", "median", "floor", "floor median", "ratio", "target", "ok"];
-  const body = rows.map((r) => [r.name, `${r.value_ms} ms`, r.floor_name, `${r.floor_ms} ms`, `${r.ratio}×`, r.target, r.pass === null ? "-" : r.pass ? "yes" : "NO"]);
+  const body = rows.map((r) => [
+    r.name,
+    `${r.value_ms} ms`,
+    r.floor_name,
+    `${r.floor_ms} ms`,
+    `${r.ratio}×`,
+    r.target,
+    r.pass === null ? "-" : r.pass ? "yes" : "NO",
+  ]);
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
   const fmt = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ");
   return [fmt(head), fmt(widths.map((w) => "-".repeat(w))), ...body.map(fmt)].join("\n");

@@ -1,5 +1,5 @@
-import { PyroError } from "../core/errors.js";
 import { BACKEND_NAMES, type BackendName } from "../backends/backend.js";
+import { PyroError } from "../core/errors.js";
 
 /** commander collector for repeatable options. */
 export function collect(value: string, previous: string[] = []): string[] {
@@ -20,7 +20,8 @@ export function keyValues(items: string[] | undefined, what: string): Record<str
 export function positiveNumber(name: string) {
   return (value: string): number => {
     const n = Number(value);
-    if (!Number.isFinite(n) || n <= 0) throw new PyroError("invalid_argument", `${name} must be a positive number, got '${value}'`);
+    if (!Number.isFinite(n) || n <= 0)
+      throw new PyroError("invalid_argument", `${name} must be a positive number, got '${value}'`);
     return n;
   };
 }
@@ -28,7 +29,11 @@ export function positiveNumber(name: string) {
 export function backendName(value: string | undefined): BackendName | undefined {
   if (value === undefined) return undefined;
   if (!(BACKEND_NAMES as readonly string[]).includes(value)) {
-    throw new PyroError("invalid_argument", `unknown backend '${value}'`, `backends: ${BACKEND_NAMES.join(", ")}`);
+    throw new PyroError(
+      "invalid_argument",
+      `unknown backend '${value}'`,
+      `backends: ${BACKEND_NAMES.join(", ")}`,
+    );
   }
   return value as BackendName;
 }
@@ -38,7 +43,12 @@ export function backendName(value: string | undefined): BackendName | undefined 
  * several are an argv, each word quoted for `/bin/sh -c` so nothing is re-split.
  */
 export function commandString(argv: string[]): string {
-  if (argv.length === 0) throw new PyroError("invalid_argument", "no command given", "put the command after --, e.g. `-- git --version`");
+  if (argv.length === 0)
+    throw new PyroError(
+      "invalid_argument",
+      "no command given",
+      "put the command after --, e.g. `-- git --version`",
+    );
   if (argv.length === 1) return argv[0]!;
   return argv.map(shellQuote).join(" ");
 }

@@ -1,11 +1,16 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type BackendName, BACKEND_NAMES, type BackendProbe, type WorkspaceBackend } from "../backends/backend.js";
+import {
+  BACKEND_NAMES,
+  type BackendName,
+  type BackendProbe,
+  type WorkspaceBackend,
+} from "../backends/backend.js";
 import { BwrapBackend } from "../backends/bwrap/backend.js";
 import { HostBackend } from "../backends/host/backend.js";
-import { BACKEND_PROBES } from "../backends/registry.js";
 import { probeKvm } from "../backends/kvm.js";
+import { BACKEND_PROBES } from "../backends/registry.js";
 import type { Builder } from "../env/builder.js";
 import { EnvironmentCache } from "../env/cache.js";
 import { DebootstrapBuilder } from "../env/debootstrap.js";
@@ -64,7 +69,12 @@ export class Engine {
 
   backend(name: BackendName): WorkspaceBackend {
     const b = this.backends[name];
-    if (!b) throw new PyroError("backend_unavailable", `backend '${name}' is not implemented in this build`, `implemented: ${this.implemented().join(", ")}`);
+    if (!b)
+      throw new PyroError(
+        "backend_unavailable",
+        `backend '${name}' is not implemented in this build`,
+        `implemented: ${this.implemented().join(", ")}`,
+      );
     return b;
   }
 
@@ -78,14 +88,25 @@ export class Engine {
    * allowHostCompat, and never silently: when asked for nothing and no isolating backend
    * works, host-compat is used only if allowed. Fails closed otherwise.
    */
-  async chooseBackend(requested: BackendName | undefined, allowHostCompat: boolean): Promise<WorkspaceBackend> {
+  async chooseBackend(
+    requested: BackendName | undefined,
+    allowHostCompat: boolean,
+  ): Promise<WorkspaceBackend> {
     const explicit = requested ?? (this.env.PYRO_BACKEND as BackendName | undefined);
     if (explicit !== undefined) {
       if (!BACKEND_NAMES.includes(explicit)) {
-        throw new PyroError("invalid_argument", `unknown backend '${explicit}'`, `backends: ${BACKEND_NAMES.join(", ")}`);
+        throw new PyroError(
+          "invalid_argument",
+          `unknown backend '${explicit}'`,
+          `backends: ${BACKEND_NAMES.join(", ")}`,
+        );
       }
       if (explicit === "host" && !allowHostCompat) {
-        throw new PyroError("backend_unavailable", "the host backend gives no isolation", "pass --allow-host-compat to use it anyway");
+        throw new PyroError(
+          "backend_unavailable",
+          "the host backend gives no isolation",
+          "pass --allow-host-compat to use it anyway",
+        );
       }
       const backend = this.backend(explicit);
       if (!this.backendsOverridden(explicit)) await this.assertAvailable(explicit);
@@ -140,7 +161,12 @@ export class Engine {
 
   private async assertAvailable(name: BackendName): Promise<void> {
     const r = await this.probe(name);
-    if (!r.available) throw new PyroError("backend_unavailable", `backend '${name}' does not work here: ${r.reason}`, "run `pyro doctor` for details");
+    if (!r.available)
+      throw new PyroError(
+        "backend_unavailable",
+        `backend '${name}' does not work here: ${r.reason}`,
+        "run `pyro doctor` for details",
+      );
   }
 
   async close(): Promise<void> {

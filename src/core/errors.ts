@@ -86,8 +86,14 @@ const ERRNO_TABLE: Record<string, { code: ErrorCode; message: string; hint?: str
  * pyro shares pass through; channel failures map through one table.
  */
 const CHANNEL_TABLE: Record<string, { code: ErrorCode; hint: string }> = {
-  agent_disconnected: { code: "backend_unavailable", hint: "the workspace's sandbox went away; check `pyro workspace status`" },
-  protocol_violation: { code: "internal", hint: "the guest agent sent something invalid; the channel was closed" },
+  agent_disconnected: {
+    code: "backend_unavailable",
+    hint: "the workspace's sandbox went away; check `pyro workspace status`",
+  },
+  protocol_violation: {
+    code: "internal",
+    hint: "the guest agent sent something invalid; the channel was closed",
+  },
   version_mismatch: { code: "backend_unavailable", hint: "the guest agent speaks another protocol version" },
 };
 
@@ -96,7 +102,8 @@ function codedError(err: unknown): PyroError | null {
   const { code, hint } = err as Error & { code?: unknown; hint?: unknown };
   if (typeof code !== "string") return null;
   const h = typeof hint === "string" ? hint : undefined;
-  if ((ERROR_CODES as readonly string[]).includes(code)) return new PyroError(code as ErrorCode, err.message, h, { cause: err });
+  if ((ERROR_CODES as readonly string[]).includes(code))
+    return new PyroError(code as ErrorCode, err.message, h, { cause: err });
   const mapped = CHANNEL_TABLE[code];
   if (mapped) return new PyroError(mapped.code, err.message, h ?? mapped.hint, { cause: err });
   return null;

@@ -1,6 +1,6 @@
+import { PyroError } from "./errors.js";
 import type { Workspaces } from "./workspaces.js";
 import { DEFAULTS } from "./workspaces.js";
-import { PyroError } from "./errors.js";
 
 export interface ExecOptions {
   timeout_seconds?: number;
@@ -29,11 +29,20 @@ export interface ExecResult {
  * Runs a shell command string in the workspace (`/bin/sh -c`, cwd /workspace by default),
  * records it in the command history and as a review event.
  */
-export async function execInWorkspace(ws: Workspaces, idOrName: string, command: string, options: ExecOptions = {}): Promise<ExecResult> {
-  if (command.trim() === "") throw new PyroError("invalid_argument", "the command is empty", "pass a shell command, e.g. `make test`");
+export async function execInWorkspace(
+  ws: Workspaces,
+  idOrName: string,
+  command: string,
+  options: ExecOptions = {},
+): Promise<ExecResult> {
+  if (command.trim() === "")
+    throw new PyroError("invalid_argument", "the command is empty", "pass a shell command, e.g. `make test`");
   const timeoutSeconds = options.timeout_seconds ?? DEFAULTS.timeout_seconds;
   if (!(timeoutSeconds > 0 && timeoutSeconds <= 24 * 3600)) {
-    throw new PyroError("invalid_argument", `timeout must be between 1 and 86400 seconds, got ${timeoutSeconds}`);
+    throw new PyroError(
+      "invalid_argument",
+      `timeout must be between 1 and 86400 seconds, got ${timeoutSeconds}`,
+    );
   }
   return ws.withAgent(idOrName, "exec", async (agent, w) => {
     const startedAt = new Date().toISOString();
@@ -62,7 +71,12 @@ export async function execInWorkspace(ws: Workspaces, idOrName: string, command:
       truncated: r.truncated,
       execution_mode: mode,
     });
-    ws.store.recordEvent(w.workspace_id, "exec", { seq, command, exit_code: r.exit_code, timed_out: r.timed_out });
+    ws.store.recordEvent(w.workspace_id, "exec", {
+      seq,
+      command,
+      exit_code: r.exit_code,
+      timed_out: r.timed_out,
+    });
     return {
       workspace_id: w.workspace_id,
       command,

@@ -13,14 +13,27 @@ export async function listFiles(ws: Workspaces, idOrName: string, path = "/works
   });
 }
 
-export async function readFileFromWorkspace(ws: Workspaces, idOrName: string, path: string, options: { max_bytes?: number } = {}) {
+export async function readFileFromWorkspace(
+  ws: Workspaces,
+  idOrName: string,
+  path: string,
+  options: { max_bytes?: number } = {},
+) {
   return ws.withAgent(idOrName, "files", async (agent, w) => {
-    const r = await agent.request("file_read", { path, ...(options.max_bytes !== undefined ? { max_bytes: options.max_bytes } : {}) });
+    const r = await agent.request("file_read", {
+      path,
+      ...(options.max_bytes !== undefined ? { max_bytes: options.max_bytes } : {}),
+    });
     return { workspace_id: w.workspace_id, ...r };
   });
 }
 
-export async function writeFileToWorkspace(ws: Workspaces, idOrName: string, path: string, content: string | Buffer) {
+export async function writeFileToWorkspace(
+  ws: Workspaces,
+  idOrName: string,
+  path: string,
+  content: string | Buffer,
+) {
   return ws.withAgent(idOrName, "files", async (agent, w) => {
     const isText = typeof content === "string";
     const r = await agent.request("file_write", {
@@ -28,13 +41,18 @@ export async function writeFileToWorkspace(ws: Workspaces, idOrName: string, pat
       content: isText ? content : content.toString("base64"),
       encoding: isText ? "utf8" : "base64",
     });
-    ws.store.recordEvent(w.workspace_id, "file_write", { path: r.path, size_bytes: r.size_bytes, created: r.created });
+    ws.store.recordEvent(w.workspace_id, "file_write", {
+      path: r.path,
+      size_bytes: r.size_bytes,
+      created: r.created,
+    });
     return { workspace_id: w.workspace_id, ...r };
   });
 }
 
 export async function applyPatch(ws: Workspaces, idOrName: string, patch: string) {
-  if (patch.trim() === "") throw new PyroError("invalid_argument", "the patch is empty", "pass a unified diff");
+  if (patch.trim() === "")
+    throw new PyroError("invalid_argument", "the patch is empty", "pass a unified diff");
   return ws.withAgent(idOrName, "files", async (agent, w) => {
     const r = await agent.request("patch_apply", { patch });
     ws.store.recordEvent(w.workspace_id, "patch_apply", { files: r.files });
@@ -47,7 +65,11 @@ export async function diffWorkspace(ws: Workspaces, idOrName: string, options: {
   return ws.withAgent(idOrName, "files", async (agent, w) => {
     const snapshot = options.snapshot ?? "baseline";
     if (!ws.store.getSnapshot(w.workspace_id, snapshot)) {
-      throw new PyroError("not_found", `workspace ${w.workspace_id} has no snapshot '${snapshot}'`, "list them with `pyro workspace snapshot list`");
+      throw new PyroError(
+        "not_found",
+        `workspace ${w.workspace_id} has no snapshot '${snapshot}'`,
+        "list them with `pyro workspace snapshot list`",
+      );
     }
     const r = await agent.request("diff", { base: ws.agentSnapshotPath(w, snapshot) });
     return { workspace_id: w.workspace_id, base_snapshot: snapshot, ...r };
@@ -55,16 +77,38 @@ export async function diffWorkspace(ws: Workspaces, idOrName: string, options: {
 }
 
 /** Copies a file or directory out of /workspace to a host path (safe against tar-slip). */
-export async function exportFromWorkspace(ws: Workspaces, idOrName: string, path: string, outputPath: string, signal?: AbortSignal) {
+export async function exportFromWorkspace(
+  ws: Workspaces,
+  idOrName: string,
+  path: string,
+  outputPath: string,
+  signal?: AbortSignal,
+) {
   const output = resolve(outputPath);
   return ws.withAgent(idOrName, "files", async (agent, w) => {
     const writer = new ExportWriter(output);
     await writer.begin();
     try {
-      const r = await agent.request("tar_out", { path }, { onData: (c: Buffer) => writer.write(c), timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) });
+      const r = await agent.request(
+        "tar_out",
+        { path },
+        { onData: (c: Buffer) => writer.write(c), timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
+      );
       await writer.commit(r.artifact_type);
-      ws.store.recordEvent(w.workspace_id, "export", { path, output_path: output, artifact_type: r.artifact_type, bytes: r.bytes });
-      return { workspace_id: w.workspace_id, path, output_path: output, artifact_type: r.artifact_type, bytes: r.bytes, entries: r.entries };
+      ws.store.recordEvent(w.workspace_id, "export", {
+        path,
+        output_path: output,
+        artifact_type: r.artifact_type,
+        bytes: r.bytes,
+      });
+      return {
+        workspace_id: w.workspace_id,
+        path,
+        output_path: output,
+        artifact_type: r.artifact_type,
+        bytes: r.bytes,
+        entries: r.entries,
+      };
     } catch (err) {
       await writer.abort();
       throw err;
@@ -73,11 +117,26 @@ export async function exportFromWorkspace(ws: Workspaces, idOrName: string, path
 }
 
 /** Copies a host file or directory into /workspace (default: its root). */
-export async function syncPush(ws: Workspaces, idOrName: string, source: string, dest = "/workspace", signal?: AbortSignal) {
+export async function syncPush(
+  ws: Workspaces,
+  idOrName: string,
+  source: string,
+  dest = "/workspace",
+  signal?: AbortSignal,
+) {
   const upload = await packHostPath(source);
   return ws.withAgent(idOrName, "files", async (agent, w) => {
-    const r = await agent.request("tar_in", { dest }, { upload, timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) });
-    ws.store.recordEvent(w.workspace_id, "sync_push", { source: resolve(source), dest: r.dest, files: r.files, bytes: r.bytes });
+    const r = await agent.request(
+      "tar_in",
+      { dest },
+      { upload, timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
+    );
+    ws.store.recordEvent(w.workspace_id, "sync_push", {
+      source: resolve(source),
+      dest: r.dest,
+      files: r.files,
+      bytes: r.bytes,
+    });
     return { workspace_id: w.workspace_id, source: resolve(source), ...r };
   });
 }

@@ -10,7 +10,16 @@ import { PyroError } from "./errors.js";
  *       ▼           ▼            ▼
  *     error ──▶ deleting ──▶ (gone)
  */
-export type Operation = "exec" | "files" | "snapshot" | "reset" | "stop" | "start" | "delete" | "update" | "read";
+export type Operation =
+  | "exec"
+  | "files"
+  | "snapshot"
+  | "reset"
+  | "stop"
+  | "start"
+  | "delete"
+  | "update"
+  | "read";
 
 const ALLOWED: Record<WorkspaceState, readonly Operation[]> = {
   creating: ["delete", "read"],
@@ -23,7 +32,11 @@ const ALLOWED: Record<WorkspaceState, readonly Operation[]> = {
 export function assertAllowed(state: WorkspaceState, op: Operation, id: string): void {
   if (ALLOWED[state].includes(op)) return;
   if (state === "stopped") {
-    throw new PyroError("workspace_stopped", `workspace ${id} is stopped`, `start it first: pyro workspace start ${id}`);
+    throw new PyroError(
+      "workspace_stopped",
+      `workspace ${id} is stopped`,
+      `start it first: pyro workspace start ${id}`,
+    );
   }
   throw new PyroError("conflict", `workspace ${id} is ${state}; '${op}' is not possible now`);
 }

@@ -1,13 +1,13 @@
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { atomicWriteFile } from "../util/fs.js";
 import type { BackendName } from "../backends/backend.js";
+import { atomicWriteFile } from "../util/fs.js";
 import type { Engine } from "./engine.js";
+import { PyroError } from "./errors.js";
 import { execInWorkspace } from "./exec.js";
 import { applyPatch, diffWorkspace } from "./files.js";
 import { resetWorkspace } from "./snapshots.js";
-import { PyroError } from "./errors.js";
 import { type CreateOptions, DEFAULTS, parseNetworkPolicy } from "./workspaces.js";
 
 export interface RunOptions {
@@ -34,7 +34,11 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
   const backend = await engine.chooseBackend(options.backend, options.allow_host_compat === true);
   parseNetworkPolicy(options.network_policy);
   if (options.network_policy && options.network_policy !== "off") {
-    throw new PyroError("backend_unavailable", `network policy '${options.network_policy}' is not supported by this build yet`, "use --network off");
+    throw new PyroError(
+      "backend_unavailable",
+      `network policy '${options.network_policy}' is not supported by this build yet`,
+      "use --network off",
+    );
   }
   const environment = options.environment ?? "debian:12";
   const timeoutSeconds = options.timeout_seconds ?? DEFAULTS.timeout_seconds;
@@ -45,12 +49,22 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
       scratchDir: join(engine.paths.home, "oneshot"),
       command,
       env: options.env ?? {},
-      limits: { vcpus: options.vcpus ?? DEFAULTS.vcpus, memory_mib: options.memory_mib ?? DEFAULTS.memory_mib, pids_max: DEFAULTS.pids_max },
+      limits: {
+        vcpus: options.vcpus ?? DEFAULTS.vcpus,
+        memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
+        pids_max: DEFAULTS.pids_max,
+      },
       timeoutMs: timeoutSeconds * 1000,
       maxOutputBytes: DEFAULTS.max_output_bytes,
       ...(options.signal ? { signal: options.signal } : {}),
     });
-    return { environment, backend: backend.name, ...r, execution_mode: backend.executionMode, total_ms: Math.round(performance.now() - started) };
+    return {
+      environment,
+      backend: backend.name,
+      ...r,
+      execution_mode: backend.executionMode,
+      total_ms: Math.round(performance.now() - started),
+    };
   }
   const createOpts: CreateOptions = {
     environment,
@@ -93,7 +107,8 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
  */
 const DEMO_PROJECT: Record<string, string> = {
   "calc.py": "def add(a, b):\n    return a - b\n",
-  "test_calc.py": "from calc import add\n\nassert add(2, 3) == 5, 'add(2, 3) should be 5'\nprint('tests passed')\n",
+  "test_calc.py":
+    "from calc import add\n\nassert add(2, 3) == 5, 'add(2, 3) should be 5'\nprint('tests passed')\n",
 };
 const DEMO_FIX = [
   "--- a/calc.py",
@@ -110,17 +125,31 @@ const DEMO_FIX = [
  * daily workspace loop on a tiny project (reproduce a failure, patch, rerun, diff,
  * reset, delete).
  */
-export async function demo(engine: Engine, options: { backend?: BackendName; allow_host_compat?: boolean } = {}) {
+export async function demo(
+  engine: Engine,
+  options: { backend?: BackendName; allow_host_compat?: boolean } = {},
+) {
   const steps: { step: string; ok: boolean; duration_ms: number; detail: string }[] = [];
-  const step = async <T>(name: string, fn: () => Promise<T>, check: (r: T) => [boolean, string]): Promise<T> => {
+  const step = async <T>(
+    name: string,
+    fn: () => Promise<T>,
+    check: (r: T) => [boolean, string],
+  ): Promise<T> => {
     const t = performance.now();
     const r = await fn();
     const [ok, detail] = check(r);
     steps.push({ step: name, ok, duration_ms: Math.round(performance.now() - t), detail });
     return r;
   };
-  const choice = { ...(options.backend ? { backend: options.backend } : {}), allow_host_compat: options.allow_host_compat === true };
-  await step("environment", () => engine.environments.pull("debian:12"), (e) => [true, `debian:12 ${e.built ? "built" : "cached"}`]);
+  const choice = {
+    ...(options.backend ? { backend: options.backend } : {}),
+    allow_host_compat: options.allow_host_compat === true,
+  };
+  await step(
+    "environment",
+    () => engine.environments.pull("debian:12"),
+    (e) => [true, `debian:12 ${e.built ? "built" : "cached"}`],
+  );
   const run = await step(
     "run",
     () => runOnce(engine, "git --version && python3 --version && cat /etc/debian_version", choice),
@@ -129,17 +158,49 @@ export async function demo(engine: Engine, options: { backend?: BackendName; all
   const seed = await mkdtemp(join(tmpdir(), "pyro-demo-"));
   try {
     for (const [f, text] of Object.entries(DEMO_PROJECT)) await writeFile(join(seed, f), text);
-    const ws = await step("create", () => engine.workspaces.create({ ...choice, seed_path: seed, ttl_seconds: 600 }), (w) => [w.state === "running", w.workspace_id]);
+    const ws = await step(
+      "create",
+      () => engine.workspaces.create({ ...choice, seed_path: seed, ttl_seconds: 600 }),
+      (w) => [w.state === "running", w.workspace_id],
+    );
     try {
       const W = engine.workspaces;
-      await step("reproduce", () => execInWorkspace(W, ws.workspace_id, "python3 -B test_calc.py"), (r) => [r.exit_code !== 0, `fails as expected (exit ${r.exit_code})`]);
-      await step("patch", () => applyPatch(W, ws.workspace_id, DEMO_FIX), (r) => [r.changed, r.files.map((f) => `${f.status} ${f.path}`).join(", ")]);
-      await step("rerun", () => execInWorkspace(W, ws.workspace_id, "python3 -B test_calc.py"), (r) => [r.exit_code === 0, r.stdout.trim()]);
-      await step("diff", () => diffWorkspace(W, ws.workspace_id), (d) => [d.summary.modified === 1, `${d.summary.total} changed file(s)`]);
-      await step("reset", () => resetWorkspace(W, ws.workspace_id), (r) => [r.reset_count === 1, `back to ${r.workspace_reset.snapshot_name}`]);
-      await step("verify", () => execInWorkspace(W, ws.workspace_id, "python3 -B test_calc.py"), (r) => [r.exit_code !== 0, "the fix is gone after reset"]);
+      await step(
+        "reproduce",
+        () => execInWorkspace(W, ws.workspace_id, "python3 -B test_calc.py"),
+        (r) => [r.exit_code !== 0, `fails as expected (exit ${r.exit_code})`],
+      );
+      await step(
+        "patch",
+        () => applyPatch(W, ws.workspace_id, DEMO_FIX),
+        (r) => [r.changed, r.files.map((f) => `${f.status} ${f.path}`).join(", ")],
+      );
+      await step(
+        "rerun",
+        () => execInWorkspace(W, ws.workspace_id, "python3 -B test_calc.py"),
+        (r) => [r.exit_code === 0, r.stdout.trim()],
+      );
+      await step(
+        "diff",
+        () => diffWorkspace(W, ws.workspace_id),
+        (d) => [d.summary.modified === 1, `${d.summary.total} changed file(s)`],
+      );
+      await step(
+        "reset",
+        () => resetWorkspace(W, ws.workspace_id),
+        (r) => [r.reset_count === 1, `back to ${r.workspace_reset.snapshot_name}`],
+      );
+      await step(
+        "verify",
+        () => execInWorkspace(W, ws.workspace_id, "python3 -B test_calc.py"),
+        (r) => [r.exit_code !== 0, "the fix is gone after reset"],
+      );
     } finally {
-      await step("delete", () => engine.workspaces.delete(ws.workspace_id), (r) => [r.deleted, r.workspace_id]);
+      await step(
+        "delete",
+        () => engine.workspaces.delete(ws.workspace_id),
+        (r) => [r.deleted, r.workspace_id],
+      );
     }
   } finally {
     await rm(seed, { recursive: true, force: true });
@@ -151,7 +212,11 @@ export async function demo(engine: Engine, options: { backend?: BackendName; all
  * Makes an environment warm: cached, then the daily loop proved once (create, exec,
  * reset, delete). Records a manifest; a second prepare with nothing changed returns at once.
  */
-export async function prepare(engine: Engine, environment: string, options: { backend?: BackendName; allow_host_compat?: boolean; force?: boolean } = {}) {
+export async function prepare(
+  engine: Engine,
+  environment: string,
+  options: { backend?: BackendName; allow_host_compat?: boolean; force?: boolean } = {},
+) {
   const started = performance.now();
   const info = await engine.environments.info(environment);
   const backend = await engine.chooseBackend(options.backend, options.allow_host_compat === true);
@@ -161,7 +226,12 @@ export async function prepare(engine: Engine, environment: string, options: { ba
   if (!options.force && info.status === "cached") {
     try {
       const m = JSON.parse(await readFile(manifestPath, "utf8"));
-      if (m.environment === expect.environment && m.recipe_key === expect.recipe_key && m.backend === expect.backend && m.pyro_version === expect.pyro_version) {
+      if (
+        m.environment === expect.environment &&
+        m.recipe_key === expect.recipe_key &&
+        m.backend === expect.backend &&
+        m.pyro_version === expect.pyro_version
+      ) {
         return { ...m, reused: true, duration_ms: Math.round(performance.now() - started) };
       }
     } catch {
@@ -176,7 +246,14 @@ export async function prepare(engine: Engine, environment: string, options: { ba
     return r;
   };
   await time("pull_ms", () => engine.environments.pull(environment));
-  const ws = await time("create_ms", () => engine.workspaces.create({ environment, backend: backend.name, allow_host_compat: options.allow_host_compat === true, ttl_seconds: 600 }));
+  const ws = await time("create_ms", () =>
+    engine.workspaces.create({
+      environment,
+      backend: backend.name,
+      allow_host_compat: options.allow_host_compat === true,
+      ttl_seconds: 600,
+    }),
+  );
   try {
     const r = await time("exec_ms", () => execInWorkspace(engine.workspaces, ws.workspace_id, "true"));
     if (r.exit_code !== 0) throw new Error(`the check command failed: ${r.stderr}`);

@@ -17,17 +17,30 @@ export interface SeedSource {
  * contributes its tracked files (working-tree content); a plain directory is copied whole;
  * a repository URL is cloned first. Nothing here runs code from the seed.
  */
-export async function seedInto(dest: string, source: SeedSource, signal?: AbortSignal): Promise<WorkspaceSeed> {
+export async function seedInto(
+  dest: string,
+  source: SeedSource,
+  signal?: AbortSignal,
+): Promise<WorkspaceSeed> {
   await mkdir(dest, { recursive: true });
   if (source.repo_url) return seedFromRepoUrl(dest, source.repo_url, source.repo_ref, signal);
   if (!source.seed_path) return { kind: "empty", source: null, file_count: 0, bytes: 0 };
   const src = resolve(source.seed_path);
   const st = await stat(src).catch(() => null);
   if (!st?.isDirectory()) {
-    throw new PyroError("invalid_argument", `seed path ${src} is not a directory`, "pass a directory or a Git checkout");
+    throw new PyroError(
+      "invalid_argument",
+      `seed path ${src} is not a directory`,
+      "pass a directory or a Git checkout",
+    );
   }
   if (await isGitCheckout(src)) return seedFromGitCheckout(dest, src, src, signal);
-  await cp(src, dest, { recursive: true, verbatimSymlinks: true, preserveTimestamps: true, errorOnExist: false });
+  await cp(src, dest, {
+    recursive: true,
+    verbatimSymlinks: true,
+    preserveTimestamps: true,
+    errorOnExist: false,
+  });
   const size = await treeSize(dest);
   return { kind: "directory", source: src, file_count: size.files, bytes: size.bytes };
 }
@@ -50,7 +63,8 @@ async function seedFromGitCheckout(
     maxCapture: 256 * 1024 * 1024,
     ...(signal ? { signal } : {}),
   });
-  if (ls.exitCode !== 0) throw new PyroError("invalid_argument", `git ls-files failed in ${checkout}: ${ls.stderr.trim()}`);
+  if (ls.exitCode !== 0)
+    throw new PyroError("invalid_argument", `git ls-files failed in ${checkout}: ${ls.stderr.trim()}`);
   const files = [...new Set(ls.stdout.split("\0").filter(Boolean))];
   let bytes = 0;
   let count = 0;
@@ -74,8 +88,18 @@ async function seedFromGitCheckout(
   return seed;
 }
 
-async function seedFromRepoUrl(dest: string, url: string, ref: string | undefined, signal?: AbortSignal): Promise<WorkspaceSeed> {
-  if (!(await which("git"))) throw new PyroError("invalid_argument", "git is not installed on the host", "install git to seed from a repository");
+async function seedFromRepoUrl(
+  dest: string,
+  url: string,
+  ref: string | undefined,
+  signal?: AbortSignal,
+): Promise<WorkspaceSeed> {
+  if (!(await which("git")))
+    throw new PyroError(
+      "invalid_argument",
+      "git is not installed on the host",
+      "install git to seed from a repository",
+    );
   const tmp = await mkdtemp(join(tmpdir(), "pyro-clone-"));
   try {
     const argv = ["git", "clone", "--quiet", "--no-hardlinks"];
@@ -89,11 +113,17 @@ async function seedFromRepoUrl(dest: string, url: string, ref: string | undefine
       ...(signal ? { signal } : {}),
     });
     if (r.exitCode !== 0) {
-      throw new PyroError("invalid_argument", `cannot clone ${url}${ref ? ` at ${ref}` : ""}: ${r.stderr.trim().split("\n").pop()}`);
+      throw new PyroError(
+        "invalid_argument",
+        `cannot clone ${url}${ref ? ` at ${ref}` : ""}: ${r.stderr.trim().split("\n").pop()}`,
+      );
     }
     if (isCommit) {
-      const co = await run(["git", "-C", join(tmp, "repo"), "checkout", "--quiet", "--detach", ref], { timeoutMs: 60_000 });
-      if (co.exitCode !== 0) throw new PyroError("invalid_argument", `cannot check out ${ref}: ${co.stderr.trim()}`);
+      const co = await run(["git", "-C", join(tmp, "repo"), "checkout", "--quiet", "--detach", ref], {
+        timeoutMs: 60_000,
+      });
+      if (co.exitCode !== 0)
+        throw new PyroError("invalid_argument", `cannot check out ${ref}: ${co.stderr.trim()}`);
     }
     return await seedFromGitCheckout(dest, join(tmp, "repo"), url, signal, ref);
   } finally {

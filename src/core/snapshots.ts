@@ -13,25 +13,48 @@ const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
  */
 export async function createSnapshot(ws: Workspaces, idOrName: string, name: string) {
   if (!SNAPSHOT_NAME.test(name) || name === "baseline") {
-    throw new PyroError("invalid_argument", `invalid snapshot name '${name}'`, "use letters, digits, '.', '_' or '-'; 'baseline' is reserved");
+    throw new PyroError(
+      "invalid_argument",
+      `invalid snapshot name '${name}'`,
+      "use letters, digits, '.', '_' or '-'; 'baseline' is reserved",
+    );
   }
   return ws.withAgent(idOrName, "snapshot", async (agent, w) => {
     if (ws.store.getSnapshot(w.workspace_id, name)) {
-      throw new PyroError("conflict", `snapshot '${name}' already exists`, "delete it first or choose another name");
+      throw new PyroError(
+        "conflict",
+        `snapshot '${name}' already exists`,
+        "delete it first or choose another name",
+      );
     }
     const dir = ws.snapshotDir(w, name);
     const writer = new ExportWriter(dir, "snapshot");
     await writer.begin();
     try {
-      const r = await agent.request("tar_out", { path: "/workspace" }, { onData: (c: Buffer) => writer.write(c), timeoutMs: 30 * 60_000 });
+      const r = await agent.request(
+        "tar_out",
+        { path: "/workspace" },
+        { onData: (c: Buffer) => writer.write(c), timeoutMs: 30 * 60_000 },
+      );
       await writer.commit(r.artifact_type);
     } catch (err) {
       await writer.abort();
       throw err;
     }
     const size = await ws.snapshotSize(dir);
-    const row = ws.store.upsertSnapshot({ workspace_id: w.workspace_id, name, kind: "named", layer: dir, bytes: size.bytes, file_count: size.files });
-    ws.store.recordEvent(w.workspace_id, "snapshot_create", { snapshot_name: name, bytes: size.bytes, file_count: size.files });
+    const row = ws.store.upsertSnapshot({
+      workspace_id: w.workspace_id,
+      name,
+      kind: "named",
+      layer: dir,
+      bytes: size.bytes,
+      file_count: size.files,
+    });
+    ws.store.recordEvent(w.workspace_id, "snapshot_create", {
+      snapshot_name: name,
+      bytes: size.bytes,
+      file_count: size.files,
+    });
     return snapshotView(row, w.workspace_id);
   });
 }
@@ -39,7 +62,11 @@ export async function createSnapshot(ws: Workspaces, idOrName: string, name: str
 export async function listSnapshots(ws: Workspaces, idOrName: string) {
   const w = await ws.get(idOrName);
   const rows = ws.store.listSnapshots(w.workspace_id);
-  return { workspace_id: w.workspace_id, count: rows.length, snapshots: rows.map((r) => snapshotView(r, w.workspace_id)) };
+  return {
+    workspace_id: w.workspace_id,
+    count: rows.length,
+    snapshots: rows.map((r) => snapshotView(r, w.workspace_id)),
+  };
 }
 
 export async function deleteSnapshot(ws: Workspaces, idOrName: string, name: string) {
@@ -48,7 +75,11 @@ export async function deleteSnapshot(ws: Workspaces, idOrName: string, name: str
   if (!row) throw new PyroError("not_found", `workspace ${w.workspace_id} has no snapshot '${name}'`);
   if (row.kind === "baseline") throw new PyroError("conflict", "the baseline snapshot cannot be deleted");
   if (w.current_snapshot === name) {
-    throw new PyroError("conflict", `snapshot '${name}' is the layer the workspace currently runs on`, "reset to another snapshot first");
+    throw new PyroError(
+      "conflict",
+      `snapshot '${name}' is the layer the workspace currently runs on`,
+      "reset to another snapshot first",
+    );
   }
   ws.store.deleteSnapshot(w.workspace_id, name);
   await ws.removeSnapshotDir(w, name);
@@ -62,7 +93,11 @@ export async function resetWorkspace(ws: Workspaces, idOrName: string, options: 
   assertAllowed(w.state, "reset", w.workspace_id);
   const snapshot = options.snapshot ?? "baseline";
   if (!ws.store.getSnapshot(w.workspace_id, snapshot)) {
-    throw new PyroError("not_found", `workspace ${w.workspace_id} has no snapshot '${snapshot}'`, "list them with `pyro workspace snapshot list`");
+    throw new PyroError(
+      "not_found",
+      `workspace ${w.workspace_id} has no snapshot '${snapshot}'`,
+      "list them with `pyro workspace snapshot list`",
+    );
   }
   const started = performance.now();
   await ws.restartOn(w, snapshot);
@@ -75,6 +110,16 @@ export async function resetWorkspace(ws: Workspaces, idOrName: string, options: 
   };
 }
 
-function snapshotView(r: { name: string; kind: string; created_at: string; bytes: number; file_count: number }, workspaceId: string) {
-  return { workspace_id: workspaceId, snapshot_name: r.name, kind: r.kind, created_at: r.created_at, size_bytes: r.bytes, file_count: r.file_count };
+function snapshotView(
+  r: { name: string; kind: string; created_at: string; bytes: number; file_count: number },
+  workspaceId: string,
+) {
+  return {
+    workspace_id: workspaceId,
+    snapshot_name: r.name,
+    kind: r.kind,
+    created_at: r.created_at,
+    size_bytes: r.bytes,
+    file_count: r.file_count,
+  };
 }

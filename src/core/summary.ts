@@ -8,7 +8,11 @@ const EDIT_KINDS = ["file_write", "patch_apply", "sync_push"] as const;
  * baseline, what was exported and snapshotted. Built from the review events, the command
  * history and a live diff (when the workspace is running).
  */
-export async function summarizeWorkspace(ws: Workspaces, idOrName: string, options: { recent?: number } = {}) {
+export async function summarizeWorkspace(
+  ws: Workspaces,
+  idOrName: string,
+  options: { recent?: number } = {},
+) {
   const w = await ws.get(idOrName);
   const recent = options.recent ?? 10;
   const store = ws.store;
@@ -19,16 +23,34 @@ export async function summarizeWorkspace(ws: Workspaces, idOrName: string, optio
   const snapshots = store.listSnapshots(w.workspace_id).filter((s) => s.kind === "named");
   const last = commands.at(-1);
 
-  let changes: { available: boolean; changed: boolean | null; summary: unknown; entries: unknown[]; reason?: string };
+  let changes: {
+    available: boolean;
+    changed: boolean | null;
+    summary: unknown;
+    entries: unknown[];
+    reason?: string;
+  };
   if (w.state === "running") {
     try {
       const d = await diffWorkspace(ws, w.workspace_id);
       changes = { available: true, changed: d.changed, summary: d.summary, entries: d.entries };
     } catch (err) {
-      changes = { available: false, changed: null, summary: null, entries: [], reason: (err as Error).message };
+      changes = {
+        available: false,
+        changed: null,
+        summary: null,
+        entries: [],
+        reason: (err as Error).message,
+      };
     }
   } else {
-    changes = { available: false, changed: null, summary: null, entries: [], reason: `workspace is ${w.state}` };
+    changes = {
+      available: false,
+      changed: null,
+      summary: null,
+      entries: [],
+      reason: `workspace is ${w.state}`,
+    };
   }
 
   return {
@@ -39,7 +61,14 @@ export async function summarizeWorkspace(ws: Workspaces, idOrName: string, optio
     backend: w.backend,
     outcome: {
       command_count: commandCount,
-      last_command: last ? { command: last.command, exit_code: last.exit_code, timed_out: last.timed_out, started_at: last.started_at } : null,
+      last_command: last
+        ? {
+            command: last.command,
+            exit_code: last.exit_code,
+            timed_out: last.timed_out,
+            started_at: last.started_at,
+          }
+        : null,
       service_count: 0,
       running_service_count: 0,
       export_count: store.countEvents(w.workspace_id, ["export"]),
@@ -48,7 +77,14 @@ export async function summarizeWorkspace(ws: Workspaces, idOrName: string, optio
     },
     commands: {
       total: commandCount,
-      recent: commands.map((c) => ({ seq: c.seq, command: c.command, exit_code: c.exit_code, timed_out: c.timed_out, duration_ms: c.duration_ms, started_at: c.started_at })),
+      recent: commands.map((c) => ({
+        seq: c.seq,
+        command: c.command,
+        exit_code: c.exit_code,
+        timed_out: c.timed_out,
+        duration_ms: c.duration_ms,
+        started_at: c.started_at,
+      })),
     },
     edits: { recent: edits.map((e) => ({ kind: e.kind, at: e.at, ...e.detail })) },
     changes,
@@ -56,7 +92,9 @@ export async function summarizeWorkspace(ws: Workspaces, idOrName: string, optio
     artifacts: { exports: exports.map((e) => ({ at: e.at, ...e.detail })) },
     snapshots: {
       named_count: snapshots.length,
-      recent: snapshots.slice(-recent).map((s) => ({ snapshot_name: s.name, created_at: s.created_at, size_bytes: s.bytes })),
+      recent: snapshots
+        .slice(-recent)
+        .map((s) => ({ snapshot_name: s.name, created_at: s.created_at, size_bytes: s.bytes })),
     },
   };
 }

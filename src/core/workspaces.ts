@@ -64,7 +64,11 @@ export class Workspaces {
     return join(this.engine.paths.home, "workspaces", id);
   }
 
-  sandboxSpec(w: WorkspaceRow, snapshot = w.current_snapshot ?? "baseline", rootfs = String(w.runtime.rootfs ?? "")): SandboxSpec {
+  sandboxSpec(
+    w: WorkspaceRow,
+    snapshot = w.current_snapshot ?? "baseline",
+    rootfs = String(w.runtime.rootfs ?? ""),
+  ): SandboxSpec {
     const dir = this.workspaceDir(w.workspace_id);
     return {
       workspace_id: w.workspace_id,
@@ -72,7 +76,11 @@ export class Workspaces {
       rootfs,
       snapshotsDir: join(dir, "snapshots"),
       snapshot,
-      limits: { vcpus: w.spec.vcpus, memory_mib: w.spec.memory_mib, pids_max: w.spec.pids_max ?? DEFAULTS.pids_max },
+      limits: {
+        vcpus: w.spec.vcpus,
+        memory_mib: w.spec.memory_mib,
+        pids_max: w.spec.pids_max ?? DEFAULTS.pids_max,
+      },
       appDir: this.engine.appDir,
       runtimeCacheDir: join(this.engine.paths.home, "runtime"),
     };
@@ -83,7 +91,11 @@ export class Workspaces {
     await this.reapExpired();
     const w = this.store.getWorkspace(idOrName);
     if (!w) {
-      throw new PyroError("workspace_not_found", `no workspace '${idOrName}'`, "list workspaces with `pyro workspace list`");
+      throw new PyroError(
+        "workspace_not_found",
+        `no workspace '${idOrName}'`,
+        "list workspaces with `pyro workspace list`",
+      );
     }
     return w;
   }
@@ -93,13 +105,24 @@ export class Workspaces {
     const backend = await this.engine.chooseBackend(options.backend, options.allow_host_compat === true);
     const policy = parseNetworkPolicy(options.network_policy);
     if (policy !== "off") {
-      throw new PyroError("backend_unavailable", `network policy '${policy}' is not supported by this build yet`, "use --network off");
+      throw new PyroError(
+        "backend_unavailable",
+        `network policy '${policy}' is not supported by this build yet`,
+        "use --network off",
+      );
     }
     if (options.name !== undefined) validateName(options.name);
     if (options.name && this.store.nameTaken(options.name)) {
-      throw new PyroError("conflict", `a workspace named '${options.name}' already exists`, "pick another name or delete the old one");
+      throw new PyroError(
+        "conflict",
+        `a workspace named '${options.name}' already exists`,
+        "pick another name or delete the old one",
+      );
     }
-    const env = await this.engine.environments.pull(environment, options.signal ? { signal: options.signal } : {});
+    const env = await this.engine.environments.pull(
+      environment,
+      options.signal ? { signal: options.signal } : {},
+    );
     const id = `ws_${randomBytes(6).toString("hex")}`;
     const dir = this.workspaceDir(id);
     const baseline = join(dir, "snapshots", "baseline");
@@ -127,14 +150,36 @@ export class Workspaces {
         runtime: { rootfs: env.rootfs, env_key: env.recipe_key },
         current_snapshot: "baseline",
       });
-      this.store.upsertSnapshot({ workspace_id: id, name: "baseline", kind: "baseline", layer: baseline, bytes: seed.bytes, file_count: seed.file_count });
-      const state = await backend.start(this.sandboxSpec(created), options.signal ? { signal: options.signal } : {});
+      this.store.upsertSnapshot({
+        workspace_id: id,
+        name: "baseline",
+        kind: "baseline",
+        layer: baseline,
+        bytes: seed.bytes,
+        file_count: seed.file_count,
+      });
+      const state = await backend.start(
+        this.sandboxSpec(created),
+        options.signal ? { signal: options.signal } : {},
+      );
       const w = this.store.updateWorkspace(id, { state: "running", runtime: { sandbox: state } });
-      this.store.recordEvent(id, "create", { environment, backend: backend.name, seed: seed.kind, source: seed.source });
+      this.store.recordEvent(id, "create", {
+        environment,
+        backend: backend.name,
+        seed: seed.kind,
+        source: seed.source,
+      });
       return workspaceView(w, backend.executionMode);
     } catch (err) {
       if (created) this.store.deleteWorkspace(id);
-      await backend.destroy(this.sandboxSpec(created ?? ({ workspace_id: id, spec: { vcpus: 1, memory_mib: 1 }, runtime: {} } as WorkspaceRow)), null).catch(() => {});
+      await backend
+        .destroy(
+          this.sandboxSpec(
+            created ?? ({ workspace_id: id, spec: { vcpus: 1, memory_mib: 1 }, runtime: {} } as WorkspaceRow),
+          ),
+          null,
+        )
+        .catch(() => {});
       await removeTree(dir).catch(() => {});
       throw err;
     }
@@ -151,12 +196,16 @@ export class Workspaces {
     return workspaceView(w, this.engine.backend(w.backend).executionMode);
   }
 
-  async update(idOrName: string, patch: { name?: string; set_labels?: Record<string, string>; clear_labels?: string[] }) {
+  async update(
+    idOrName: string,
+    patch: { name?: string; set_labels?: Record<string, string>; clear_labels?: string[] },
+  ) {
     const w = await this.get(idOrName);
     assertAllowed(w.state, "update", w.workspace_id);
     if (patch.name !== undefined) {
       validateName(patch.name);
-      if (this.store.nameTaken(patch.name, w.workspace_id)) throw new PyroError("conflict", `a workspace named '${patch.name}' already exists`);
+      if (this.store.nameTaken(patch.name, w.workspace_id))
+        throw new PyroError("conflict", `a workspace named '${patch.name}' already exists`);
     }
     const updated = this.store.updateWorkspace(w.workspace_id, {
       ...(patch.name !== undefined ? { name: patch.name } : {}),
@@ -203,7 +252,10 @@ export class Workspaces {
     await this.dropClient(w.workspace_id);
     const state = sandboxState(w);
     if (state) await this.engine.backend(w.backend).stop(state);
-    const updated = this.store.updateWorkspace(w.workspace_id, { state: "stopped", runtime: { sandbox: null } });
+    const updated = this.store.updateWorkspace(w.workspace_id, {
+      state: "stopped",
+      runtime: { sandbox: null },
+    });
     this.store.recordEvent(w.workspace_id, "stop", {});
     return workspaceView(updated, this.engine.backend(w.backend).executionMode);
   }
@@ -229,7 +281,9 @@ export class Workspaces {
   }
 
   private async ensureStarted(w: WorkspaceRow, explicit: boolean): Promise<WorkspaceRow> {
-    const release = await acquireLock(join(this.workspaceDir(w.workspace_id), "start.lock"), { timeoutMs: 60_000 });
+    const release = await acquireLock(join(this.workspaceDir(w.workspace_id), "start.lock"), {
+      timeoutMs: 60_000,
+    });
     try {
       const fresh = this.store.getWorkspace(w.workspace_id);
       if (!fresh) throw new PyroError("workspace_not_found", `workspace ${w.workspace_id} was deleted`);
@@ -239,14 +293,22 @@ export class Workspaces {
       if (!explicit && fresh.state !== "running") assertAllowed(fresh.state, "exec", fresh.workspace_id);
       if (state) await backend.stop(state);
       const started = await backend.start(this.sandboxSpec(fresh));
-      return this.store.updateWorkspace(fresh.workspace_id, { state: "running", runtime: { sandbox: started }, error: null });
+      return this.store.updateWorkspace(fresh.workspace_id, {
+        state: "running",
+        runtime: { sandbox: started },
+        error: null,
+      });
     } finally {
       await release();
     }
   }
 
   /** Runs `fn` with a connected agent of a running workspace; reconnects once on a dead channel. */
-  async withAgent<T>(idOrName: string, op: Operation, fn: (agent: AgentClient, w: WorkspaceRow) => Promise<T>): Promise<T> {
+  async withAgent<T>(
+    idOrName: string,
+    op: Operation,
+    fn: (agent: AgentClient, w: WorkspaceRow) => Promise<T>,
+  ): Promise<T> {
     let w = await this.get(idOrName);
     assertAllowed(w.state, op, w.workspace_id);
     w = await this.refreshState(w);
@@ -281,8 +343,13 @@ export class Workspaces {
     const cached = this.clients.get(w.workspace_id);
     if (cached) return cached;
     const state = sandboxState(w);
-    if (!state) return Promise.reject(new PyroError("workspace_stopped", `workspace ${w.workspace_id} has no running sandbox`));
-    const p = backend.connect(state, { timeoutMs: 5000 }).then((stream) => AgentClient.connect(stream, { timeoutMs: 10_000 }));
+    if (!state)
+      return Promise.reject(
+        new PyroError("workspace_stopped", `workspace ${w.workspace_id} has no running sandbox`),
+      );
+    const p = backend
+      .connect(state, { timeoutMs: 5000 })
+      .then((stream) => AgentClient.connect(stream, { timeoutMs: 10_000 }));
     this.clients.set(w.workspace_id, p);
     p.catch(() => this.clients.delete(w.workspace_id));
     return p;
@@ -307,7 +374,10 @@ export class Workspaces {
     if (state) await backend.stop(state);
     const spec = this.sandboxSpec(w, snapshot);
     await backend.discardChanges(spec);
-    const updated = this.store.updateWorkspace(w.workspace_id, { current_snapshot: snapshot, runtime: { sandbox: null } });
+    const updated = this.store.updateWorkspace(w.workspace_id, {
+      current_snapshot: snapshot,
+      runtime: { sandbox: null },
+    });
     if (w.state === "stopped") return updated;
     const started = await backend.start(spec);
     return this.store.updateWorkspace(w.workspace_id, { state: "running", runtime: { sandbox: started } });
@@ -335,11 +405,19 @@ export function parseNetworkPolicy(p: string | undefined): NetworkPolicy {
   if (p === undefined || p === "off") return "off";
   if (p === "egress") return "egress";
   if (/^allowlist:[A-Za-z0-9.-]+(,[A-Za-z0-9.-]+)*$/.test(p)) return p as NetworkPolicy;
-  throw new PyroError("invalid_argument", `invalid network policy '${p}'`, "use off, egress or allowlist:HOST[,HOST...]");
+  throw new PyroError(
+    "invalid_argument",
+    `invalid network policy '${p}'`,
+    "use off, egress or allowlist:HOST[,HOST...]",
+  );
 }
 
 function validateName(name: string): void {
   if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/.test(name) || /^ws_[0-9a-f]{12}$/.test(name)) {
-    throw new PyroError("invalid_argument", `invalid workspace name '${name}'`, "use 1-63 letters, digits, '.', '_' or '-', not shaped like an id");
+    throw new PyroError(
+      "invalid_argument",
+      `invalid workspace name '${name}'`,
+      "use 1-63 letters, digits, '.', '_' or '-', not shaped like an id",
+    );
   }
 }

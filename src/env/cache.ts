@@ -3,6 +3,7 @@ import { mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { PyroError } from "../core/errors.js";
 import { atomicWriteFile, fsyncDir, pidAlive, treeSize } from "../util/fs.js";
+import { acquireLock } from "../util/lock.js";
 import { removeTree } from "../util/mounts.js";
 import type { Builder, BuildProgress } from "./builder.js";
 import {
@@ -12,7 +13,6 @@ import {
   OFFICIAL_ENVIRONMENTS,
   recipeKey,
 } from "./catalog.js";
-import { acquireLock } from "../util/lock.js";
 
 /** What a finished entry records about itself, next to its `rootfs/`. */
 export interface EnvironmentManifest {

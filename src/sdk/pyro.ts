@@ -37,7 +37,9 @@ export class Pyro {
   }
 
   listEnvironments() {
-    return this.engine.environments.list().then((environments) => ({ count: environments.length, environments }));
+    return this.engine.environments
+      .list()
+      .then((environments) => ({ count: environments.length, environments }));
   }
   pullEnvironment(name: string, options: { signal?: AbortSignal } = {}) {
     return this.engine.environments.pull(name, options);
@@ -53,9 +55,15 @@ export class Pyro {
     return runOnce(this.engine, command, { ...options, environment });
   }
   demo(options: { backend?: BackendName; allowHostCompat?: boolean } = {}) {
-    return demo(this.engine, { ...(options.backend ? { backend: options.backend } : {}), allow_host_compat: options.allowHostCompat === true });
+    return demo(this.engine, {
+      ...(options.backend ? { backend: options.backend } : {}),
+      allow_host_compat: options.allowHostCompat === true,
+    });
   }
-  prepare(environment: string, options: { backend?: BackendName; allowHostCompat?: boolean; force?: boolean } = {}) {
+  prepare(
+    environment: string,
+    options: { backend?: BackendName; allowHostCompat?: boolean; force?: boolean } = {},
+  ) {
     return prepare(this.engine, environment, {
       ...(options.backend ? { backend: options.backend } : {}),
       allow_host_compat: options.allowHostCompat === true,
@@ -63,7 +71,15 @@ export class Pyro {
     });
   }
 
-  createWorkspace(options: CreateOptions & { allowHostCompat?: boolean; seedPath?: string; repoUrl?: string; repoRef?: string; networkPolicy?: string } = {}) {
+  createWorkspace(
+    options: CreateOptions & {
+      allowHostCompat?: boolean;
+      seedPath?: string;
+      repoUrl?: string;
+      repoRef?: string;
+      networkPolicy?: string;
+    } = {},
+  ) {
     const { allowHostCompat, seedPath, repoUrl, repoRef, networkPolicy, ...rest } = options;
     return this.ws.create({
       ...rest,
@@ -83,7 +99,10 @@ export class Pyro {
   workspaceStatus(workspaceId: string) {
     return this.ws.status(workspaceId);
   }
-  updateWorkspace(workspaceId: string, patch: { name?: string; labels?: Record<string, string>; clearLabels?: string[] }) {
+  updateWorkspace(
+    workspaceId: string,
+    patch: { name?: string; labels?: Record<string, string>; clearLabels?: string[] },
+  ) {
     return this.ws.update(workspaceId, {
       ...(patch.name !== undefined ? { name: patch.name } : {}),
       ...(patch.labels ? { set_labels: patch.labels } : {}),
@@ -100,9 +119,16 @@ export class Pyro {
     return this.ws.start(workspaceId);
   }
 
-  execWorkspace(workspaceId: string, command: string, options: ExecOptions & { timeoutSeconds?: number } = {}) {
+  execWorkspace(
+    workspaceId: string,
+    command: string,
+    options: ExecOptions & { timeoutSeconds?: number } = {},
+  ) {
     const { timeoutSeconds, ...rest } = options;
-    return execInWorkspace(this.ws, workspaceId, command, { ...rest, ...(timeoutSeconds !== undefined ? { timeout_seconds: timeoutSeconds } : {}) });
+    return execInWorkspace(this.ws, workspaceId, command, {
+      ...rest,
+      ...(timeoutSeconds !== undefined ? { timeout_seconds: timeoutSeconds } : {}),
+    });
   }
   workspaceLogs(workspaceId: string, options: { limit?: number } = {}) {
     return workspaceLogs(this.ws, workspaceId, options);
@@ -115,7 +141,12 @@ export class Pyro {
     return listFiles(this.ws, workspaceId, path, options.recursive === true);
   }
   readWorkspaceFile(workspaceId: string, path: string, options: { maxBytes?: number } = {}) {
-    return readFileFromWorkspace(this.ws, workspaceId, path, options.maxBytes !== undefined ? { max_bytes: options.maxBytes } : {});
+    return readFileFromWorkspace(
+      this.ws,
+      workspaceId,
+      path,
+      options.maxBytes !== undefined ? { max_bytes: options.maxBytes } : {},
+    );
   }
   writeWorkspaceFile(workspaceId: string, path: string, content: string | Buffer) {
     return writeFileToWorkspace(this.ws, workspaceId, path, content);

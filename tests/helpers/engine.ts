@@ -6,10 +6,21 @@ import { Pyro } from "../../src/sdk/pyro.js";
 import { FakeBuilder } from "./fake-builder.js";
 
 /** An SDK client on a temp home with a fake environment builder and the in-process fake backend. */
-export async function fakePyro(): Promise<{ pyro: Pyro; backend: FakeBackend; home: string; cleanup: () => Promise<void> }> {
+export async function fakePyro(): Promise<{
+  pyro: Pyro;
+  backend: FakeBackend;
+  home: string;
+  cleanup: () => Promise<void>;
+}> {
   const home = await mkdtemp(join(tmpdir(), "pyro-core-"));
   const backend = new FakeBackend("bwrap");
-  const pyro = new Pyro({ home, environmentsDir: join(home, "envs"), builders: [new FakeBuilder()], backends: { bwrap: backend }, env: {} });
+  const pyro = new Pyro({
+    home,
+    environmentsDir: join(home, "envs"),
+    builders: [new FakeBuilder()],
+    backends: { bwrap: backend },
+    env: {},
+  });
   return {
     pyro,
     backend,

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { PyroError } from "../../src/core/errors.js";
@@ -57,9 +57,13 @@ export interface Harness {
   cleanup(): Promise<void>;
 }
 
-export async function openHarness(tag: string, defaults: Partial<CreateOptions> = { backend: "bwrap" }): Promise<Harness> {
+export async function openHarness(
+  tag: string,
+  defaults: Partial<CreateOptions> = { backend: "bwrap" },
+): Promise<Harness> {
   // A missing build is a setup error, not a reason to skip: fail loudly.
-  if (!existsSync(AGENT_ENTRY)) throw new Error(`${AGENT_ENTRY} is missing: run \`npm run build\` before the integration tests`);
+  if (!existsSync(AGENT_ENTRY))
+    throw new Error(`${AGENT_ENTRY} is missing: run \`npm run build\` before the integration tests`);
   const home = await mkdtemp(join(tmpdir(), `pyro-it-${tag}-`));
   const pyro = new Pyro({ home, environmentsDir: ENV_CACHE });
   const temps: string[] = [];
@@ -77,7 +81,9 @@ export async function openHarness(tag: string, defaults: Partial<CreateOptions> 
       const failures: string[] = [];
       try {
         for (const w of (await pyro.listWorkspaces()).workspaces) {
-          await pyro.deleteWorkspace(w.workspace_id).catch((err: Error) => failures.push(`${w.workspace_id}: ${err.message}`));
+          await pyro
+            .deleteWorkspace(w.workspace_id)
+            .catch((err: Error) => failures.push(`${w.workspace_id}: ${err.message}`));
         }
       } finally {
         await pyro.close();
@@ -86,7 +92,9 @@ export async function openHarness(tag: string, defaults: Partial<CreateOptions> 
       if (mounts.length === 0) await rm(home, { recursive: true, force: true });
       for (const d of temps) await rm(d, { recursive: true, force: true });
       if (failures.length > 0 || mounts.length > 0) {
-        throw new Error(`cleanup of ${home} failed: ${[...failures, ...mounts.map((m) => `mount left: ${m}`)].join("; ")}`);
+        throw new Error(
+          `cleanup of ${home} failed: ${[...failures, ...mounts.map((m) => `mount left: ${m}`)].join("; ")}`,
+        );
       }
     },
   };
@@ -163,6 +171,16 @@ export function descendsFrom(pid: number, ancestor: number): boolean {
   return false;
 }
 
+/** Names in a directory; a directory that does not exist has none. */
+export async function entriesOf(dir: string): Promise<string[]> {
+  try {
+    return await readdir(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+    throw err;
+  }
+}
+
 /** Lines of this process's mount table that mention `text` (a sandbox must leave none). */
 export function mountsMentioning(text: string): string[] {
   return readFileSync("/proc/self/mountinfo", "utf8")
@@ -171,7 +189,11 @@ export function mountsMentioning(text: string): string[] {
 }
 
 /** Polls `check` until it returns true or `timeoutMs` passes; returns the last result. */
-export async function waitUntil(check: () => boolean | Promise<boolean>, timeoutMs: number, intervalMs = 50): Promise<boolean> {
+export async function waitUntil(
+  check: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  intervalMs = 50,
+): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (await check()) return true;
@@ -185,7 +207,10 @@ export async function waitUntil(check: () => boolean | Promise<boolean>, timeout
  * because status() would restart a dead sandbox and hide what we want to observe.
  */
 export function sandboxPid(pyro: Pyro, id: string): number | null {
-  const sandbox = pyro.engine.store().getWorkspace(id)?.runtime.sandbox as { pid?: unknown } | null | undefined;
+  const sandbox = pyro.engine.store().getWorkspace(id)?.runtime.sandbox as
+    | { pid?: unknown }
+    | null
+    | undefined;
   return typeof sandbox?.pid === "number" ? sandbox.pid : null;
 }
 

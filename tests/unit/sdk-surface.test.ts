@@ -1,14 +1,23 @@
 import { describe, expect, it } from "vitest";
-import * as sdk from "../../src/sdk/index.js";
 import { ERROR_CODES } from "../../src/core/errors.js";
+import * as sdk from "../../src/sdk/index.js";
 
 describe("public SDK surface", () => {
   it("exports exactly the documented names", () => {
-    expect(Object.keys(sdk).sort()).toEqual(["BACKEND_NAMES", "DEFAULT_ENVIRONMENT", "ERROR_CODES", "OFFICIAL_ENVIRONMENTS", "Pyro", "PyroError"]);
+    expect(Object.keys(sdk).sort()).toEqual([
+      "BACKEND_NAMES",
+      "DEFAULT_ENVIRONMENT",
+      "ERROR_CODES",
+      "OFFICIAL_ENVIRONMENTS",
+      "Pyro",
+      "PyroError",
+    ]);
   });
 
   it("offers the camelCase workspace methods of the contract", () => {
-    const methods = Object.getOwnPropertyNames(sdk.Pyro.prototype).filter((m) => m !== "constructor").sort();
+    const methods = Object.getOwnPropertyNames(sdk.Pyro.prototype)
+      .filter((m) => m !== "constructor")
+      .sort();
     expect(methods).toEqual(
       [
         "applyWorkspacePatch",

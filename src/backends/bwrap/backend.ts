@@ -5,11 +5,18 @@ import type { Duplex } from "node:stream";
 import { PyroError } from "../../core/errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { bwrapRunOnce } from "./oneshot.js";
-import { connectUnix, killAndWait, procStartTime, sameProcessAlive, spawnDetached, waitForSocket } from "../common.js";
+import {
+  connectUnix,
+  killAndWait,
+  procStartTime,
+  sameProcessAlive,
+  spawnDetached,
+  waitForSocket,
+} from "../common.js";
 import { prepareNodeRuntime } from "../runtime.js";
 import { CgroupLimits, detectCgroups } from "./cgroups.js";
 import { detectLaunchTools, isolationArgs, type LaunchTools, launchArgv } from "./launch.js";
+import { bwrapRunOnce } from "./oneshot.js";
 import { writeSeccompFile } from "./seccomp.js";
 
 /** Mount points inside the sandbox. */
@@ -106,10 +113,23 @@ export class BwrapBackend implements WorkspaceBackend {
 
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
     if (process.getuid?.() !== 0) {
-      throw new PyroError("backend_unavailable", "the bwrap backend needs root here (overlay mounts and cgroups)", "run as root, or choose another backend");
+      throw new PyroError(
+        "backend_unavailable",
+        "the bwrap backend needs root here (overlay mounts and cgroups)",
+        "run as root, or choose another backend",
+      );
     }
     const l = layout(spec.dir);
-    for (const d of [l.rootUpper, l.rootWork, l.rootMerged, l.wsUpper, l.wsWork, l.wsMerged, l.sock, l.logs]) {
+    for (const d of [
+      l.rootUpper,
+      l.rootWork,
+      l.rootMerged,
+      l.wsUpper,
+      l.wsWork,
+      l.wsMerged,
+      l.sock,
+      l.logs,
+    ]) {
       await mkdir(d, { recursive: true, mode: 0o700 });
     }
     const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
@@ -132,14 +152,23 @@ export class BwrapBackend implements WorkspaceBackend {
       memoryMib: spec.limits.memory_mib,
       pidsMax: spec.limits.pids_max,
     }).catch((err: Error) => {
-      throw new PyroError("backend_unavailable", `cannot apply resource limits: ${err.message}`, "pyro refuses to run without limits");
+      throw new PyroError(
+        "backend_unavailable",
+        `cannot apply resource limits: ${err.message}`,
+        "pyro refuses to run without limits",
+      );
     });
 
     const logFile = join(l.logs, "sandbox.log");
     const argv = launchArgv(
       [
         { lower: spec.rootfs, upper: l.rootUpper, work: l.rootWork, target: l.rootMerged },
-        { lower: join(spec.snapshotsDir, spec.snapshot), upper: l.wsUpper, work: l.wsWork, target: l.wsMerged },
+        {
+          lower: join(spec.snapshotsDir, spec.snapshot),
+          upper: l.wsUpper,
+          work: l.wsWork,
+          target: l.wsMerged,
+        },
       ],
       this.bwrapArgv(spec, l, runtime.dir, agentArgv),
       await this.launchTools(),
@@ -154,14 +183,24 @@ export class BwrapBackend implements WorkspaceBackend {
       } catch (err) {
         await killAndWait(pid, (await procStartTime(pid)) ?? "");
         await cgroups.destroy();
-        throw new PyroError("backend_unavailable", `cannot place the sandbox in its cgroup: ${(err as Error).message}`);
+        throw new PyroError(
+          "backend_unavailable",
+          `cannot place the sandbox in its cgroup: ${(err as Error).message}`,
+        );
       }
       child.stdin?.end("go\n");
     } finally {
       closeSync(fd);
     }
     const startTime = (await procStartTime(pid)) ?? "";
-    const state: SandboxState = { backend: "bwrap", pid, start_time: startTime, socket, log: logFile, cgroup: spec.workspace_id };
+    const state: SandboxState = {
+      backend: "bwrap",
+      pid,
+      start_time: startTime,
+      socket,
+      log: logFile,
+      cgroup: spec.workspace_id,
+    };
     try {
       await waitForSocket(socket, () => sameProcessAlive(pid, startTime), {
         timeoutMs: 20_000,
@@ -188,7 +227,8 @@ export class BwrapBackend implements WorkspaceBackend {
   async stop(state: SandboxState): Promise<void> {
     const cg = await CgroupLimits.attach(await detectCgroups(), String(state.cgroup));
     if (cg) await cg.destroy();
-    if (typeof state.pid === "number" && typeof state.start_time === "string") await killAndWait(state.pid, state.start_time);
+    if (typeof state.pid === "number" && typeof state.start_time === "string")
+      await killAndWait(state.pid, state.start_time);
   }
 
   async discardChanges(spec: SandboxSpec): Promise<void> {

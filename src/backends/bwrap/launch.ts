@@ -44,12 +44,19 @@ export async function detectLaunchTools(): Promise<LaunchTools> {
  * descriptor but stdio and fd 3 (the seccomp program), mounts, then becomes `command`.
  * Values arrive as positional arguments, never spliced into the script text.
  */
-export function launchArgv(overlays: readonly Overlay[], command: readonly string[], tools: LaunchTools = BASH_TOOLS): string[] {
+export function launchArgv(
+  overlays: readonly Overlay[],
+  command: readonly string[],
+  tools: LaunchTools = BASH_TOOLS,
+): string[] {
   const script = [
     "set -eu",
     "read -r _gate",
     'for p in /proc/$$/fd/*; do n=${p##*/}; if [ "$n" -gt 3 ]; then eval "exec $n>&-" 2>/dev/null || true; fi; done',
-    ...overlays.map(() => `${tools.mount} -t overlay pyro -o "lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}" "$4"; shift 4`),
+    ...overlays.map(
+      () =>
+        `${tools.mount} -t overlay pyro -o "lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}" "$4"; shift 4`,
+    ),
     'exec "$@"',
   ].join("\n");
   return [

@@ -1,5 +1,5 @@
-import { randomBytes } from "node:crypto";
 import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { closeSync, openSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
@@ -17,7 +17,10 @@ import { writeSeccompFile } from "./seccomp.js";
  */
 export async function bwrapRunOnce(spec: OneShotSpec, tools: LaunchTools): Promise<OneShotResult> {
   if (process.getuid?.() !== 0) {
-    throw new PyroError("backend_unavailable", "the bwrap backend needs root here (overlay mounts and cgroups)");
+    throw new PyroError(
+      "backend_unavailable",
+      "the bwrap backend needs root here (overlay mounts and cgroups)",
+    );
   }
   const id = `run_${randomBytes(6).toString("hex")}`;
   const dir = join(spec.scratchDir, id);
@@ -33,7 +36,11 @@ export async function bwrapRunOnce(spec: OneShotSpec, tools: LaunchTools): Promi
     pidsMax: spec.limits.pids_max,
   }).catch(async (err: Error) => {
     await removeTree(dir);
-    throw new PyroError("backend_unavailable", `cannot apply resource limits: ${err.message}`, "pyro refuses to run without limits");
+    throw new PyroError(
+      "backend_unavailable",
+      `cannot apply resource limits: ${err.message}`,
+      "pyro refuses to run without limits",
+    );
   });
   const bwrap = [
     "bwrap",
@@ -92,7 +99,9 @@ export async function bwrapRunOnce(spec: OneShotSpec, tools: LaunchTools): Promi
         .then(() => child.stdin!.end("go\n"))
         .catch((e: Error) => {
           child.kill("SIGKILL");
-          reject(new PyroError("backend_unavailable", `cannot place the sandbox in its cgroup: ${e.message}`));
+          reject(
+            new PyroError("backend_unavailable", `cannot place the sandbox in its cgroup: ${e.message}`),
+          );
         });
     });
   } finally {
@@ -125,6 +134,12 @@ class Capture {
 }
 
 function signalNumber(signal: NodeJS.Signals | null): number {
-  const table: Partial<Record<NodeJS.Signals, number>> = { SIGKILL: 9, SIGTERM: 15, SIGINT: 2, SIGSEGV: 11, SIGABRT: 6 };
+  const table: Partial<Record<NodeJS.Signals, number>> = {
+    SIGKILL: 9,
+    SIGTERM: 15,
+    SIGINT: 2,
+    SIGSEGV: 11,
+    SIGABRT: 6,
+  };
   return signal ? (table[signal] ?? 1) : 1;
 }

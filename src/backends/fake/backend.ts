@@ -34,7 +34,11 @@ export class FakeBackend implements WorkspaceBackend {
     }
     await mkdir(join(spec.dir, "sock"), { recursive: true });
     const socket = join(spec.dir, "sock", "agent.sock");
-    const handle = await startGuest({ root, listen: socket, tmpDir: spec.dir, alias: "/workspace" }, undefined, undefined);
+    const handle = await startGuest(
+      { root, listen: socket, tmpDir: spec.dir, alias: "/workspace" },
+      undefined,
+      undefined,
+    );
     const token = `${spec.workspace_id}:${this.started.length}`;
     this.running.set(token, handle);
     this.started.push(token);

@@ -1,8 +1,15 @@
 import { cp, mkdir, rm, stat } from "node:fs/promises";
-import type { Duplex } from "node:stream";
 import { join } from "node:path";
+import type { Duplex } from "node:stream";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { connectUnix, killAndWait, procStartTime, sameProcessAlive, spawnDetached, waitForSocket } from "../common.js";
+import {
+  connectUnix,
+  killAndWait,
+  procStartTime,
+  sameProcessAlive,
+  spawnDetached,
+  waitForSocket,
+} from "../common.js";
 
 /**
  * The host-compat backend: no isolation at all. The agent runs as a plain host process
@@ -25,7 +32,11 @@ export class HostBackend implements WorkspaceBackend {
     const root = this.agentRoot(spec);
     // A missing workspace directory means fresh (created, or changes discarded): materialise the snapshot.
     if (!(await stat(root).catch(() => null))) {
-      await cp(join(spec.snapshotsDir, spec.snapshot), root, { recursive: true, verbatimSymlinks: true, preserveTimestamps: true });
+      await cp(join(spec.snapshotsDir, spec.snapshot), root, {
+        recursive: true,
+        verbatimSymlinks: true,
+        preserveTimestamps: true,
+      });
     }
     await mkdir(join(spec.dir, "sock"), { recursive: true, mode: 0o700 });
     await mkdir(join(spec.dir, "logs"), { recursive: true });
@@ -34,7 +45,18 @@ export class HostBackend implements WorkspaceBackend {
     await rm(socket, { force: true });
     const logFile = join(spec.dir, "logs", "agent.log");
     const { pid } = spawnDetached(
-      [process.execPath, join(spec.appDir, "dist/agent/guest/main.js"), "--root", root, "--listen", socket, "--alias", "/workspace", "--tmp", join(spec.dir, "tmp")],
+      [
+        process.execPath,
+        join(spec.appDir, "dist/agent/guest/main.js"),
+        "--root",
+        root,
+        "--listen",
+        socket,
+        "--alias",
+        "/workspace",
+        "--tmp",
+        join(spec.dir, "tmp"),
+      ],
       { logFile, cwd: root },
     );
     const startTime = (await procStartTime(pid)) ?? "";

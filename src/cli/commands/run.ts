@@ -50,7 +50,8 @@ export function registerRun(program: Command, ctx: CliContext): void {
           // Human mode: the command's own streams, as if it ran here.
           if (r.stderr) ctx.io.stderr.write(r.stderr);
           if (r.timed_out) ctx.io.stderr.write(`pyro: command timed out\n`);
-          if (r.execution_mode === "host_compat") ctx.io.stderr.write("pyro: warning: ran on the host without isolation (host_compat)\n");
+          if (r.execution_mode === "host_compat")
+            ctx.io.stderr.write("pyro: warning: ran on the host without isolation (host_compat)\n");
           return r.stdout;
         },
         (r) => (r.timed_out ? 124 : r.exit_code),
@@ -67,11 +68,18 @@ export function registerRun(program: Command, ctx: CliContext): void {
       ctx.exitCode = await act(
         ctx.io,
         opts,
-        () => demo(ctx.engine(), { ...(opts.backend ? { backend: backendName(opts.backend)! } : {}), allow_host_compat: opts.allowHostCompat === true }),
+        () =>
+          demo(ctx.engine(), {
+            ...(opts.backend ? { backend: backendName(opts.backend)! } : {}),
+            allow_host_compat: opts.allowHostCompat === true,
+          }),
         (r) =>
           [
             `demo on backend ${r.backend} (${r.execution_mode}): ${r.ok ? "ok" : "FAILED"}`,
-            ...r.steps.map((s) => `  ${s.ok ? "ok  " : "FAIL"} ${s.step.padEnd(12)} ${String(s.duration_ms).padStart(6)} ms  ${s.detail}`),
+            ...r.steps.map(
+              (s) =>
+                `  ${s.ok ? "ok  " : "FAIL"} ${s.step.padEnd(12)} ${String(s.duration_ms).padStart(6)} ms  ${s.detail}`,
+            ),
           ].join("\n"),
         (r) => (r.ok ? 0 : 1),
       );
@@ -85,22 +93,29 @@ export function registerRun(program: Command, ctx: CliContext): void {
     .option("--allow-host-compat", "allow running without isolation when no sandbox works")
     .option("--force", "prove the loop again even when nothing changed")
     .option("--json", "print the structured result")
-    .action(async (env: string, opts: { backend?: string; allowHostCompat?: boolean; force?: boolean; json?: boolean }) => {
-      ctx.exitCode = await act(
-        ctx.io,
-        opts,
-        () =>
-          prepare(ctx.engine(), env, {
-            ...(opts.backend ? { backend: backendName(opts.backend)! } : {}),
-            allow_host_compat: opts.allowHostCompat === true,
-            force: opts.force === true,
-          }),
-        (r) =>
-          r.reused
-            ? `${r.environment} is warm on ${r.backend} (prepared ${r.prepared_at}; nothing changed)`
-            : `${r.environment} is warm on ${r.backend}: ${Object.entries(r.timings as Record<string, number>)
-                .map(([k, v]) => `${k.replace(/_ms$/, "")} ${v} ms`)
-                .join(", ")}`,
-      );
-    });
+    .action(
+      async (
+        env: string,
+        opts: { backend?: string; allowHostCompat?: boolean; force?: boolean; json?: boolean },
+      ) => {
+        ctx.exitCode = await act(
+          ctx.io,
+          opts,
+          () =>
+            prepare(ctx.engine(), env, {
+              ...(opts.backend ? { backend: backendName(opts.backend)! } : {}),
+              allow_host_compat: opts.allowHostCompat === true,
+              force: opts.force === true,
+            }),
+          (r) =>
+            r.reused
+              ? `${r.environment} is warm on ${r.backend} (prepared ${r.prepared_at}; nothing changed)`
+              : `${r.environment} is warm on ${r.backend}: ${Object.entries(
+                  r.timings as Record<string, number>,
+                )
+                  .map(([k, v]) => `${k.replace(/_ms$/, "")} ${v} ms`)
+                  .join(", ")}`,
+        );
+      },
+    );
 }

@@ -1,15 +1,44 @@
 import { describe, expect, it } from "vitest";
-import { BASH_TOOLS, BUSYBOX_TOOLS, isolationArgs, launchArgv, OVERLAY_OPTIONS } from "../../../src/backends/bwrap/launch.js";
+import {
+  BASH_TOOLS,
+  BUSYBOX_TOOLS,
+  isolationArgs,
+  launchArgv,
+  OVERLAY_OPTIONS,
+} from "../../../src/backends/bwrap/launch.js";
 
 describe("bwrap launch argv", () => {
   it("wraps the command in a private mount namespace that mounts each overlay, values as arguments", () => {
-    const argv = launchArgv([{ lower: "/env/rootfs", upper: "/w/u", work: "/w/w", target: "/w/m" }], ["bwrap", "--", "true"], BASH_TOOLS);
-    expect(argv.slice(0, 7)).toEqual(["unshare", "--mount", "--propagation", "private", "--", "/bin/bash", "-c"]);
+    const argv = launchArgv(
+      [{ lower: "/env/rootfs", upper: "/w/u", work: "/w/w", target: "/w/m" }],
+      ["bwrap", "--", "true"],
+      BASH_TOOLS,
+    );
+    expect(argv.slice(0, 7)).toEqual([
+      "unshare",
+      "--mount",
+      "--propagation",
+      "private",
+      "--",
+      "/bin/bash",
+      "-c",
+    ]);
     const script = argv[7]!;
     expect(script).toContain("read -r _gate");
-    expect(script).toContain(`mount -t overlay pyro -o "lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}" "$4"; shift 4`);
+    expect(script).toContain(
+      `mount -t overlay pyro -o "lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}" "$4"; shift 4`,
+    );
     expect(script).not.toContain("/env/rootfs"); // paths never spliced into the script
-    expect(argv.slice(8)).toEqual(["pyro-launch", "/env/rootfs", "/w/u", "/w/w", "/w/m", "bwrap", "--", "true"]);
+    expect(argv.slice(8)).toEqual([
+      "pyro-launch",
+      "/env/rootfs",
+      "/w/u",
+      "/w/w",
+      "/w/m",
+      "bwrap",
+      "--",
+      "true",
+    ]);
   });
 
   it("closes inherited descriptors above 3 before exec, and uses busybox when asked", () => {
@@ -21,14 +50,24 @@ describe("bwrap launch argv", () => {
 
   it("isolates every namespace but the user one, drops all capabilities and loads seccomp from fd 3", () => {
     const args = isolationArgs("pyro-abc", { FOO: "bar" });
-    for (const flag of ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try", "--new-session", "--clearenv"]) {
+    for (const flag of [
+      "--unshare-pid",
+      "--unshare-ipc",
+      "--unshare-uts",
+      "--unshare-net",
+      "--unshare-cgroup-try",
+      "--new-session",
+      "--clearenv",
+    ]) {
       expect(args).toContain(flag);
     }
     expect(args.join(" ")).toContain("--cap-drop ALL");
     expect(args.join(" ")).toContain("--seccomp 3");
     expect(args.join(" ")).toContain("--hostname pyro-abc");
     expect(args.join(" ")).toContain("--setenv FOO bar");
-    expect(args.join(" ")).toContain("--setenv PATH /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    expect(args.join(" ")).toContain(
+      "--setenv PATH /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    );
     expect(args).not.toContain("--share-net");
   });
 });

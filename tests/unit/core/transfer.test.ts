@@ -1,9 +1,9 @@
-import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
+import { link, mkdir, mkdtemp, readdir, readFile, readlink, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as tar from "tar";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ExportWriter, safeEntry } from "../../../src/core/transfer.js";
+import { ExportWriter, packHostPath } from "../../../src/core/transfer.js";
 
 let dir: string;
 beforeEach(async () => {
@@ -13,35 +13,67 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-async function tarOf(files: Record<string, string>): Promise<Buffer> {
-  const src = join(dir, "src");
+/** A tar (made by the tar package, like a hostile agent could) of entries set up by `make`. */
+async function archive(make: (src: string) => Promise<void>, names: string[]): Promise<Buffer> {
+  const src = join(dir, `src-${Math.random().toString(36).slice(2)}`);
   await mkdir(src, { recursive: true });
-  for (const [n, c] of Object.entries(files)) await writeFile(join(src, n), c);
+  await make(src);
   const chunks: Buffer[] = [];
-  for await (const c of tar.c({ cwd: src, portable: true }, Object.keys(files)) as AsyncIterable<Buffer>) chunks.push(c);
+  for await (const c of tar.c({ cwd: src, portable: true }, names) as AsyncIterable<Buffer>) chunks.push(c);
   return Buffer.concat(chunks);
 }
 
-describe("export safety", () => {
-  it("refuses entries that climb out, absolute names, hard links and escaping symlinks", () => {
-    expect(safeEntry("../x", "File", undefined)).toMatch(/leaves/);
-    expect(safeEntry("/etc/passwd", "File", undefined)).toMatch(/leaves/);
-    expect(safeEntry("a/../../x", "File", undefined)).toMatch(/leaves/);
-    expect(safeEntry("x", "Link", "y")).toMatch(/hard link/);
-    expect(safeEntry("l", "SymbolicLink", "/etc")).toMatch(/absolute/);
-    expect(safeEntry("d/l", "SymbolicLink", "../../etc")).toMatch(/out of the export/);
-    expect(safeEntry("d/l", "SymbolicLink", "../x")).toBeNull();
-    expect(safeEntry("dev", "CharacterDevice", undefined)).toMatch(/unsupported/);
-    expect(safeEntry("l", "SymbolicLink", "/usr/bin/python3", true)).toBeNull();
-  });
+async function exportInto(
+  out: string,
+  data: Buffer,
+  type: "file" | "directory",
+  mode: "export" | "snapshot" = "export",
+) {
+  const w = new ExportWriter(out, mode);
+  await w.begin();
+  w.write(data);
+  await w.commit(type);
+}
 
-  it("writes a file export into place only when complete", async () => {
-    const w = new ExportWriter(join(dir, "out.txt"));
-    await w.begin();
-    w.write(await tarOf({ "a.txt": "hello" }));
-    await w.commit("file");
+describe("export and snapshot extraction on the host", () => {
+  it("writes a file export into place only when complete, leaving no temp files", async () => {
+    const data = await archive((s) => writeFile(join(s, "a.txt"), "hello"), ["a.txt"]);
+    await exportInto(join(dir, "out.txt"), data, "file");
     expect(await readFile(join(dir, "out.txt"), "utf8")).toBe("hello");
     expect((await readdir(dir)).filter((n) => n.startsWith(".pyro-export-"))).toEqual([]);
+  });
+
+  it("refuses a symlink to an absolute path in an export, writing nothing, but keeps it in a snapshot", async () => {
+    const data = await archive(
+      async (s) => {
+        await mkdir(join(s, "d"));
+        await symlink("/etc", join(s, "d", "etc"));
+      },
+      ["d"],
+    );
+    await expect(exportInto(join(dir, "out"), data, "directory")).rejects.toMatchObject({
+      code: "path_outside_workspace",
+    });
+    expect((await readdir(dir)).filter((n) => !n.startsWith("src-"))).toEqual([]);
+    await exportInto(join(dir, "snap"), data, "directory", "snapshot");
+    expect(await readlink(join(dir, "snap", "d", "etc"))).toBe("/etc");
+  });
+
+  it("refuses hard links and symlinks that climb out, in every mode", async () => {
+    const hard = await archive(
+      async (s) => {
+        await writeFile(join(s, "a"), "a");
+        await link(join(s, "a"), join(s, "b"));
+      },
+      ["a", "b"],
+    );
+    await expect(exportInto(join(dir, "o1"), hard, "directory", "snapshot")).rejects.toMatchObject({
+      code: "path_outside_workspace",
+    });
+    const climb = await archive((s) => symlink("../../outside", join(s, "l")), ["l"]);
+    await expect(exportInto(join(dir, "o2"), climb, "directory", "snapshot")).rejects.toMatchObject({
+      code: "path_outside_workspace",
+    });
   });
 
   it("refuses to export into a non-empty directory and leaves it alone", async () => {
@@ -50,5 +82,24 @@ describe("export safety", () => {
     const w = new ExportWriter(join(dir, "full"));
     await expect(w.begin()).rejects.toMatchObject({ code: "conflict" });
     expect(await readdir(join(dir, "full"))).toEqual(["keep"]);
+  });
+
+  it("packs a host directory without following symlinks", async () => {
+    await mkdir(join(dir, "p"));
+    await writeFile(join(dir, "p", "f"), "x");
+    await symlink("/etc/passwd", join(dir, "p", "l"));
+    const names: string[] = [];
+    const stream = await packHostPath(join(dir, "p"));
+    const parser = new tar.Parser({
+      onReadEntry: (e) => {
+        names.push(`${e.type}:${e.path}`);
+        e.resume();
+      },
+    });
+    const done = new Promise((r) => parser.on("end", r));
+    for await (const c of stream as AsyncIterable<Buffer>) parser.write(c);
+    parser.end();
+    await done;
+    expect(names.sort()).toEqual(["File:f", "SymbolicLink:l"]);
   });
 });

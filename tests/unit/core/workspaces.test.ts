@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { FakeBackend } from "../../../src/backends/fake/backend.js";
 import { Engine } from "../../../src/core/engine.js";
 import { PyroError } from "../../../src/core/errors.js";
-import { Pyro } from "../../../src/sdk/pyro.js";
+import type { Pyro } from "../../../src/sdk/pyro.js";
 import { fakePyro } from "../../helpers/engine.js";
 
 let t: Awaited<ReturnType<typeof fakePyro>>;
@@ -53,7 +53,11 @@ describe("workspace core on the fake backend", () => {
     expect((await pyro.workspaceStatus("alpha")).workspace_id).toBe(w.workspace_id);
     const list = await pyro.listWorkspaces();
     expect(list.count).toBe(1);
-    expect(list.workspaces[0]).toMatchObject({ workspace_id: w.workspace_id, command_count: 0, service_count: 0 });
+    expect(list.workspaces[0]).toMatchObject({
+      workspace_id: w.workspace_id,
+      command_count: 0,
+      service_count: 0,
+    });
   });
 
   it("refuses a duplicate name, a bad name and an unknown workspace with their codes", async () => {
@@ -68,7 +72,15 @@ describe("workspace core on the fake backend", () => {
   it("runs commands, records them in logs, and summarises the session", async () => {
     const w = await pyro.createWorkspace({ seedPath: seed });
     const ok = await pyro.execWorkspace(w.workspace_id, "cat app.py && echo err >&2");
-    expect(ok).toMatchObject({ exit_code: 0, stdout: "print('hello')\n", stderr: "err\n", timed_out: false, truncated: false, execution_mode: "guest_agent", seq: 1 });
+    expect(ok).toMatchObject({
+      exit_code: 0,
+      stdout: "print('hello')\n",
+      stderr: "err\n",
+      timed_out: false,
+      truncated: false,
+      execution_mode: "guest_agent",
+      seq: 1,
+    });
     const bad = await pyro.execWorkspace(w.workspace_id, "exit 3");
     expect(bad.exit_code).toBe(3);
     const logs = await pyro.workspaceLogs(w.workspace_id);
@@ -78,9 +90,17 @@ describe("workspace core on the fake backend", () => {
     ]);
     await pyro.writeWorkspaceFile(w.workspace_id, "notes.md", "# notes\n");
     const s = await pyro.summarizeWorkspace(w.workspace_id);
-    expect(s.outcome).toMatchObject({ command_count: 2, last_command: { command: "exit 3", exit_code: 3 }, reset_count: 0 });
+    expect(s.outcome).toMatchObject({
+      command_count: 2,
+      last_command: { command: "exit 3", exit_code: 3 },
+      reset_count: 0,
+    });
     expect(s.edits.recent).toEqual([expect.objectContaining({ kind: "file_write", path: "notes.md" })]);
-    expect(s.changes).toMatchObject({ available: true, changed: true, entries: [{ path: "notes.md", status: "added" }] });
+    expect(s.changes).toMatchObject({
+      available: true,
+      changed: true,
+      entries: [{ path: "notes.md", status: "added" }],
+    });
   });
 
   it("edits, diffs, snapshots and resets exactly, deletions included", async () => {
@@ -92,11 +112,17 @@ describe("workspace core on the fake backend", () => {
     expect(d.summary).toEqual({ total: 3, added: 1, modified: 1, deleted: 1 });
     await pyro.createSnapshot(id, "cp1");
     await pyro.execWorkspace(id, "echo later > later.txt");
-    expect((await pyro.diffWorkspace(id, { snapshot: "cp1" })).entries).toEqual([{ path: "later.txt", status: "added" }]);
+    expect((await pyro.diffWorkspace(id, { snapshot: "cp1" })).entries).toEqual([
+      { path: "later.txt", status: "added" },
+    ]);
 
     const r1 = await pyro.resetWorkspace(id, { snapshot: "cp1" });
     expect(r1).toMatchObject({ reset_count: 1, workspace_reset: { snapshot_name: "cp1" } });
-    expect((await pyro.execWorkspace(id, "ls")).stdout.split("\n").filter(Boolean).sort()).toEqual(["added.txt", "app.py", "src"]);
+    expect((await pyro.execWorkspace(id, "ls")).stdout.split("\n").filter(Boolean).sort()).toEqual([
+      "added.txt",
+      "app.py",
+      "src",
+    ]);
 
     const r2 = await pyro.resetWorkspace(id);
     expect(r2.workspace_reset.snapshot_name).toBe("baseline");
@@ -109,7 +135,15 @@ describe("workspace core on the fake backend", () => {
 
   it("applies a patch all-or-nothing and names the rejected hunk", async () => {
     const w = await pyro.createWorkspace({ seedPath: seed });
-    const good = ["--- a/src/lib.txt", "+++ b/src/lib.txt", "@@ -1,2 +1,2 @@", " one", "-two", "+three", ""].join("\n");
+    const good = [
+      "--- a/src/lib.txt",
+      "+++ b/src/lib.txt",
+      "@@ -1,2 +1,2 @@",
+      " one",
+      "-two",
+      "+three",
+      "",
+    ].join("\n");
     const applied = await pyro.applyWorkspacePatch(w.workspace_id, good);
     expect(applied).toMatchObject({ changed: true, files: [{ path: "src/lib.txt", status: "modified" }] });
     const bad = [
@@ -138,10 +172,16 @@ describe("workspace core on the fake backend", () => {
 
   it("refuses paths that leave the workspace and changes nothing", async () => {
     const w = await pyro.createWorkspace({ seedPath: seed });
-    expect(await codeOf(pyro.writeWorkspaceFile(w.workspace_id, "../escape.txt", "x"))).toBe("path_outside_workspace");
-    expect(await codeOf(pyro.readWorkspaceFile(w.workspace_id, "/etc/passwd"))).toBe("path_outside_workspace");
+    expect(await codeOf(pyro.writeWorkspaceFile(w.workspace_id, "../escape.txt", "x"))).toBe(
+      "path_outside_workspace",
+    );
+    expect(await codeOf(pyro.readWorkspaceFile(w.workspace_id, "/etc/passwd"))).toBe(
+      "path_outside_workspace",
+    );
     await pyro.execWorkspace(w.workspace_id, `ln -s ${tmpdir()} out`);
-    expect(await codeOf(pyro.writeWorkspaceFile(w.workspace_id, "out/x.txt", "x"))).toBe("path_outside_workspace");
+    expect(await codeOf(pyro.writeWorkspaceFile(w.workspace_id, "out/x.txt", "x"))).toBe(
+      "path_outside_workspace",
+    );
     expect((await pyro.diffWorkspace(w.workspace_id)).entries).toEqual([{ path: "out", status: "added" }]);
   });
 
@@ -193,7 +233,12 @@ describe("workspace core on the fake backend", () => {
   });
 
   it("never falls back to the host backend silently", async () => {
-    const e = new Engine({ home: t.home, environmentsDir: join(t.home, "envs"), backends: {}, env: { PATH: "/nonexistent" } });
+    const e = new Engine({
+      home: t.home,
+      environmentsDir: join(t.home, "envs"),
+      backends: {},
+      env: { PATH: "/nonexistent" },
+    });
     expect(await codeOf(e.chooseBackend(undefined, false))).toBe("backend_unavailable");
     expect(await codeOf(e.chooseBackend("host", false))).toBe("backend_unavailable");
     expect((await e.chooseBackend(undefined, true)).name).toBe("host");

@@ -1,6 +1,15 @@
 import type { Command } from "commander";
-import { applyPatch, diffWorkspace, exportFromWorkspace, listFiles, readFileFromWorkspace, readHostText, syncPush, writeFileToWorkspace } from "../../../core/files.js";
 import { PyroError } from "../../../core/errors.js";
+import {
+  applyPatch,
+  diffWorkspace,
+  exportFromWorkspace,
+  listFiles,
+  readFileFromWorkspace,
+  readHostText,
+  syncPush,
+  writeFileToWorkspace,
+} from "../../../core/files.js";
 import { formatBytes } from "../../../util/fs.js";
 import type { CliContext } from "../../main.js";
 import { act } from "../../output.js";
@@ -15,7 +24,12 @@ export function registerFiles(ws: Command, ctx: CliContext): void {
     .option("--dest <path>", "destination directory in the workspace (default /workspace)")
     .option("--json", "print the structured result")
     .action(async (id: string, src: string, o: { dest?: string; json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, () => syncPush(ctx.engine().workspaces, id, src, o.dest, ctx.signal), (r) => `pushed ${r.files} files (${formatBytes(r.bytes)}) to ${r.dest}`);
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () => syncPush(ctx.engine().workspaces, id, src, o.dest, ctx.signal),
+        (r) => `pushed ${r.files} files (${formatBytes(r.bytes)}) to ${r.dest}`,
+      );
     });
 
   const file = ws.command("file").description("structured file operations (no shell quoting)");
@@ -26,8 +40,17 @@ export function registerFiles(ws: Command, ctx: CliContext): void {
     .option("--recursive", "descend into directories")
     .option("--json", "print the structured result")
     .action(async (id: string, path: string, o: { recursive?: boolean; json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, () => listFiles(ctx.engine().workspaces, id, path, o.recursive === true), (r) =>
-        r.entries.map((e) => `${e.artifact_type.padEnd(9)} ${String(e.size_bytes).padStart(10)}  ${e.path}${e.link_target ? ` -> ${e.link_target}` : ""}`).join("\n"),
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () => listFiles(ctx.engine().workspaces, id, path, o.recursive === true),
+        (r) =>
+          r.entries
+            .map(
+              (e) =>
+                `${e.artifact_type.padEnd(9)} ${String(e.size_bytes).padStart(10)}  ${e.path}${e.link_target ? ` -> ${e.link_target}` : ""}`,
+            )
+            .join("\n"),
       );
     });
   file
@@ -37,14 +60,19 @@ export function registerFiles(ws: Command, ctx: CliContext): void {
     .option("--content-only", "print only the content")
     .option("--json", "print the structured result")
     .action(async (id: string, path: string, o: { contentOnly?: boolean; json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, () => readFileFromWorkspace(ctx.engine().workspaces, id, path), (r) => {
-        const body = r.encoding === "base64" ? Buffer.from(r.content, "base64") : r.content;
-        if (o.contentOnly) {
-          ctx.io.stdout.write(body);
-          return "";
-        }
-        return `${r.path} (${r.size_bytes} bytes${r.truncated ? ", truncated" : ""}${r.encoding === "base64" ? ", binary" : ""})\n${typeof body === "string" ? body : "(binary content; use --content-only or --json)"}`;
-      });
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () => readFileFromWorkspace(ctx.engine().workspaces, id, path),
+        (r) => {
+          const body = r.encoding === "base64" ? Buffer.from(r.content, "base64") : r.content;
+          if (o.contentOnly) {
+            ctx.io.stdout.write(body);
+            return "";
+          }
+          return `${r.path} (${r.size_bytes} bytes${r.truncated ? ", truncated" : ""}${r.encoding === "base64" ? ", binary" : ""})\n${typeof body === "string" ? body : "(binary content; use --content-only or --json)"}`;
+        },
+      );
     });
   file
     .command("write")
@@ -54,11 +82,17 @@ export function registerFiles(ws: Command, ctx: CliContext): void {
     .option("--text-file <file>", "read the content from a host file")
     .option("--json", "print the structured result")
     .action(async (id: string, path: string, o: { text?: string; textFile?: string; json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, async () => {
-        if ((o.text === undefined) === (o.textFile === undefined)) throw new PyroError("invalid_argument", "pass exactly one of --text or --text-file");
-        const content = o.text ?? (await readHostText(o.textFile!));
-        return writeFileToWorkspace(ctx.engine().workspaces, id, path, content);
-      }, (r) => `${r.created ? "created" : "wrote"} ${r.path} (${r.size_bytes} bytes)`);
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        async () => {
+          if ((o.text === undefined) === (o.textFile === undefined))
+            throw new PyroError("invalid_argument", "pass exactly one of --text or --text-file");
+          const content = o.text ?? (await readHostText(o.textFile!));
+          return writeFileToWorkspace(ctx.engine().workspaces, id, path, content);
+        },
+        (r) => `${r.created ? "created" : "wrote"} ${r.path} (${r.size_bytes} bytes)`,
+      );
     });
 
   const patch = ws.command("patch").description("apply unified diffs");
@@ -69,10 +103,16 @@ export function registerFiles(ws: Command, ctx: CliContext): void {
     .option("--patch-file <file>", "read the unified diff from a host file")
     .option("--json", "print the structured result")
     .action(async (id: string, o: { patch?: string; patchFile?: string; json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, async () => {
-        if ((o.patch === undefined) === (o.patchFile === undefined)) throw new PyroError("invalid_argument", "pass exactly one of --patch or --patch-file");
-        return applyPatch(ctx.engine().workspaces, id, o.patch ?? (await readHostText(o.patchFile!)));
-      }, (r) => (r.changed ? r.files.map((f) => `${f.status} ${f.path}`).join("\n") : "no changes"));
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        async () => {
+          if ((o.patch === undefined) === (o.patchFile === undefined))
+            throw new PyroError("invalid_argument", "pass exactly one of --patch or --patch-file");
+          return applyPatch(ctx.engine().workspaces, id, o.patch ?? (await readHostText(o.patchFile!)));
+        },
+        (r) => (r.changed ? r.files.map((f) => `${f.status} ${f.path}`).join("\n") : "no changes"),
+      );
     });
 
   ws.command("diff")
@@ -81,7 +121,12 @@ export function registerFiles(ws: Command, ctx: CliContext): void {
     .option("--snapshot <name>", "compare against this snapshot instead of the baseline")
     .option("--json", "print the structured result")
     .action(async (id: string, o: { snapshot?: string; json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, () => diffWorkspace(ctx.engine().workspaces, id, o.snapshot ? { snapshot: o.snapshot } : {}), (r) => (r.changed ? r.patch : "no changes"));
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () => diffWorkspace(ctx.engine().workspaces, id, o.snapshot ? { snapshot: o.snapshot } : {}),
+        (r) => (r.changed ? r.patch : "no changes"),
+      );
     });
 
   ws.command("export")
@@ -91,6 +136,11 @@ export function registerFiles(ws: Command, ctx: CliContext): void {
     .requiredOption("--output <out>", "host path to write")
     .option("--json", "print the structured result")
     .action(async (id: string, path: string, o: { output: string; json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, () => exportFromWorkspace(ctx.engine().workspaces, id, path, o.output, ctx.signal), (r) => `exported ${r.artifact_type} ${r.path} to ${r.output_path} (${formatBytes(r.bytes)})`);
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () => exportFromWorkspace(ctx.engine().workspaces, id, path, o.output, ctx.signal),
+        (r) => `exported ${r.artifact_type} ${r.path} to ${r.output_path} (${formatBytes(r.bytes)})`,
+      );
     });
 }

@@ -6,7 +6,9 @@ import { registerLifecycle } from "./lifecycle.js";
 import { registerSnapshots } from "./snapshots.js";
 
 export function registerWorkspace(program: Command, ctx: CliContext): void {
-  const ws = program.command("workspace").description("persistent workspaces: create, exec, edit, diff, export, reset, delete");
+  const ws = program
+    .command("workspace")
+    .description("persistent workspaces: create, exec, edit, diff, export, reset, delete");
   registerLifecycle(ws, ctx);
   registerExec(ws, ctx);
   registerFiles(ws, ctx);

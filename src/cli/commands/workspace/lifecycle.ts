@@ -9,7 +9,11 @@ export function renderWorkspace(w: WorkspaceView): string {
     `workspace ${w.workspace_id}${w.name ? ` (${w.name})` : ""}: ${w.state}`,
     `  environment ${w.environment}, backend ${w.backend} (${w.execution_mode}), network ${w.network_policy}`,
     `  seed: ${w.workspace_seed.kind}${w.workspace_seed.source ? ` ${w.workspace_seed.source}` : ""} (${w.workspace_seed.file_count} files)`,
-    `  labels: ${Object.entries(w.labels).map(([k, v]) => `${k}=${v}`).join(", ") || "-"}`,
+    `  labels: ${
+      Object.entries(w.labels)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(", ") || "-"
+    }`,
     `  last activity ${w.last_activity_at}, expires ${w.expires_at ?? "never"}, resets ${w.reset_count}`,
   ].join("\n");
 }
@@ -29,7 +33,11 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
     .option("--allow-host-compat", "allow the host backend (no isolation)")
     .option("--vcpus <n>", "virtual CPUs (default 1)", positiveNumber("--vcpus"))
     .option("--memory <mib>", "memory limit in MiB (default 1024)", positiveNumber("--memory"))
-    .option("--ttl <s>", "seconds of inactivity before the workspace is reaped (default 86400)", positiveNumber("--ttl"))
+    .option(
+      "--ttl <s>",
+      "seconds of inactivity before the workspace is reaped (default 86400)",
+      positiveNumber("--ttl"),
+    )
     .option("--id-only", "print only the workspace id")
     .option("--json", "print the structured result")
     .action(async (env: string, o: Record<string, any>) => {
@@ -61,13 +69,25 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
     .description("list workspaces, most recent activity first")
     .option("--json", "print the structured result")
     .action(async (o: { json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, () => ctx.engine().workspaces.list(), (r) =>
-        r.count === 0
-          ? "no workspaces"
-          : table(
-              ["id", "name", "state", "env", "backend", "commands", "last activity"],
-              r.workspaces.map((w) => [w.workspace_id, w.name ?? "-", w.state, w.environment, w.backend, String(w.command_count), w.last_activity_at]),
-            ),
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () => ctx.engine().workspaces.list(),
+        (r) =>
+          r.count === 0
+            ? "no workspaces"
+            : table(
+                ["id", "name", "state", "env", "backend", "commands", "last activity"],
+                r.workspaces.map((w) => [
+                  w.workspace_id,
+                  w.name ?? "-",
+                  w.state,
+                  w.environment,
+                  w.backend,
+                  String(w.command_count),
+                  w.last_activity_at,
+                ]),
+              ),
       );
     });
 
@@ -86,26 +106,33 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
     .option("--label <K=V>", "set a label (repeatable)", collect)
     .option("--clear-label <K>", "remove a label (repeatable)", collect)
     .option("--json", "print the structured result")
-    .action(async (id: string, o: { name?: string; label?: string[]; clearLabel?: string[]; json?: boolean }) => {
-      ctx.exitCode = await act(
-        ctx.io,
-        o,
-        () =>
-          ctx.engine().workspaces.update(id, {
-            ...(o.name !== undefined ? { name: o.name } : {}),
-            ...(o.label ? { set_labels: keyValues(o.label, "--label") } : {}),
-            ...(o.clearLabel ? { clear_labels: o.clearLabel } : {}),
-          }),
-        renderWorkspace,
-      );
-    });
+    .action(
+      async (id: string, o: { name?: string; label?: string[]; clearLabel?: string[]; json?: boolean }) => {
+        ctx.exitCode = await act(
+          ctx.io,
+          o,
+          () =>
+            ctx.engine().workspaces.update(id, {
+              ...(o.name !== undefined ? { name: o.name } : {}),
+              ...(o.label ? { set_labels: keyValues(o.label, "--label") } : {}),
+              ...(o.clearLabel ? { clear_labels: o.clearLabel } : {}),
+            }),
+          renderWorkspace,
+        );
+      },
+    );
 
   ws.command("delete")
     .description("delete a workspace: its sandbox, files and history")
     .argument("<id>", "workspace id or name")
     .option("--json", "print the structured result")
     .action(async (id: string, o: { json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, () => ctx.engine().workspaces.delete(id), (r) => `deleted ${r.workspace_id}`);
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () => ctx.engine().workspaces.delete(id),
+        (r) => `deleted ${r.workspace_id}`,
+      );
     });
 
   ws.command("stop")

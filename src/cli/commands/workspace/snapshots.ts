@@ -10,8 +10,12 @@ export function registerSnapshots(ws: Command, ctx: CliContext): void {
     .option("--snapshot <name>", "snapshot to restore (default: baseline)")
     .option("--json", "print the structured result")
     .action(async (id: string, o: { snapshot?: string; json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, () => resetWorkspace(ctx.engine().workspaces, id, o.snapshot ? { snapshot: o.snapshot } : {}), (r) =>
-        `reset ${r.workspace_id} to ${r.workspace_reset.snapshot_name} in ${r.workspace_reset.duration_ms} ms (reset #${r.reset_count})`,
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () => resetWorkspace(ctx.engine().workspaces, id, o.snapshot ? { snapshot: o.snapshot } : {}),
+        (r) =>
+          `reset ${r.workspace_id} to ${r.workspace_reset.snapshot_name} in ${r.workspace_reset.duration_ms} ms (reset #${r.reset_count})`,
       );
     });
 
@@ -22,15 +26,27 @@ export function registerSnapshots(ws: Command, ctx: CliContext): void {
     .argument("<name>", "snapshot name")
     .option("--json", "print the structured result")
     .action(async (id: string, name: string, o: { json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, () => createSnapshot(ctx.engine().workspaces, id, name), (r) => `snapshot ${r.snapshot_name}: ${r.file_count} files`);
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () => createSnapshot(ctx.engine().workspaces, id, name),
+        (r) => `snapshot ${r.snapshot_name}: ${r.file_count} files`,
+      );
     });
   snap
     .command("list")
     .argument("<id>", "workspace id or name")
     .option("--json", "print the structured result")
     .action(async (id: string, o: { json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, () => listSnapshots(ctx.engine().workspaces, id), (r) =>
-        table(["name", "kind", "files", "created"], r.snapshots.map((s) => [s.snapshot_name, s.kind, String(s.file_count), s.created_at])),
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () => listSnapshots(ctx.engine().workspaces, id),
+        (r) =>
+          table(
+            ["name", "kind", "files", "created"],
+            r.snapshots.map((s) => [s.snapshot_name, s.kind, String(s.file_count), s.created_at]),
+          ),
       );
     });
   snap
@@ -39,6 +55,11 @@ export function registerSnapshots(ws: Command, ctx: CliContext): void {
     .argument("<name>", "snapshot name")
     .option("--json", "print the structured result")
     .action(async (id: string, name: string, o: { json?: boolean }) => {
-      ctx.exitCode = await act(ctx.io, o, () => deleteSnapshot(ctx.engine().workspaces, id, name), (r) => `deleted snapshot ${r.snapshot_name}`);
+      ctx.exitCode = await act(
+        ctx.io,
+        o,
+        () => deleteSnapshot(ctx.engine().workspaces, id, name),
+        (r) => `deleted snapshot ${r.snapshot_name}`,
+      );
     });
 }

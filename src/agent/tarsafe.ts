@@ -1,0 +1,273 @@
+/**
+ * Tar archives between host and sandbox, fast and safe. Both sides use it: the agent for
+ * `tar_in`/`tar_out`, the host for `sync push` and for extracting exports and snapshots.
+ *
+ * - Speed: GNU tar when the system has it (10× faster than the `tar` package at creating
+ *   and 4× at extracting a 10k-file tree, measured here); the `tar` package otherwise.
+ * - Safety: an archive is spooled to a file and every entry is validated before anything
+ *   is extracted (names, types, link targets, and no extraction through a symlink), so
+ *   the extractor only ever sees archives that are safe in full.
+ */
+import { spawn } from "node:child_process";
+import { constants, type Dirent } from "node:fs";
+import { access, lstat, readdir } from "node:fs/promises";
+import path from "node:path";
+import { PassThrough, type Readable } from "node:stream";
+import * as tar from "tar";
+import { AgentError } from "./errors.js";
+
+const posix = path.posix;
+const FILE_TYPES = new Set(["File", "OldFile", "ContiguousFile"]);
+
+let gnuTarPath: Promise<string | null> | undefined;
+
+/** GNU tar's path, found once per process (a fact about this system, not state). */
+export function findGnuTar(): Promise<string | null> {
+  gnuTarPath ??= (async () => {
+    for (const p of ["/usr/bin/tar", "/bin/tar"]) {
+      try {
+        await access(p, constants.X_OK);
+      } catch {
+        continue;
+      }
+      const version = await capture(p, ["--version"]).catch(() => "");
+      if (version.includes("GNU tar")) return p;
+    }
+    return null;
+  })();
+  return gnuTarPath;
+}
+
+function capture(file: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(file, args, { stdio: ["ignore", "pipe", "ignore"] });
+    let out = "";
+    c.stdout.on("data", (d: Buffer) => {
+      out += d.toString();
+    });
+    c.on("error", reject);
+    c.on("close", () => resolve(out));
+  });
+}
+
+export interface ValidateOptions {
+  /** Keep absolute symlink targets (snapshots: they mean something inside the sandbox). */
+  allowAbsoluteSymlinks?: boolean;
+  /** Existing directory the archive will be extracted into (for the symlink-prefix check). */
+  destReal?: string;
+  /** How to name the destination in errors. */
+  destLabel: string;
+}
+
+export interface Checked {
+  files: number;
+  bytes: number;
+  entries: number;
+}
+
+/**
+ * Whether a symlink at `name` with relative `target` stays inside the extraction
+ * directory. `..` is only accepted as a leading run: after a normal component it could
+ * climb out of a directory that is itself a symlink, which a lexical check cannot see.
+ */
+export function linkStaysInside(name: string, target: string): boolean {
+  if (target === "" || posix.isAbsolute(target)) return false;
+  const parts = target.split("/").filter((p) => p !== "" && p !== ".");
+  const firstNormal = parts.findIndex((p) => p !== "..");
+  if (firstNormal >= 0 && parts.slice(firstNormal).includes("..")) return false;
+  const joined = posix.normalize(posix.join(posix.dirname(name), ...parts));
+  return joined !== ".." && !joined.startsWith("../");
+}
+
+function refusal(label: string, why: string): AgentError {
+  return new AgentError(
+    "path_outside_workspace",
+    `refused to extract into '${label}': ${why}`,
+    "archives may hold only files, directories and symlinks that stay inside",
+  );
+}
+
+/** Reads a spooled archive and refuses it unless every entry is safe to extract. */
+export async function validateArchive(file: string, options: ValidateOptions): Promise<Checked> {
+  const problems: string[] = [];
+  const links = new Set<string>();
+  const names: { name: string; type: string }[] = [];
+  const checked: Checked = { files: 0, bytes: 0, entries: 0 };
+  await tar.t({
+    file,
+    strict: true,
+    onReadEntry: (entry) => {
+      const raw = entry.path;
+      const name = posix.normalize(raw.replace(/^(\.\/)+/, "")).replace(/\/+$/, "");
+      checked.entries++;
+      if (posix.isAbsolute(raw) || /^[a-zA-Z]:/.test(raw)) problems.push(`absolute entry name '${raw}'`);
+      else if (name.split("/").includes("..")) problems.push(`entry '${raw}' climbs out with '..'`);
+      else if (entry.type === "Link") problems.push(`hard link '${raw}'`);
+      else if (entry.type === "SymbolicLink") {
+        const target = entry.linkpath ?? "";
+        const ok =
+          (options.allowAbsoluteSymlinks && posix.isAbsolute(target)) || linkStaysInside(name, target);
+        if (!ok) problems.push(`symlink '${raw}' -> '${target}' leads outside the extraction directory`);
+        links.add(name);
+      } else if (FILE_TYPES.has(entry.type)) {
+        checked.files++;
+        checked.bytes += entry.size;
+      } else if (entry.type !== "Directory")
+        problems.push(`entry '${raw}' has unsupported type ${entry.type}`);
+      names.push({ name, type: entry.type });
+    },
+  });
+  if (problems.length > 0)
+    throw refusal(options.destLabel, `the archive has ${problems.slice(0, 5).join("; ")}`);
+
+  // Nothing may be extracted through a symlink, whether the archive makes it or it
+  // already exists under the destination.
+  const existing = new Map<string, boolean>();
+  const isLink = async (rel: string): Promise<boolean> => {
+    if (links.has(rel)) return true;
+    if (!options.destReal) return false;
+    if (!existing.has(rel)) {
+      const st = await lstat(posix.join(options.destReal, rel)).catch(() => null);
+      existing.set(rel, st?.isSymbolicLink() ?? false);
+    }
+    return existing.get(rel)!;
+  };
+  for (const { name, type } of names) {
+    if (name === "." || name === "") continue;
+    const parts = name.split("/");
+    for (let i = 1; i < parts.length; i++) {
+      const prefix = parts.slice(0, i).join("/");
+      if (await isLink(prefix))
+        throw refusal(
+          options.destLabel,
+          `entry '${name}' would be extracted through the symlink '${prefix}'`,
+        );
+    }
+    if (type === "Directory" && !links.has(name) && (await isLink(name))) {
+      throw new AgentError("conflict", `'${name}' exists as a symlink where the archive has a directory`);
+    }
+  }
+  return checked;
+}
+
+/**
+ * Extracts a validated archive into `cwd`. Existing files are replaced, not written
+ * into (a hard link elsewhere cannot carry the write). Owners are kept only if asked.
+ */
+export async function extractArchive(
+  file: string,
+  cwd: string,
+  options: { sameOwner?: boolean; preserveAbsoluteLinks?: boolean } = {},
+): Promise<void> {
+  const gnu = await findGnuTar();
+  if (gnu) {
+    const args = [
+      "-x",
+      "-f",
+      file,
+      "-C",
+      cwd,
+      "--unlink-first",
+      "--delay-directory-restore",
+      options.sameOwner ? "--same-owner" : "--no-same-owner",
+    ];
+    await runTar(gnu, args);
+    return;
+  }
+  await tar.x({
+    file,
+    cwd,
+    strict: true,
+    unlink: true,
+    preserveOwner: options.sameOwner === true,
+    preservePaths: options.preserveAbsoluteLinks === true,
+  });
+}
+
+function runTar(file: string, args: string[], stdin?: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(file, args, { stdio: [stdin === undefined ? "ignore" : "pipe", "ignore", "pipe"] });
+    let err = "";
+    c.stderr!.on("data", (d: Buffer) => {
+      err += d.toString();
+    });
+    c.on("error", reject);
+    c.on("close", (code) =>
+      code === 0
+        ? resolve()
+        : reject(
+            new AgentError(
+              "internal",
+              `tar failed (exit ${code}): ${err.trim().split("\n").slice(-2).join(" | ")}`,
+            ),
+          ),
+    );
+    if (stdin !== undefined) c.stdin!.end(stdin);
+  });
+}
+
+export interface PackOptions {
+  /**
+   * Called with each entry's lstat during the walk; return false to leave it out, throw to
+   * refuse the whole archive. Default: files, directories and symlinks only.
+   */
+  accept?: (rel: string, st: import("node:fs").Stats) => boolean;
+}
+
+/**
+ * A tar stream of `names` (relative to `cwd`, directories recursively), never following
+ * symlinks. The walk happens first (so `accept` sees every entry), then GNU tar packs
+ * exactly that list; without GNU tar, the `tar` package does.
+ */
+export async function packTree(
+  cwd: string,
+  names: string[],
+  options: PackOptions = {},
+): Promise<{ stream: Readable; entries: number }> {
+  const accept = options.accept ?? ((_rel, st) => st.isFile() || st.isDirectory() || st.isSymbolicLink());
+  const list: string[] = [];
+  const visit = async (rel: string): Promise<void> => {
+    const st = await lstat(path.join(cwd, rel));
+    if (!accept(rel, st)) return;
+    list.push(rel);
+    if (st.isDirectory()) {
+      const children: Dirent[] = await readdir(path.join(cwd, rel), { withFileTypes: true });
+      children.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+      for (const c of children) await visit(rel === "." ? c.name : `${rel}/${c.name}`);
+    }
+  };
+  for (const n of names) await visit(n);
+  const gnu = await findGnuTar();
+  if (!gnu) {
+    const stream = tar.c(
+      { cwd, portable: true, follow: false, noDirRecurse: true },
+      list,
+    ) as unknown as Readable;
+    return { stream, entries: list.length };
+  }
+  const out = new PassThrough();
+  const c = spawn(
+    gnu,
+    ["-c", "-f", "-", "-C", cwd, "--no-recursion", "--null", "-T", "-", "--numeric-owner"],
+    {
+      stdio: ["pipe", "pipe", "pipe"],
+    },
+  );
+  let err = "";
+  c.stderr.on("data", (d: Buffer) => {
+    err += d.toString();
+  });
+  c.stdout.pipe(out);
+  c.on("close", (code) => {
+    if (code !== 0)
+      out.destroy(
+        new AgentError(
+          "internal",
+          `tar failed (exit ${code}): ${err.trim().split("\n").slice(-2).join(" | ")}`,
+        ),
+      );
+  });
+  c.on("error", (e) => out.destroy(e));
+  c.stdin.end(`${list.join("\0")}\0`);
+  return { stream: out, entries: list.length };
+}
