@@ -59,23 +59,27 @@ export async function execInWorkspace(
       { timeoutMs: timeoutSeconds * 1000 + 30_000, ...(options.signal ? { signal: options.signal } : {}) },
     );
     const mode = ws.executionMode(w);
-    const seq = ws.store.recordCommand(w.workspace_id, {
-      command,
-      cwd,
-      exit_code: r.exit_code,
-      timed_out: r.timed_out,
-      duration_ms: Math.round(r.duration_ms),
-      started_at: startedAt,
-      stdout_tail: r.stdout,
-      stderr_tail: r.stderr,
-      truncated: r.truncated,
-      execution_mode: mode,
-    });
-    ws.store.recordEvent(w.workspace_id, "exec", {
-      seq,
-      command,
-      exit_code: r.exit_code,
-      timed_out: r.timed_out,
+    // One transaction for the history row and its review event.
+    const seq = ws.store.atomically(() => {
+      const n = ws.store.recordCommand(w.workspace_id, {
+        command,
+        cwd,
+        exit_code: r.exit_code,
+        timed_out: r.timed_out,
+        duration_ms: Math.round(r.duration_ms),
+        started_at: startedAt,
+        stdout_tail: r.stdout,
+        stderr_tail: r.stderr,
+        truncated: r.truncated,
+        execution_mode: mode,
+      });
+      ws.store.recordEvent(w.workspace_id, "exec", {
+        seq: n,
+        command,
+        exit_code: r.exit_code,
+        timed_out: r.timed_out,
+      });
+      return n;
     });
     return {
       workspace_id: w.workspace_id,

@@ -88,7 +88,7 @@ export class Workspaces {
 
   /** Resolves an id or unique name; unknown → workspace_not_found. Reaps expired ones first. */
   async get(idOrName: string): Promise<WorkspaceRow> {
-    await this.reapExpired();
+    await this.reapExpiredSometimes();
     const w = this.store.getWorkspace(idOrName);
     if (!w) {
       throw new PyroError(
@@ -230,6 +230,19 @@ export class Workspaces {
     await backend.destroy(this.sandboxSpec(w), sandboxState(w));
     await removeTree(this.workspaceDir(w.workspace_id));
     this.store.deleteWorkspace(w.workspace_id);
+  }
+
+  private lastReap = 0;
+
+  /**
+   * Reaping costs a query; on the hot path (every exec of a warm SDK or MCP client) it
+   * runs at most once every 10 s per client. Listing always reaps.
+   */
+  private async reapExpiredSometimes(): Promise<void> {
+    const now = Date.now();
+    if (now - this.lastReap < 10_000) return;
+    this.lastReap = now;
+    await this.reapExpired();
   }
 
   /** Deletes workspaces whose TTL ran out. Errors on one do not block the others. */
