@@ -9,8 +9,8 @@
  *   the extractor only ever sees archives that are safe in full.
  */
 import { spawn } from "node:child_process";
-import { constants, type Dirent } from "node:fs";
-import { access, lstat, readdir } from "node:fs/promises";
+import { constants, type Dirent, lstatSync, readdirSync } from "node:fs";
+import { access, lstat } from "node:fs/promises";
 import path from "node:path";
 import { PassThrough, type Readable } from "node:stream";
 import * as tar from "tar";
@@ -226,17 +226,18 @@ export async function packTree(
 ): Promise<{ stream: Readable; entries: number }> {
   const accept = options.accept ?? ((_rel, st) => st.isFile() || st.isDirectory() || st.isSymbolicLink());
   const list: string[] = [];
-  const visit = async (rel: string): Promise<void> => {
-    const st = await lstat(path.join(cwd, rel));
+  // Synchronous on purpose: 10k promise-wrapped lstats cost ~1.8 s here, sync ones ~0.1 s.
+  const visit = (rel: string): void => {
+    const st = lstatSync(path.join(cwd, rel));
     if (!accept(rel, st)) return;
     list.push(rel);
     if (st.isDirectory()) {
-      const children: Dirent[] = await readdir(path.join(cwd, rel), { withFileTypes: true });
+      const children: Dirent[] = readdirSync(path.join(cwd, rel), { withFileTypes: true });
       children.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-      for (const c of children) await visit(rel === "." ? c.name : `${rel}/${c.name}`);
+      for (const c of children) visit(rel === "." ? c.name : `${rel}/${c.name}`);
     }
   };
-  for (const n of names) await visit(n);
+  for (const n of names) visit(n);
   const gnu = await findGnuTar();
   if (!gnu) {
     const stream = tar.c(
