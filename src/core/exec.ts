@@ -1,4 +1,5 @@
 import { PyroError } from "./errors.js";
+import { secretRedactor } from "./secrets.js";
 import type { Workspaces } from "./workspaces.js";
 import { DEFAULTS } from "./workspaces.js";
 
@@ -47,35 +48,39 @@ export async function execInWorkspace(
   return ws.withAgent(idOrName, "exec", async (agent, w) => {
     const startedAt = new Date().toISOString();
     const cwd = options.cwd ?? "/workspace";
+    const secrets = await ws.secretValues(w);
+    const redact = secretRedactor(secrets);
     const r = await agent.request(
       "exec",
       {
         command,
         cwd,
-        env: { ...w.spec.env, ...options.env },
+        // Forwarded env, then secrets, then this call's env.
+        env: { ...w.spec.env, ...Object.fromEntries(secrets), ...options.env },
         timeout_ms: Math.round(timeoutSeconds * 1000),
         max_output_bytes: options.max_output_bytes ?? DEFAULTS.max_output_bytes,
       },
       { timeoutMs: timeoutSeconds * 1000 + 30_000, ...(options.signal ? { signal: options.signal } : {}) },
     );
     const mode = ws.executionMode(w);
+    const shown = { command: redact(command), stdout: redact(r.stdout), stderr: redact(r.stderr) };
     // One transaction for the history row and its review event.
     const seq = ws.store.atomically(() => {
       const n = ws.store.recordCommand(w.workspace_id, {
-        command,
+        command: shown.command,
         cwd,
         exit_code: r.exit_code,
         timed_out: r.timed_out,
         duration_ms: Math.round(r.duration_ms),
         started_at: startedAt,
-        stdout_tail: r.stdout,
-        stderr_tail: r.stderr,
+        stdout_tail: shown.stdout,
+        stderr_tail: shown.stderr,
         truncated: r.truncated,
         execution_mode: mode,
       });
       ws.store.recordEvent(w.workspace_id, "exec", {
         seq: n,
-        command,
+        command: shown.command,
         exit_code: r.exit_code,
         timed_out: r.timed_out,
       });
@@ -83,11 +88,11 @@ export async function execInWorkspace(
     });
     return {
       workspace_id: w.workspace_id,
-      command,
+      command: shown.command,
       cwd,
       exit_code: r.exit_code,
-      stdout: r.stdout,
-      stderr: r.stderr,
+      stdout: shown.stdout,
+      stderr: shown.stderr,
       duration_ms: Math.round(r.duration_ms),
       timed_out: r.timed_out,
       truncated: r.truncated,

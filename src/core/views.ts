@@ -20,6 +20,9 @@ export function workspaceView(w: WorkspaceRow, executionMode: ExecutionMode) {
     reset_count: w.reset_count,
     limits: { vcpus: w.spec.vcpus, memory_mib: w.spec.memory_mib, pids_max: w.spec.pids_max ?? null },
     error: w.error,
+    /** Names and kinds only; values never leave the encrypted store. */
+    secrets: w.secret_refs.map((r) => ({ name: r.name, kind: r.kind })),
+    env_names: Object.keys(w.spec.env),
   };
 }
 

@@ -11,6 +11,7 @@ import { removeTree } from "../util/mounts.js";
 import type { Engine } from "./engine.js";
 import { PyroError, toPyroError } from "./errors.js";
 import { assertAllowed, type Operation } from "./lifecycle.js";
+import { loadSecrets, resolveSecrets, type SecretPrompt, saveSecrets, secretRedactor } from "./secrets.js";
 import { type SeedSource, seedInto } from "./seed.js";
 import { workspaceListItem, workspaceView } from "./views.js";
 
@@ -24,6 +25,9 @@ export const DEFAULTS = {
 } as const;
 
 export interface CreateOptions extends SeedSource {
+  /** Secret specs by name: a literal, `${HOST_VAR}`, or `?` (prompted through `prompt_secret`). */
+  secrets?: Record<string, string>;
+  prompt_secret?: SecretPrompt;
   environment?: string;
   name?: string;
   labels?: Record<string, string>;
@@ -45,6 +49,7 @@ export interface CreateOptions extends SeedSource {
  */
 export class Workspaces {
   private readonly clients = new Map<string, Promise<AgentClient>>();
+  private readonly secretCache = new Map<string, Promise<Map<string, string>>>();
 
   constructor(private readonly engine: Engine) {}
 
@@ -58,6 +63,21 @@ export class Workspaces {
 
   agentSnapshotPath(w: WorkspaceRow, name: string): string {
     return this.engine.backend(w.backend).agentSnapshotPath(this.sandboxSpec(w), name);
+  }
+
+  secretsFile(id: string): string {
+    return join(this.workspaceDir(id), "secrets.enc");
+  }
+
+  /** A workspace's secret values (decrypted once per client). */
+  secretValues(w: WorkspaceRow): Promise<Map<string, string>> {
+    if (w.secret_refs.length === 0) return Promise.resolve(new Map());
+    let p = this.secretCache.get(w.workspace_id);
+    if (!p) {
+      p = loadSecrets(this.engine.paths.home, this.secretsFile(w.workspace_id));
+      this.secretCache.set(w.workspace_id, p);
+    }
+    return p;
   }
 
   workspaceDir(id: string): string {
@@ -119,6 +139,8 @@ export class Workspaces {
         "pick another name or delete the old one",
       );
     }
+    // Secrets first: a missing host variable or terminal fails before anything is made.
+    const secrets = await resolveSecrets(options.secrets ?? {}, this.engine.env, options.prompt_secret);
     const env = await this.engine.environments.pull(
       environment,
       options.signal ? { signal: options.signal } : {},
@@ -149,7 +171,10 @@ export class Workspaces {
         },
         runtime: { rootfs: env.rootfs, env_key: env.recipe_key },
         current_snapshot: "baseline",
+        secret_refs: secrets.refs,
       });
+      await saveSecrets(this.engine.paths.home, this.secretsFile(id), secrets.values);
+      this.secretCache.set(id, Promise.resolve(secrets.values));
       this.store.upsertSnapshot({
         workspace_id: id,
         name: "baseline",
@@ -347,7 +372,7 @@ export class Workspaces {
           w = await this.refreshState(this.store.getWorkspace(w.workspace_id) ?? w);
           continue;
         }
-        throw toPyroError(err);
+        throw redactError(toPyroError(err), await this.secretValues(w));
       }
     }
   }
@@ -407,6 +432,15 @@ export class Workspaces {
   async removeSnapshotDir(w: WorkspaceRow, name: string): Promise<void> {
     await rm(this.snapshotDir(w, name), { recursive: true, force: true });
   }
+}
+
+/** An error whose message or hint may quote a secret (a failing command line, a path) is redacted. */
+function redactError(err: PyroError, secrets: Map<string, string>): PyroError {
+  if (secrets.size === 0) return err;
+  const r = secretRedactor(secrets);
+  const message = r(err.message);
+  const hint = err.hint === undefined ? undefined : r(err.hint);
+  return message === err.message && hint === err.hint ? err : new PyroError(err.code, message, hint);
 }
 
 export function sandboxState(w: WorkspaceRow): SandboxState | null {

@@ -73,6 +73,7 @@ export class Pyro {
 
   createWorkspace(
     options: CreateOptions & {
+      promptSecret?: import("../core/secrets.js").SecretPrompt;
       allowHostCompat?: boolean;
       seedPath?: string;
       repoUrl?: string;
@@ -80,13 +81,14 @@ export class Pyro {
       networkPolicy?: string;
     } = {},
   ) {
-    const { allowHostCompat, seedPath, repoUrl, repoRef, networkPolicy, ...rest } = options;
+    const { allowHostCompat, seedPath, repoUrl, repoRef, networkPolicy, promptSecret, ...rest } = options;
     return this.ws.create({
       ...rest,
       ...(seedPath !== undefined ? { seed_path: seedPath } : {}),
       ...(repoUrl !== undefined ? { repo_url: repoUrl } : {}),
       ...(repoRef !== undefined ? { repo_ref: repoRef } : {}),
       ...(networkPolicy !== undefined ? { network_policy: networkPolicy } : {}),
+      ...(promptSecret ? { prompt_secret: promptSecret } : {}),
       allow_host_compat: allowHostCompat === true || rest.allow_host_compat === true,
     });
   }

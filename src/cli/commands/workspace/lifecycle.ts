@@ -1,5 +1,7 @@
 import type { Command } from "commander";
+import { parseSecretOptions } from "../../../core/secrets.js";
 import type { WorkspaceView } from "../../../core/views.js";
+import { terminalSecretPrompt } from "../../prompt.js";
 import { backendName, collect, keyValues, positiveNumber } from "../../args.js";
 import type { CliContext } from "../../main.js";
 import { act, table } from "../../output.js";
@@ -9,6 +11,7 @@ export function renderWorkspace(w: WorkspaceView): string {
     `workspace ${w.workspace_id}${w.name ? ` (${w.name})` : ""}: ${w.state}`,
     `  environment ${w.environment}, backend ${w.backend} (${w.execution_mode}), network ${w.network_policy}`,
     `  seed: ${w.workspace_seed.kind}${w.workspace_seed.source ? ` ${w.workspace_seed.source}` : ""} (${w.workspace_seed.file_count} files)`,
+    `  secrets: ${w.secrets.map((x) => `${x.name} (${x.kind})`).join(", ") || "-"}`,
     `  labels: ${
       Object.entries(w.labels)
         .map(([k, v]) => `${k}=${v}`)
@@ -29,6 +32,7 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
     .option("--label <K=V>", "label (repeatable)", collect)
     .option("--network <policy>", "network policy: off (default)")
     .option("--env <K=V>", "environment variable for every command (repeatable)", collect)
+    .option("--secret <NAME=SPEC>", "secret for every command: NAME=value, NAME=${HOST_VAR} or NAME=? to be prompted (repeatable)", collect)
     .option("--backend <name>", "isolation backend (default: strongest that works)")
     .option("--allow-host-compat", "allow the host backend (no isolation)")
     .option("--vcpus <n>", "virtual CPUs (default 1)", positiveNumber("--vcpus"))
@@ -54,6 +58,8 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
             labels: keyValues(o.label, "--label"),
             ...(o.network ? { network_policy: o.network } : {}),
             env: keyValues(o.env, "--env"),
+            secrets: parseSecretOptions(o.secret),
+            ...(terminalSecretPrompt() ? { prompt_secret: terminalSecretPrompt()! } : {}),
             ...(o.backend ? { backend: backendName(o.backend)! } : {}),
             allow_host_compat: o.allowHostCompat === true,
             ...(o.vcpus ? { vcpus: o.vcpus } : {}),
