@@ -8,9 +8,10 @@ export function terminalSecretPrompt(stdin: NodeJS.ReadStream = process.stdin, o
   if (!stdin.isTTY) return undefined;
   return (name) =>
     new Promise((resolve, reject) => {
-      out.write(`${name}: `);
+      // Echo off before the prompt appears: anything typed after seeing it stays hidden.
       stdin.setRawMode(true);
       stdin.resume();
+      out.write(`${name}: `);
       let value = "";
       const onData = (chunk: Buffer) => {
         for (const ch of chunk.toString("utf8")) {
