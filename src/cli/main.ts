@@ -1,11 +1,33 @@
 import { Command, CommanderError } from "commander";
 import { Engine } from "../core/engine.js";
 import { EXIT_OK, EXIT_USAGE, PyroError } from "../core/errors.js";
-import { registerDoctor } from "./commands/doctor.js";
-import { registerEnv } from "./commands/env.js";
-import { registerRun } from "./commands/run.js";
-import { registerWorkspace } from "./commands/workspace/index.js";
 import { type Io, reportError } from "./output.js";
+
+type Register = (program: Command, ctx: CliContext) => void;
+
+/**
+ * Command groups, loaded on demand: a CLI call imports only the group it runs (the MCP
+ * server and host onramps pull in the MCP SDK, ~300 ms of module loading that
+ * `workspace exec` should not pay). Help and unknown commands load every group.
+ */
+const GROUPS: Record<string, () => Promise<Register>> = {
+  doctor: async () => (await import("./commands/doctor.js")).registerDoctor,
+  env: async () => (await import("./commands/env.js")).registerEnv,
+  host: async () => (await import("./commands/host.js")).registerHost,
+  run: async () => (await import("./commands/run.js")).registerRun,
+  workspace: async () => (await import("./commands/workspace/index.js")).registerWorkspace,
+  mcp: async () => (await import("./commands/mcp.js")).registerMcp,
+};
+const ALIASES: Record<string, string> = { demo: "run", prepare: "run" };
+
+/** The groups an argv needs: the first word that is not an option, or all of them. */
+async function loadGroups(argv: string[]): Promise<Register[]> {
+  const first = argv.slice(2).find((a) => !a.startsWith("-"));
+  if (!first && (argv.includes("--version") || argv.includes("-V"))) return [];
+  const name = first ? (ALIASES[first] ?? first) : undefined;
+  const wanted = name && GROUPS[name] ? [GROUPS[name]] : Object.values(GROUPS);
+  return Promise.all(wanted.map((load) => load()));
+}
 
 /** What every command gets: its I/O, a lazily made engine, a cancellation signal. */
 export interface CliContext {
@@ -15,7 +37,7 @@ export interface CliContext {
   exitCode: number;
 }
 
-export function buildProgram(ctx: CliContext): Command {
+export function buildProgram(ctx: CliContext, groups: Register[]): Command {
   const program = new Command("pyro")
     .description("Disposable, isolated Linux workspaces for coding agents")
     .version(PACKAGE_VERSION, "-V, --version")
@@ -27,10 +49,7 @@ export function buildProgram(ctx: CliContext): Command {
       // Usage errors are rendered by main() as one line (or JSON): silence commander's own.
       outputError: () => {},
     });
-  registerDoctor(program, ctx);
-  registerEnv(program, ctx);
-  registerRun(program, ctx);
-  registerWorkspace(program, ctx);
+  for (const register of groups) register(program, ctx);
   return program;
 }
 
@@ -60,7 +79,7 @@ export async function main(argv: string[], io?: Partial<Io>): Promise<number> {
   };
   const wantsJson = argv.includes("--json");
   try {
-    await buildProgram(ctx).parseAsync(argv);
+    await buildProgram(ctx, await loadGroups(argv)).parseAsync(argv);
     return ctx.exitCode;
   } catch (err) {
     if (err instanceof CommanderError) {

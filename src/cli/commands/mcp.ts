@@ -1,0 +1,132 @@
+import { resolve } from "node:path";
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import type { Command } from "commander";
+import { debugEnabled } from "../../core/config.js";
+import { EXIT_OK, toPyroError } from "../../core/errors.js";
+import { parseHttpAddress, serveHttp } from "../../mcp/http.js";
+import { MODE_NAMES, PROFILE_NAMES, toolSet } from "../../mcp/profiles.js";
+import { defaultSeed, prefetch } from "../../mcp/seed.js";
+import { CallTracker, createServer } from "../../mcp/server.js";
+import { Pyro } from "../../sdk/pyro.js";
+import type { CliContext } from "../main.js";
+import { reportError } from "../output.js";
+
+interface ServeFlags {
+  profile?: string;
+  mode?: string;
+  projectPath?: string;
+  repoUrl?: string;
+  repoRef?: string;
+  http?: string;
+  allowHostCompat?: boolean;
+}
+
+/** How long a shutdown waits for calls in flight (they are cancelled first). */
+const DRAIN_MS = 10_000;
+
+/** `pyro mcp serve`: the product entrypoint that MCP hosts launch. */
+export function registerMcp(program: Command, ctx: CliContext): void {
+  const mcp = program
+    .command("mcp")
+    .description("the MCP server for chat hosts (Claude Code, Codex, OpenCode, any MCP client)");
+  mcp
+    .command("serve")
+    .description(
+      "serve pyro's tools over MCP: stdio by default (what hosts launch), or Streamable HTTP on loopback",
+    )
+    .option("--profile <name>", `tool profile: ${PROFILE_NAMES.join(", ")} (default workspace-core)`)
+    .option("--mode <name>", `curated tool set for one workflow: ${MODE_NAMES.join(", ")}`)
+    .option(
+      "--project-path <path>",
+      "default seed for workspace_create (for hosts that do not start the server in the project)",
+    )
+    .option("--repo-url <url>", "default seed: a clean clone of this repository, made once per server")
+    .option("--repo-ref <ref>", "branch, tag or commit for --repo-url")
+    .option(
+      "--http <host:port>",
+      "serve Streamable HTTP on loopback at http://HOST:PORT/mcp instead of stdio (port 0: a free one)",
+    )
+    .option("--allow-host-compat", "allow the host backend (no isolation) for creates and runs")
+    .action(async (o: ServeFlags) => {
+      ctx.exitCode = await serve(ctx, o);
+    });
+}
+
+async function serve(ctx: CliContext, o: ServeFlags): Promise<number> {
+  const log = debugEnabled(ctx.io.env)
+    ? (line: string) => ctx.io.stderr.write(`pyro mcp: ${line}\n`)
+    : () => {};
+  let cleanup = async () => {};
+  try {
+    const set = toolSet({
+      ...(o.profile ? { profile: o.profile } : {}),
+      ...(o.mode ? { mode: o.mode } : {}),
+    });
+    const address = o.http !== undefined ? parseHttpAddress(o.http) : undefined;
+    const cwd = process.cwd();
+    const seed = await defaultSeed({
+      projectPath: o.projectPath,
+      repoUrl: o.repoUrl,
+      repoRef: o.repoRef,
+      cwd,
+    });
+    prefetch(seed);
+    const pyro = new Pyro({ env: ctx.io.env });
+    const shutdown = new AbortController();
+    const calls = new CallTracker();
+    cleanup = async () => {
+      shutdown.abort();
+      await calls.drain(DRAIN_MS);
+      await pyro.close();
+      await seed.close();
+    };
+    const newServer = () =>
+      createServer(pyro, {
+        profile: o.profile,
+        mode: o.mode,
+        seed,
+        allowHostCompat: o.allowHostCompat === true,
+        baseDir: o.projectPath !== undefined ? resolve(cwd, o.projectPath) : cwd,
+        shutdown: shutdown.signal,
+        calls,
+        log,
+      });
+    const what = `${set.kind} ${set.name} (${set.tools.length} tools), default seed: ${seed.describe()}`;
+    if (o.allowHostCompat)
+      ctx.io.stderr.write(
+        "pyro mcp: warning: --allow-host-compat: creates may run on the host without isolation\n",
+      );
+
+    if (address) {
+      const endpoint = await serveHttp(newServer, address);
+      // The address is the one thing a user of --http needs (port 0 picks it): always shown.
+      ctx.io.stderr.write(`pyro mcp: serving ${what} at ${endpoint.url}\n`);
+      await aborted(ctx.signal);
+      await endpoint.close();
+    } else {
+      const server = newServer();
+      const transport = new StdioServerTransport(process.stdin, ctx.io.stdout);
+      const ended = new Promise<void>((done) => {
+        // The stdio transport does not watch for EOF: a host closing our stdin is the end.
+        process.stdin.once("end", done);
+        process.stdin.once("close", done);
+        server.server.onclose = () => done();
+        ctx.signal.addEventListener("abort", () => done(), { once: true });
+      });
+      await server.connect(transport);
+      log(`serving ${what} on stdio`);
+      await ended;
+      await server.close();
+    }
+    return EXIT_OK;
+  } catch (err) {
+    return reportError(ctx.io, {}, toPyroError(err));
+  } finally {
+    await cleanup();
+  }
+}
+
+function aborted(signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((done) => signal.addEventListener("abort", () => done(), { once: true }));
+}

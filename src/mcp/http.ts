@@ -1,0 +1,176 @@
+import { randomUUID } from "node:crypto";
+import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js";
+import { PyroError } from "../core/errors.js";
+
+/** Loopback only: the server runs commands and writes host files for whoever reaches it. */
+const LOOPBACK_HOSTS: Record<string, string> = {
+  "127.0.0.1": "127.0.0.1",
+  localhost: "127.0.0.1",
+  "::1": "::1",
+  "[::1]": "::1",
+};
+
+/** Largest request body accepted (a patch or a file's text travels in one request). */
+const MAX_BODY_BYTES = 32 * 1024 * 1024;
+
+export interface HttpAddress {
+  host: string;
+  port: number;
+}
+
+/** Parses `--http HOST:PORT` (HOST one of 127.0.0.1, localhost, [::1]; PORT 0 picks a free one). */
+export function parseHttpAddress(spec: string): HttpAddress {
+  const m = /^(\[::1\]|[^:]+):(\d{1,5})$/.exec(spec.trim());
+  const host = m ? LOOPBACK_HOSTS[m[1]!] : undefined;
+  const port = m ? Number(m[2]) : Number.NaN;
+  if (!m || !(port >= 0 && port <= 65535)) {
+    throw new PyroError(
+      "invalid_argument",
+      `--http wants HOST:PORT, got '${spec}'`,
+      "e.g. --http 127.0.0.1:8765 (port 0 picks a free one)",
+    );
+  }
+  if (!host) {
+    throw new PyroError(
+      "invalid_argument",
+      `--http binds to loopback only, not '${m[1]}'`,
+      "use 127.0.0.1, localhost or [::1]",
+    );
+  }
+  return { host, port };
+}
+
+export interface HttpEndpoint {
+  /** The MCP endpoint, e.g. http://127.0.0.1:8765/mcp. */
+  url: string;
+  close(): Promise<void>;
+}
+
+interface Session {
+  transport: StreamableHTTPServerTransport;
+  server: McpServer;
+}
+
+/**
+ * Serves MCP over Streamable HTTP at `/mcp` on a loopback address. Every session
+ * (initialize request) gets its own McpServer from `newServer`, all sharing one SDK
+ * client; sessions are stateful, so a client's cancel notification reaches the request
+ * it cancels. Requests whose Host or Origin is not loopback are refused (DNS rebinding).
+ */
+export async function serveHttp(newServer: () => McpServer, address: HttpAddress): Promise<HttpEndpoint> {
+  const sessions = new Map<string, Session>();
+  let allowedHosts: string[] = [];
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const url = new URL(req.url ?? "/", "http://loopback");
+    if (url.pathname !== "/mcp") return reply(res, 404, "not found: the MCP endpoint is /mcp");
+    if (!allowedHosts.includes(req.headers.host ?? ""))
+      return reply(res, 403, `forbidden Host header '${req.headers.host ?? ""}'`);
+    const origin = req.headers.origin;
+    if (origin !== undefined && !isLoopbackOrigin(origin))
+      return reply(res, 403, `forbidden Origin '${origin}'`);
+
+    const sessionId = req.headers["mcp-session-id"];
+    const body = req.method === "POST" ? await readJson(req) : undefined;
+    if (typeof sessionId === "string") {
+      const session = sessions.get(sessionId);
+      if (!session) return reply(res, 404, "unknown or expired session; initialize again");
+      return session.transport.handleRequest(req, res, body);
+    }
+    if (req.method !== "POST" || !isInitializeRequest(body)) {
+      return reply(res, 400, "no mcp-session-id header: the first request of a session must be initialize");
+    }
+    const server = newServer();
+    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: () => randomUUID(),
+      onsessioninitialized: (id) => {
+        sessions.set(id, { transport, server });
+      },
+    });
+    transport.onclose = () => {
+      if (transport.sessionId) sessions.delete(transport.sessionId);
+    };
+    await server.connect(transport);
+    await transport.handleRequest(req, res, body);
+  };
+
+  const http = createHttpServer((req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      if (err instanceof BodyError) return reply(res, err.status, err.message);
+      if (!res.headersSent) reply(res, 500, "internal error");
+      else res.end();
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    http.once("error", (err: NodeJS.ErrnoException) =>
+      reject(
+        err.code === "EADDRINUSE"
+          ? new PyroError(
+              "conflict",
+              `${address.host}:${address.port} is already in use`,
+              "pick another port, or 0 for a free one",
+            )
+          : err,
+      ),
+    );
+    http.listen(address.port, address.host, () => resolve());
+  });
+  const port = (http.address() as AddressInfo).port;
+  const hostPart = address.host === "::1" ? "[::1]" : address.host;
+  allowedHosts = [`${hostPart}:${port}`, `localhost:${port}`];
+  return {
+    url: `http://${hostPart}:${port}/mcp`,
+    close: async () => {
+      for (const { transport, server } of [...sessions.values()]) {
+        await server.close().catch(() => {});
+        await transport.close().catch(() => {});
+      }
+      sessions.clear();
+      const closed = new Promise<void>((resolve) => http.close(() => resolve()));
+      http.closeAllConnections();
+      await closed;
+    },
+  };
+}
+
+function isLoopbackOrigin(origin: string): boolean {
+  try {
+    const u = new URL(origin);
+    return ["127.0.0.1", "localhost", "[::1]"].includes(u.hostname);
+  } catch {
+    return false;
+  }
+}
+
+class BodyError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_BODY_BYTES) throw new BodyError(413, `request body over ${MAX_BODY_BYTES} bytes`);
+    chunks.push(chunk as Buffer);
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString("utf8"));
+  } catch {
+    throw new BodyError(400, "the request body is not JSON");
+  }
+}
+
+function reply(res: ServerResponse, status: number, message: string): void {
+  res.writeHead(status, { "content-type": "application/json" });
+  res.end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32000, message }, id: null }));
+}

@@ -1,0 +1,221 @@
+/**
+ * Profiles and modes as data: which tools a server exposes. A profile is a capability
+ * level; a mode is a curated set for one workflow (CONTRACT §5). Pinned by
+ * tests/unit/mcp/profiles.test.ts; docs/mcp.md lists the same sets.
+ */
+import { PyroError } from "../core/errors.js";
+
+export const TOOL_NAMES = [
+  "vm_run",
+  "workspace_create",
+  "workspace_list",
+  "workspace_update",
+  "workspace_status",
+  "workspace_sync_push",
+  "workspace_exec",
+  "workspace_logs",
+  "workspace_summary",
+  "workspace_file_list",
+  "workspace_file_read",
+  "workspace_file_write",
+  "workspace_patch_apply",
+  "workspace_diff",
+  "workspace_export",
+  "workspace_reset",
+  "workspace_delete",
+  "snapshot_create",
+  "snapshot_list",
+  "snapshot_delete",
+  "workspace_stop",
+  "workspace_start",
+] as const;
+export type ToolName = (typeof TOOL_NAMES)[number];
+
+const CORE: readonly ToolName[] = [
+  "vm_run",
+  "workspace_create",
+  "workspace_list",
+  "workspace_update",
+  "workspace_status",
+  "workspace_sync_push",
+  "workspace_exec",
+  "workspace_logs",
+  "workspace_summary",
+  "workspace_file_list",
+  "workspace_file_read",
+  "workspace_file_write",
+  "workspace_patch_apply",
+  "workspace_diff",
+  "workspace_export",
+  "workspace_reset",
+  "workspace_delete",
+];
+
+/**
+ * workspace-full grows with the core. Not here yet because the core does not have them:
+ * services (service_*), PTY shells (shell_*), stopped-workspace disk tools
+ * (workspace_disk_*), network approval, published ports on create.
+ */
+const FULL: readonly ToolName[] = [
+  ...CORE,
+  "snapshot_create",
+  "snapshot_list",
+  "snapshot_delete",
+  "workspace_stop",
+  "workspace_start",
+];
+
+export interface ToolSet {
+  kind: "profile" | "mode";
+  name: string;
+  description: string;
+  tools: readonly ToolName[];
+  /** workspace_create also takes `network_policy` and `secrets` (the full profile's options on create). */
+  fullCreate: boolean;
+}
+
+export const PROFILES = {
+  "vm-run": {
+    kind: "profile",
+    name: "vm-run",
+    description: "one-shot commands in a throwaway sandbox, nothing persistent",
+    tools: ["vm_run"],
+    fullCreate: false,
+  },
+  "workspace-core": {
+    kind: "profile",
+    name: "workspace-core",
+    description: "the persistent workspace loop: create, exec, edit, diff, export, reset, delete",
+    tools: CORE,
+    fullCreate: false,
+  },
+  "workspace-full": {
+    kind: "profile",
+    name: "workspace-full",
+    description: "workspace-core plus snapshots, stop/start, and secrets and network options on create",
+    tools: FULL,
+    fullCreate: true,
+  },
+} as const satisfies Record<string, ToolSet>;
+
+export const MODES = {
+  "repro-fix": {
+    kind: "mode",
+    name: "repro-fix",
+    description: "reproduce a failure, patch, rerun, diff, export, reset; several named workspaces at once",
+    tools: [
+      "workspace_create",
+      "workspace_list",
+      "workspace_status",
+      "workspace_update",
+      "workspace_exec",
+      "workspace_file_list",
+      "workspace_file_read",
+      "workspace_file_write",
+      "workspace_patch_apply",
+      "workspace_diff",
+      "workspace_export",
+      "workspace_reset",
+      "workspace_summary",
+      "workspace_delete",
+    ],
+    fullCreate: false,
+  },
+  inspect: {
+    kind: "mode",
+    name: "inspect",
+    description:
+      "inspect untrusted code with the smallest persistent surface: read, run, report, export; no edit tools",
+    tools: [
+      "workspace_create",
+      "workspace_list",
+      "workspace_status",
+      "workspace_file_list",
+      "workspace_file_read",
+      "workspace_exec",
+      "workspace_export",
+      "workspace_summary",
+      "workspace_delete",
+    ],
+    fullCreate: false,
+  },
+  "cold-start": {
+    kind: "mode",
+    name: "cold-start",
+    description: "validate a fresh repository: run its checks, read and export the reports, reset and retry",
+    tools: [
+      "workspace_create",
+      "workspace_status",
+      "workspace_exec",
+      "workspace_logs",
+      "workspace_file_list",
+      "workspace_file_read",
+      "workspace_export",
+      "workspace_reset",
+      "workspace_summary",
+      "workspace_delete",
+    ],
+    fullCreate: false,
+  },
+  "review-eval": {
+    kind: "mode",
+    name: "review-eval",
+    description:
+      "review and evaluate: checkpoint snapshots, run evaluations, diff, reset to a checkpoint, export",
+    tools: [
+      "workspace_create",
+      "workspace_status",
+      "workspace_exec",
+      "workspace_file_list",
+      "workspace_file_read",
+      "workspace_diff",
+      "snapshot_create",
+      "snapshot_list",
+      "workspace_reset",
+      "workspace_export",
+      "workspace_summary",
+      "workspace_delete",
+    ],
+    fullCreate: false,
+  },
+} as const satisfies Record<string, ToolSet>;
+
+export type ProfileName = keyof typeof PROFILES;
+export type ModeName = keyof typeof MODES;
+export const PROFILE_NAMES = Object.keys(PROFILES) as ProfileName[];
+export const MODE_NAMES = Object.keys(MODES) as ModeName[];
+export const DEFAULT_PROFILE: ProfileName = "workspace-core";
+
+/** A server serves one profile or one mode. */
+export type Selection = { profile: ProfileName } | { mode: ModeName };
+
+/** The tool set of a profile or mode (the default profile when neither is given). */
+export function toolSet(selection: Partial<{ profile: string; mode: string }> = {}): ToolSet {
+  if (selection.profile !== undefined && selection.mode !== undefined) {
+    throw new PyroError("invalid_argument", "pass either --mode or --profile, not both");
+  }
+  if (selection.mode !== undefined) {
+    const m = (MODES as Record<string, ToolSet>)[selection.mode];
+    if (!m)
+      throw new PyroError(
+        "invalid_argument",
+        `unknown mode '${selection.mode}'`,
+        `modes: ${MODE_NAMES.join(", ")}`,
+      );
+    return m;
+  }
+  const name = selection.profile ?? DEFAULT_PROFILE;
+  const p = (PROFILES as Record<string, ToolSet>)[name];
+  if (!p)
+    throw new PyroError(
+      "invalid_argument",
+      `unknown profile '${name}'`,
+      `profiles: ${PROFILE_NAMES.join(", ")}`,
+    );
+  return p;
+}
+
+/** The tool names of a profile or mode, in listing order. */
+export function toolNames(selection: Partial<{ profile: string; mode: string }> = {}): ToolName[] {
+  return [...toolSet(selection).tools];
+}

@@ -1,0 +1,189 @@
+/**
+ * Zod schemas shared by the MCP tools: argument pieces (with descriptions written for a
+ * model) and the result objects. Results are the SDK's snake_case objects unchanged; the
+ * schemas pin the contract's fields and stay loose (extra fields pass) so the core can
+ * add fields without breaking clients that validate.
+ */
+import { z } from "zod";
+import { BACKEND_NAMES } from "../backends/backend.js";
+import { ERROR_CODES } from "../core/errors.js";
+import { DEFAULT_ENVIRONMENT, OFFICIAL_ENVIRONMENTS } from "../env/catalog.js";
+
+// ---------------------------------------------------------------- arguments
+
+export const workspaceIdArg = z
+  .string()
+  .min(1)
+  .describe("The workspace: its id (ws_ followed by 12 hex digits) or its unique name.");
+
+export const environmentArg = z
+  .string()
+  .min(1)
+  .describe(
+    `Environment (root filesystem) to start from; default ${DEFAULT_ENVIRONMENT}. Official: ${OFFICIAL_ENVIRONMENTS.map((e) => e.name).join(", ")}.`,
+  );
+
+export const backendArg = z
+  .enum(BACKEND_NAMES)
+  .describe(
+    "Isolation backend; omit it to get the strongest one that works on this host. 'host' (no isolation) works only when the server was started with --allow-host-compat.",
+  );
+
+export const commandArg = z
+  .string()
+  .min(1)
+  .describe("Shell command string, run as `/bin/sh -c COMMAND` (pipes, && and quoting work as in a shell).");
+
+export const timeoutArg = z
+  .number()
+  .positive()
+  .max(86_400)
+  .describe(
+    "Seconds before the command's whole process tree is killed (default 300); the result then has timed_out: true.",
+  );
+
+export const envArg = z
+  .record(
+    z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are letters, digits and _"),
+    z.string(),
+  )
+  .describe("Environment variables for the command(s), as an object {NAME: value}.");
+
+export const labelsArg = z
+  .record(z.string().min(1), z.string())
+  .describe('Labels as an object {key: value}, e.g. {"task": "issue-42"}.');
+
+export const workspacePathArg = z
+  .string()
+  .min(1)
+  .describe(
+    "Path inside the workspace: relative to /workspace, or absolute under /workspace. Paths that leave /workspace are refused.",
+  );
+
+export const snapshotArg = z
+  .string()
+  .min(1)
+  .describe("Snapshot name; default 'baseline' (the seed the workspace was created from).");
+
+export const hostPathNote =
+  "Host path; a relative path is resolved against the server's project directory (--project-path, else the directory the server was started in).";
+
+// ---------------------------------------------------------------- results
+
+export const errorObject = z.object({
+  code: z.enum(ERROR_CODES),
+  message: z.string(),
+  hint: z.string().optional(),
+});
+
+/** What a failed call returns as structuredContent. */
+export const errorResult = z.object({ error: errorObject });
+
+const timestamp = z.string();
+const count = z.number().int().min(0);
+
+export const workspaceSeed = z.looseObject({
+  kind: z.enum(["directory", "git", "empty"]),
+  source: z.string().nullable(),
+  ref: z.string().optional(),
+  commit: z.string().optional(),
+  file_count: count,
+  bytes: count,
+});
+
+export const executionMode = z.enum(["guest_agent", "host_compat"]);
+
+const workspaceState = z.enum(["creating", "running", "stopped", "error", "deleting"]);
+
+/** create / status / update / stop / start: the workspace view. */
+export const workspaceShape = {
+  workspace_id: z.string(),
+  name: z.string().nullable(),
+  labels: z.record(z.string(), z.string()),
+  environment: z.string(),
+  backend: z.enum(BACKEND_NAMES),
+  execution_mode: executionMode,
+  state: workspaceState,
+  network_policy: z.string(),
+  created_at: timestamp,
+  last_activity_at: timestamp,
+  expires_at: timestamp.nullable(),
+  workspace_seed: workspaceSeed,
+  current_snapshot: z.string().nullable(),
+  reset_count: count,
+  limits: z.looseObject({ vcpus: z.number(), memory_mib: z.number(), pids_max: z.number().nullable() }),
+  error: z.looseObject({ code: z.string(), message: z.string(), hint: z.string().optional() }).nullable(),
+  /** Names and kinds only, never values. */
+  secrets: z.array(z.looseObject({ name: z.string(), kind: z.string() })).optional(),
+};
+export const workspaceObject = z.looseObject(workspaceShape);
+
+/** How the server chose a default seed (present only when `seed_path` was omitted and a default exists). */
+export const defaultSeedObject = z.looseObject({
+  origin: z.enum(["cwd", "project_path", "repo_url"]),
+  path: z.string(),
+  repo_url: z.string().optional(),
+  repo_ref: z.string().optional(),
+  commit: z.string().optional(),
+});
+
+export const listItem = z.looseObject({
+  workspace_id: z.string(),
+  name: z.string().nullable(),
+  labels: z.record(z.string(), z.string()),
+  environment: z.string(),
+  backend: z.enum(BACKEND_NAMES),
+  state: workspaceState,
+  created_at: timestamp,
+  last_activity_at: timestamp,
+  expires_at: timestamp.nullable(),
+  command_count: count,
+  service_count: count,
+  running_service_count: count,
+});
+
+export const changeEntry = z.looseObject({
+  path: z.string(),
+  status: z.enum(["added", "modified", "deleted"]),
+});
+export const diffSummary = z.looseObject({ total: count, added: count, modified: count, deleted: count });
+
+export const fileEntry = z.looseObject({
+  path: z.string(),
+  artifact_type: z.enum(["file", "directory", "symlink", "other"]),
+  size_bytes: count,
+  link_target: z.string().nullable(),
+});
+
+export const snapshotObject = z.looseObject({
+  workspace_id: z.string(),
+  snapshot_name: z.string(),
+  kind: z.string(),
+  created_at: timestamp,
+  size_bytes: count,
+  file_count: count,
+});
+
+/**
+ * The outputSchema a tool advertises: the success object, plus an optional `error`
+ * member, with "either the success fields or `error`" expressed as JSON Schema `anyOf`.
+ *
+ * Why: failures are results whose structuredContent is `{error: {...}}` (CONTRACT §7),
+ * and MCP clients (the official SDK's among them) validate any structuredContent against
+ * the advertised outputSchema, error results included. A schema that only described
+ * success would make every error result a client-side validation failure. The zod
+ * object below is only used to render the JSON Schema; the server validates successes
+ * with the strict success schema and errors with `errorResult`.
+ */
+export function advertisedOutput(success: z.ZodObject): z.ZodObject {
+  const required = Object.entries(success.shape)
+    .filter(([, s]) => !(s as z.ZodType).safeParse(undefined).success)
+    .map(([k]) => k);
+  // A workspace view has an `error` of its own (why the workspace is in the error state,
+  // or null): that member admits both shapes. `isError` is what tells a failed call.
+  const own = success.shape.error as z.ZodType | undefined;
+  const error = own ? z.union([own, errorObject]) : errorObject.optional();
+  return z
+    .looseObject({ ...success.shape, error })
+    .meta({ anyOf: [{ required }, { required: ["error"] }], required: undefined });
+}

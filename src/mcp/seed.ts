@@ -1,0 +1,205 @@
+import { mkdtemp, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { PyroError } from "../core/errors.js";
+import { run, which } from "../util/run.js";
+
+/** Where a workspace's files come from when `workspace_create` omits `seed_path`. */
+export interface DefaultSeedInfo {
+  origin: "cwd" | "project_path" | "repo_url";
+  /** The directory seeded from (a Git checkout: its tracked files are copied). */
+  path: string;
+  repo_url?: string;
+  repo_ref?: string;
+  commit?: string;
+}
+
+/**
+ * The server's default seed. `resolve()` is called per create; a clone is made once per
+ * server (on first use, started in the background at startup) and reused, so every
+ * workspace of one server starts from the same commit.
+ */
+export interface DefaultSeed {
+  /** One line for logs and docs: what the default is. */
+  describe(): string;
+  resolve(signal?: AbortSignal): Promise<DefaultSeedInfo | null>;
+  close(): Promise<void>;
+}
+
+export interface SeedFlags {
+  projectPath?: string | undefined;
+  repoUrl?: string | undefined;
+  repoRef?: string | undefined;
+  /** The directory the server was started in. */
+  cwd: string;
+}
+
+/**
+ * Chooses the default seed from the server's flags, in this order:
+ * `--repo-url` (a clean clone), `--project-path` (that directory; the top of its Git
+ * checkout when it is inside one), else the Git checkout containing `cwd`. A `cwd` that
+ * is not inside a Git checkout gives no default (an empty workspace): copying an
+ * arbitrary directory, a home directory say, would be a surprise.
+ */
+export async function defaultSeed(flags: SeedFlags): Promise<DefaultSeed> {
+  if (flags.repoRef !== undefined && flags.repoUrl === undefined) {
+    throw new PyroError("invalid_argument", "--repo-ref needs --repo-url");
+  }
+  if (flags.repoUrl !== undefined) {
+    if (flags.projectPath !== undefined)
+      throw new PyroError("invalid_argument", "pass either --project-path or --repo-url, not both");
+    return new RepoSeed(flags.repoUrl, flags.repoRef);
+  }
+  if (flags.projectPath !== undefined) {
+    const dir = resolve(flags.cwd, flags.projectPath);
+    const st = await stat(dir).catch(() => null);
+    if (!st?.isDirectory())
+      throw new PyroError("invalid_argument", `--project-path ${dir} is not a directory`);
+    return new LocalSeed({ origin: "project_path", path: (await gitToplevel(dir)) ?? dir });
+  }
+  const top = await gitToplevel(resolve(flags.cwd));
+  return top ? new LocalSeed({ origin: "cwd", path: top }) : NO_SEED;
+}
+
+/** The top directory of the Git checkout containing `dir`, or null. */
+export async function gitToplevel(dir: string): Promise<string | null> {
+  if (!(await which("git"))) return null;
+  const r = await run(["git", "-C", dir, "rev-parse", "--show-toplevel"], { timeoutMs: 10_000 });
+  return r.exitCode === 0 && r.stdout.trim() !== "" ? resolve(r.stdout.trim()) : null;
+}
+
+export const NO_SEED: DefaultSeed = {
+  describe: () => "none (workspaces start empty unless seed_path is given)",
+  resolve: async () => null,
+  close: async () => {},
+};
+
+/** A fixed directory: the test-supplied one, --project-path, or the cwd's checkout. */
+export class LocalSeed implements DefaultSeed {
+  constructor(private readonly info: DefaultSeedInfo) {}
+  describe(): string {
+    return `${this.info.path} (${this.info.origin === "cwd" ? "the Git checkout the server started in" : "--project-path"})`;
+  }
+  async resolve(): Promise<DefaultSeedInfo> {
+    return this.info;
+  }
+  async close(): Promise<void> {}
+}
+
+/** A clean clone of --repo-url (at --repo-ref), made once per server in a private temp directory. */
+class RepoSeed implements DefaultSeed {
+  private clone: Promise<DefaultSeedInfo> | undefined;
+  private tmp: string | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly url: string,
+    private readonly ref: string | undefined,
+  ) {}
+
+  describe(): string {
+    return `a clean clone of ${this.url}${this.ref ? ` at ${this.ref}` : ""}`;
+  }
+
+  /** Starts the clone now (startup), without waiting; a failure is reported at first use. */
+  prefetch(): void {
+    this.start().catch(() => {});
+  }
+
+  async resolve(signal?: AbortSignal): Promise<DefaultSeedInfo> {
+    // The clone is shared by every call; a cancelled call stops waiting, the clone goes on.
+    return abortable(this.start(), signal);
+  }
+
+  private start(): Promise<DefaultSeedInfo> {
+    if (this.closed) return Promise.reject(new PyroError("conflict", "the server is shutting down"));
+    if (!this.clone) {
+      this.clone = this.cloneOnce();
+      // A failed clone (network, typo) is retried by the next create, not cached.
+      this.clone.catch(() => {
+        this.clone = undefined;
+      });
+    }
+    return this.clone;
+  }
+
+  private async cloneOnce(): Promise<DefaultSeedInfo> {
+    if (!(await which("git")))
+      throw new PyroError(
+        "invalid_argument",
+        "git is not installed on the host",
+        "install git to use --repo-url",
+      );
+    const tmp = await mkdtemp(join(tmpdir(), "pyro-mcp-clone-"));
+    this.tmp = tmp;
+    const dir = join(tmp, "repo");
+    const env = { ...process.env, GIT_TERMINAL_PROMPT: "0" };
+    // A commit id cannot be passed to --branch: clone fully, then check it out.
+    const isCommit = this.ref !== undefined && /^[0-9a-f]{7,40}$/.test(this.ref);
+    const argv = ["git", "clone", "--quiet", "--no-hardlinks"];
+    if (!isCommit) argv.push("--depth", "1");
+    if (this.ref && !isCommit) argv.push("--branch", this.ref);
+    argv.push("--", this.url, dir);
+    const r = await run(argv, { timeoutMs: 10 * 60_000, env });
+    if (r.exitCode !== 0) {
+      await rm(tmp, { recursive: true, force: true });
+      throw new PyroError(
+        "invalid_argument",
+        `cannot clone ${this.url}${this.ref ? ` at ${this.ref}` : ""}: ${lastLine(r.stderr)}`,
+        "check the server's --repo-url and --repo-ref",
+      );
+    }
+    if (isCommit) {
+      const co = await run(["git", "-C", dir, "checkout", "--quiet", "--detach", this.ref!], {
+        timeoutMs: 60_000,
+        env,
+      });
+      if (co.exitCode !== 0) {
+        await rm(tmp, { recursive: true, force: true });
+        throw new PyroError("invalid_argument", `cannot check out ${this.ref}: ${lastLine(co.stderr)}`);
+      }
+    }
+    const head = await run(["git", "-C", dir, "rev-parse", "HEAD"], { timeoutMs: 10_000 });
+    return {
+      origin: "repo_url",
+      path: dir,
+      repo_url: this.url,
+      ...(this.ref ? { repo_ref: this.ref } : {}),
+      ...(head.exitCode === 0 ? { commit: head.stdout.trim() } : {}),
+    };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.clone?.catch(() => {});
+    if (this.tmp) await rm(this.tmp, { recursive: true, force: true });
+  }
+}
+
+/** Starts cloning a --repo-url seed in the background, so the first create waits less. */
+export function prefetch(seed: DefaultSeed): void {
+  if (seed instanceof RepoSeed) seed.prefetch();
+}
+
+function lastLine(text: string): string {
+  return text.trim().split("\n").pop() ?? "";
+}
+
+function abortable<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return p;
+  if (signal.aborted) return Promise.reject(new PyroError("cancelled", "the operation was cancelled"));
+  return new Promise<T>((resolvePromise, reject) => {
+    const onAbort = () => reject(new PyroError("cancelled", "the operation was cancelled"));
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolvePromise(v);
+      },
+      (err) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(err);
+      },
+    );
+  });
+}

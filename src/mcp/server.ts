@@ -1,0 +1,259 @@
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js";
+import {
+  CallToolRequestSchema,
+  type CallToolResult,
+  type ServerNotification,
+  type ServerRequest,
+} from "@modelcontextprotocol/sdk/types.js";
+import type { z } from "zod";
+import { PyroError, toPyroError } from "../core/errors.js";
+import type { Pyro } from "../sdk/pyro.js";
+import { TOOL_NAMES, type ToolName, type ToolSet, toolSet } from "./profiles.js";
+import { RequestProgress } from "./progress.js";
+import { advertisedOutput } from "./schemas.js";
+import { type DefaultSeed, NO_SEED } from "./seed.js";
+import { type DescribeEnv, hostPathResolver, type ToolContext, type ToolDefinition } from "./tool.js";
+import { toolDefinitions } from "./tools/index.js";
+
+export const SERVER_NAME = "pyro-mcp";
+export const SERVER_VERSION = "0.1.0";
+
+export interface ServerOptions {
+  /** A profile name (default workspace-core) or a mode name; not both. */
+  profile?: string | undefined;
+  mode?: string | undefined;
+  /** Seed for workspace_create without seed_path (default: none, an empty workspace). */
+  seed?: DefaultSeed;
+  /** Lets creates and runs use the host backend (no isolation); never chosen otherwise. */
+  allowHostCompat?: boolean;
+  /** Directory that relative host paths (seed_path, output_path, source_path) are resolved against. */
+  baseDir?: string;
+  /** Server-wide shutdown: aborts every call in flight. */
+  shutdown?: AbortSignal;
+  /** Tracks calls in flight so a shutdown can wait for them before closing the SDK. */
+  calls?: CallTracker;
+  /** Debug log (stderr behind PYRO_DEBUG); never stdout, which is the stdio transport. */
+  log?: (line: string) => void;
+}
+
+type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
+
+/**
+ * Builds the MCP server for one profile or mode on an SDK client. Tools are registered
+ * on the SDK's McpServer (which lists them with their JSON Schemas), and `tools/call` is
+ * answered by one wrapper that:
+ * - validates arguments itself, so malformed ones become an `invalid_argument` result
+ *   with structuredContent `{error}` (the McpServer's own validation answers with bare
+ *   text and no code);
+ * - turns anything thrown into `isError: true` + `{error: {code, message, hint}}` via
+ *   `toPyroError`, so the server keeps serving after any failure;
+ * - checks each success against the tool's output schema (a mismatch is an `internal`
+ *   error, never a malformed result);
+ * - sends progress (heartbeats for long tools, environment build steps) when the client
+ *   asked for it, and passes the request's AbortSignal on, so a client's cancel stops
+ *   the work.
+ */
+export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer {
+  const set = toolSet({ ...optional("profile", options.profile), ...optional("mode", options.mode) });
+  const tools = toolDefinitions(set);
+  const byName = new Map<string, ToolDefinition>(tools.map((t) => [t.name, t]));
+  const seed = options.seed ?? NO_SEED;
+  const env: DescribeEnv = { available: new Set(set.tools), defaultSeed: seed.describe() };
+  const hostPath = hostPathResolver(options.baseDir ?? process.cwd());
+  const log = options.log ?? (() => {});
+
+  const server = new McpServer(
+    { name: SERVER_NAME, version: SERVER_VERSION, title: "pyro: disposable isolated workspaces" },
+    { capabilities: { tools: {} }, instructions: instructions(set, env) },
+  );
+
+  const call = async (tool: ToolDefinition, raw: unknown, extra: Extra): Promise<CallToolResult> => {
+    const parsed = tool.input.safeParse(raw ?? {});
+    if (!parsed.success) {
+      return errorResult(
+        new PyroError(
+          "invalid_argument",
+          `invalid arguments for ${tool.name}: ${issues(parsed.error)}`,
+          `see the inputSchema of ${tool.name}`,
+        ),
+      );
+    }
+    const progress = new RequestProgress({
+      progressToken: extra._meta?.progressToken,
+      send: (params) => extra.sendNotification({ method: "notifications/progress", params }),
+    });
+    const signal = options.shutdown ? AbortSignal.any([extra.signal, options.shutdown]) : extra.signal;
+    const ctx: ToolContext = {
+      pyro,
+      seed,
+      allowHostCompat: options.allowHostCompat === true,
+      hostPath,
+      signal,
+      progress,
+    };
+    if (tool.long) progress.startHeartbeat(tool.long);
+    const started = performance.now();
+    try {
+      const result = await tool.run(parsed.data, ctx);
+      const checked = tool.output.safeParse(result);
+      if (!checked.success) {
+        log(`${tool.name}: result does not match the output schema: ${issues(checked.error)}`);
+        return errorResult(
+          new PyroError(
+            "internal",
+            `${tool.name} produced a result that does not match its output schema: ${issues(checked.error)}`,
+            "this is a pyro bug; rerun with PYRO_DEBUG=1 and report it",
+          ),
+        );
+      }
+      log(`${tool.name}: ok in ${Math.round(performance.now() - started)} ms`);
+      // A JSON round trip: what an in-process client sees is exactly what goes on the wire.
+      const structured = JSON.parse(JSON.stringify(result)) as Record<string, unknown>;
+      return {
+        content: [{ type: "text", text: tool.render(checked.data, parsed.data) }],
+        structuredContent: structured,
+      };
+    } catch (err) {
+      const e =
+        signal.aborted && !(err instanceof PyroError)
+          ? new PyroError("cancelled", "the call was cancelled")
+          : toPyroError(err);
+      log(`${tool.name}: ${e.code}: ${e.message}${e.code === "internal" ? `\n${stackOf(e)}` : ""}`);
+      return errorResult(e);
+    } finally {
+      progress.stop();
+    }
+  };
+  const tracked = (tool: ToolDefinition, raw: unknown, extra: Extra) =>
+    options.calls ? options.calls.track(call(tool, raw, extra)) : call(tool, raw, extra);
+
+  for (const tool of tools) {
+    server.registerTool(
+      tool.name,
+      {
+        title: tool.title,
+        description: describe(tool, env),
+        inputSchema: tool.input,
+        outputSchema: advertisedOutput(tool.output),
+        annotations: { title: tool.title, ...tool.annotations },
+      },
+      // Used only if the override below were missing; the same wrapper either way.
+      ((args: unknown, extra: Extra) => tracked(tool, args, extra)) as never,
+    );
+  }
+
+  // Replaces the McpServer's tools/call handler (the SDK documents that setRequestHandler
+  // replaces); listing, capabilities and everything else stay the McpServer's.
+  server.server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    const tool = byName.get(request.params.name);
+    if (!tool) {
+      return errorResult(
+        new PyroError(
+          "not_found",
+          `no tool '${request.params.name}' in ${set.kind} ${set.name}`,
+          `tools here: ${set.tools.join(", ")}`,
+        ),
+      );
+    }
+    return tracked(tool, request.params.arguments, extra);
+  });
+  return server;
+}
+
+/** The result of a failed call: `isError` with the error object as structured content. */
+export function errorResult(e: PyroError): CallToolResult {
+  const error = e.toJSON();
+  if (error.hint) error.hint = toolHint(error.hint);
+  return {
+    isError: true,
+    content: [
+      {
+        type: "text",
+        text: `error [${error.code}]: ${error.message}${error.hint ? ` (hint: ${error.hint})` : ""}`,
+      },
+    ],
+    structuredContent: { error },
+  };
+}
+
+/** Calls in flight, so a shutdown can wait for them (bounded) before closing the SDK. */
+export class CallTracker {
+  private readonly pending = new Set<Promise<unknown>>();
+
+  track<T>(p: Promise<T>): Promise<T> {
+    this.pending.add(p);
+    p.finally(() => this.pending.delete(p)).catch(() => {});
+    return p;
+  }
+
+  get size(): number {
+    return this.pending.size;
+  }
+
+  async drain(timeoutMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<void>((r) => {
+      timer = setTimeout(r, timeoutMs);
+    });
+    await Promise.race([Promise.allSettled([...this.pending]), timeout]);
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Core hints name CLI commands (`pyro workspace list`); a model talking MCP cannot run
+ * those, so the ones that have a tool are rewritten to name it (`workspace_list`).
+ */
+export function toolHint(hint: string): string {
+  return hint.replace(
+    /`?pyro workspace (snapshot )?([a-z]+)\b[^`;,)]*`?/g,
+    (whole, snapshot: string | undefined, verb: string) => {
+      const tool = `${snapshot ? "snapshot" : "workspace"}_${verb}`;
+      return (TOOL_NAMES as readonly string[]).includes(tool) ? tool : whole;
+    },
+  );
+}
+
+function describe(tool: ToolDefinition, env: DescribeEnv): string {
+  const base = typeof tool.description === "function" ? tool.description(env) : tool.description;
+  const next = (tool.next ?? []).filter(([name]) => env.available.has(name));
+  return next.length === 0
+    ? base
+    : `${base}\n\nNext: ${next.map(([name, when]) => `${when} with ${name}`).join("; ")}.`;
+}
+
+function instructions(set: ToolSet, env: DescribeEnv): string {
+  const has = (t: ToolName) => env.available.has(t);
+  const lines = [
+    "pyro gives you disposable, isolated Linux workspaces (sandboxes with no network); nothing run in them touches the host.",
+  ];
+  if (has("workspace_create")) {
+    const loop = ["workspace_create (seeded with the project)", "workspace_exec to reproduce"];
+    if (has("workspace_patch_apply"))
+      loop.push("workspace_patch_apply or workspace_file_write to fix", "rerun");
+    if (has("workspace_diff")) loop.push("workspace_diff to review");
+    loop.push("workspace_export to take results out", "workspace_delete when done");
+    lines.push(`Typical loop: ${loop.join(", ")}.`, `Default seed for workspace_create: ${env.defaultSeed}.`);
+  }
+  if (has("vm_run")) lines.push("vm_run runs one command in a throwaway sandbox.");
+  lines.push(
+    `Failed calls return isError with structuredContent {error: {code, message, hint}}; branch on code. Tool set: ${set.kind} ${set.name}.`,
+  );
+  return lines.join("\n");
+}
+
+function issues(error: z.ZodError): string {
+  return error.issues
+    .map((i) => `${i.path.length > 0 ? i.path.join(".") : "arguments"}: ${i.message}`)
+    .join("; ");
+}
+
+function optional<K extends string>(key: K, value: string | undefined): Partial<Record<K, string>> {
+  return value === undefined ? {} : ({ [key]: value } as Record<K, string>);
+}
+
+function stackOf(e: PyroError): string {
+  const cause = (e as Error & { cause?: unknown }).cause;
+  return (cause instanceof Error ? cause : e).stack ?? "";
+}

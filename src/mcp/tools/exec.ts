@@ -1,0 +1,260 @@
+import { z } from "zod";
+import { BACKEND_NAMES } from "../../backends/backend.js";
+import { DEFAULT_ENVIRONMENT } from "../../env/catalog.js";
+import {
+  backendArg,
+  changeEntry,
+  commandArg,
+  diffSummary,
+  envArg,
+  environmentArg,
+  executionMode,
+  timeoutArg,
+  workspaceIdArg,
+} from "../schemas.js";
+import { defineTool, ifOffered, mutating, READ_ONLY, sentences } from "../tool.js";
+import { defined, ensureEnvironment, renderCommand } from "./common.js";
+
+const count = z.number().int().min(0);
+
+const commandResult = {
+  exit_code: z.number().int(),
+  stdout: z.string(),
+  stderr: z.string(),
+  duration_ms: z.number().min(0),
+  timed_out: z.boolean(),
+  truncated: z.boolean(),
+  execution_mode: executionMode,
+};
+
+export const vmRun = defineTool({
+  name: "vm_run",
+  title: "Run one command in a throwaway sandbox",
+  description:
+    "Run one shell command in a fresh, isolated sandbox and return its exit code and output; the sandbox is destroyed afterwards, so nothing persists and no project files are in it. Use it for quick self-contained checks (a tool's version, a snippet of Python). For work on a project (its files, several commands, edits, a diff) create a workspace instead. Network is off. A non-zero exit code is a normal result, not a tool error.",
+  next: [["workspace_create", "work on project files"]],
+  input: z.strictObject({
+    command: commandArg,
+    environment: environmentArg.optional(),
+    timeout_seconds: timeoutArg.optional(),
+    vcpus: z.number().int().min(1).max(64).optional().describe("Virtual CPUs (default 1)."),
+    memory_mib: z.number().int().min(64).optional().describe("Memory limit in MiB (default 1024)."),
+    network_policy: z
+      .string()
+      .optional()
+      .describe(
+        "Network policy: 'off' (default, no network at all); others are refused by this build (backend_unavailable).",
+      ),
+    backend: backendArg.optional(),
+    env: envArg.optional(),
+  }),
+  output: z.looseObject({
+    environment: z.string(),
+    backend: z.enum(BACKEND_NAMES),
+    ...commandResult,
+    total_ms: z.number().min(0),
+  }),
+  annotations: mutating({ destructive: false, idempotent: false }),
+  long: "running the command",
+  async run(a, ctx) {
+    await ensureEnvironment(ctx, a.environment, a.backend);
+    return ctx.pyro.run(a.environment ?? DEFAULT_ENVIRONMENT, a.command, {
+      ...defined({
+        timeout_seconds: a.timeout_seconds,
+        vcpus: a.vcpus,
+        memory_mib: a.memory_mib,
+        network_policy: a.network_policy,
+        backend: a.backend,
+        env: a.env,
+      }),
+      allow_host_compat: ctx.allowHostCompat,
+      signal: ctx.signal,
+    });
+  },
+  render: (r) => renderCommand(r, `${r.environment} on ${r.backend}`),
+});
+
+export const workspaceExec = defineTool({
+  name: "workspace_exec",
+  title: "Run a command in a workspace",
+  description: (d) =>
+    sentences(
+      "Run a shell command in the workspace (`/bin/sh -c`, in /workspace unless cwd is given) and return exit_code, stdout, stderr and duration_ms.",
+      "A non-zero exit code is a normal result (a failing test), not a tool error.",
+      "Files and installed packages persist between calls; processes and shell state (cd, variables) do not, so chain with && or pass cwd/env.",
+      "Output over 1 MiB per stream is truncated (truncated: true).",
+      ifOffered(
+        d,
+        "workspace_patch_apply",
+        "To create or edit files prefer workspace_file_write or workspace_patch_apply: no shell quoting involved.",
+      ),
+    ),
+  next: [
+    ["workspace_patch_apply", "fix what failed"],
+    ["workspace_diff", "review your changes"],
+    ["workspace_logs", "see earlier commands' output"],
+  ],
+  input: z.strictObject({
+    workspace_id: workspaceIdArg,
+    command: commandArg,
+    timeout_seconds: timeoutArg.optional(),
+    cwd: z
+      .string()
+      .min(1)
+      .optional()
+      .describe("Working directory inside the workspace (default /workspace)."),
+    env: envArg.optional(),
+  }),
+  output: z.looseObject({
+    workspace_id: z.string(),
+    command: z.string(),
+    cwd: z.string(),
+    ...commandResult,
+    seq: count,
+  }),
+  annotations: mutating({ destructive: true, idempotent: false }),
+  long: "running the command",
+  run: (a, ctx) =>
+    ctx.pyro.execWorkspace(a.workspace_id, a.command, {
+      ...defined({ timeoutSeconds: a.timeout_seconds, cwd: a.cwd, env: a.env }),
+      signal: ctx.signal,
+    }),
+  render: (r) => renderCommand(r, `command #${r.seq} in ${r.cwd}`),
+});
+
+export const workspaceLogs = defineTool({
+  name: "workspace_logs",
+  title: "Command history",
+  description:
+    "The workspace's command history, oldest first: each command with its exit code, duration and the last 4 KiB of stdout and stderr. Use it to look again at an earlier command's output without rerunning it; workspace_summary gives the overall picture.",
+  input: z.strictObject({
+    workspace_id: workspaceIdArg,
+    limit: z
+      .number()
+      .int()
+      .min(1)
+      .max(1000)
+      .optional()
+      .describe("At most this many most recent commands (default 100)."),
+  }),
+  output: z.looseObject({
+    workspace_id: z.string(),
+    count,
+    commands: z.array(
+      z.looseObject({
+        seq: count,
+        command: z.string(),
+        cwd: z.string().nullable(),
+        exit_code: z.number().int().nullable(),
+        timed_out: z.boolean(),
+        duration_ms: z.number().min(0),
+        started_at: z.string(),
+        stdout: z.string(),
+        stderr: z.string(),
+        truncated: z.boolean(),
+        execution_mode: executionMode,
+      }),
+    ),
+  }),
+  annotations: READ_ONLY,
+  run: (a, ctx) => ctx.pyro.workspaceLogs(a.workspace_id, defined({ limit: a.limit })),
+  render: (r) =>
+    r.commands.length === 0
+      ? "no commands yet"
+      : [
+          `${r.count} command(s)${r.commands.length < r.count ? `, the last ${r.commands.length} shown` : ""}:`,
+          ...r.commands.map((c) => {
+            const status = c.timed_out ? "timed out" : `exit ${c.exit_code}`;
+            const out = [
+              c.stdout && `  stdout: ${tail(c.stdout)}`,
+              c.stderr && `  stderr: ${tail(c.stderr)}`,
+            ].filter(Boolean);
+            return [`#${c.seq} ${status} (${c.duration_ms} ms): ${c.command}`, ...out].join("\n");
+          }),
+        ].join("\n"),
+});
+
+export const workspaceSummary = defineTool({
+  name: "workspace_summary",
+  title: "Review a workspace",
+  description: (d) =>
+    sentences(
+      "One review of a workspace: outcome counts (commands, last command, exports, snapshots, resets), recent commands, recent edits (file writes, patches, pushes), the current changes against the baseline (a live diff summary), exports and snapshots.",
+      "Use it before reporting back or deciding what to do next.",
+      ifOffered(d, "workspace_diff", "workspace_diff gives the full patch."),
+    ),
+  next: [
+    ["workspace_diff", "the full patch"],
+    ["workspace_export", "take results out"],
+  ],
+  input: z.strictObject({ workspace_id: workspaceIdArg }),
+  output: z.looseObject({
+    workspace_id: z.string(),
+    name: z.string().nullable(),
+    state: z.string(),
+    outcome: z.looseObject({
+      command_count: count,
+      last_command: z
+        .looseObject({
+          command: z.string(),
+          exit_code: z.number().int().nullable(),
+          timed_out: z.boolean(),
+          started_at: z.string(),
+        })
+        .nullable(),
+      service_count: count,
+      running_service_count: count,
+      export_count: count,
+      snapshot_count: count,
+      reset_count: count,
+    }),
+    commands: z.looseObject({
+      total: count,
+      recent: z.array(z.looseObject({ seq: count, command: z.string() })),
+    }),
+    edits: z.looseObject({ recent: z.array(z.looseObject({ kind: z.string(), at: z.string() })) }),
+    changes: z.looseObject({
+      available: z.boolean(),
+      changed: z.boolean().nullable(),
+      summary: diffSummary.nullable(),
+      entries: z.array(changeEntry),
+    }),
+    services: z.looseObject({ current: z.array(z.unknown()), recent: z.array(z.unknown()) }),
+    artifacts: z.looseObject({ exports: z.array(z.looseObject({ at: z.string() })) }),
+    snapshots: z.looseObject({
+      named_count: count,
+      recent: z.array(z.looseObject({ snapshot_name: z.string() })),
+    }),
+  }),
+  annotations: READ_ONLY,
+  async run(a, ctx) {
+    const s = await ctx.pyro.summarizeWorkspace(a.workspace_id);
+    // The core types the diff part as unknown; it is a diff summary and entries (checked at run time).
+    const changes = s.changes as typeof s.changes & {
+      summary: z.input<typeof diffSummary> | null;
+      entries: z.input<typeof changeEntry>[];
+    };
+    return { ...s, changes };
+  },
+  render: (s) => {
+    const o = s.outcome;
+    const last = o.last_command;
+    const changes = s.changes.available
+      ? s.changes.changed
+        ? `${s.changes.entries.length} changed file(s): ${s.changes.entries.map((e) => `${e.status} ${e.path}`).join(", ")}`
+        : "no changes against the baseline"
+      : "changes unavailable (the workspace is not running)";
+    return [
+      `workspace ${s.workspace_id}${s.name ? ` (${s.name})` : ""}: ${s.state}`,
+      `${o.command_count} command(s)${last ? `, last: ${last.command} → ${last.timed_out ? "timed out" : `exit ${last.exit_code}`}` : ""}`,
+      `${s.edits.recent.length} recent edit(s); ${changes}`,
+      `${o.export_count} export(s), ${o.snapshot_count} snapshot(s), ${o.reset_count} reset(s)`,
+    ].join("\n");
+  },
+});
+
+function tail(text: string): string {
+  const t = text.trimEnd();
+  const lines = t.split("\n");
+  return lines.length > 3 ? `... ${lines.slice(-3).join(" | ")}` : lines.join(" | ");
+}

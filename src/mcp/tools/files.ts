@@ -1,0 +1,230 @@
+import { z } from "zod";
+import { exportFromWorkspace, syncPush } from "../../core/files.js";
+import {
+  changeEntry,
+  diffSummary,
+  fileEntry,
+  hostPathNote,
+  snapshotArg,
+  workspaceIdArg,
+  workspacePathArg,
+} from "../schemas.js";
+import { defineTool, mutating, READ_ONLY } from "../tool.js";
+import { defined } from "./common.js";
+
+const count = z.number().int().min(0);
+
+export const workspaceFileList = defineTool({
+  name: "workspace_file_list",
+  title: "List files",
+  description:
+    "List the entries of a directory in the workspace (default /workspace): path, artifact_type (file, directory, symlink), size_bytes and link_target. recursive: true walks the whole tree. Use it to find your way around before reading files.",
+  next: [["workspace_file_read", "read a file"]],
+  input: z.strictObject({
+    workspace_id: workspaceIdArg,
+    path: workspacePathArg.optional().describe("Directory inside the workspace (default /workspace)."),
+    recursive: z.boolean().optional().describe("List the whole tree below path (default false)."),
+  }),
+  output: z.looseObject({
+    workspace_id: z.string(),
+    path: z.string(),
+    entries: z.array(fileEntry),
+    truncated: z.boolean(),
+  }),
+  annotations: READ_ONLY,
+  run: (a, ctx) =>
+    ctx.pyro.listWorkspaceFiles(a.workspace_id, a.path ?? "/workspace", { recursive: a.recursive === true }),
+  render: (r) =>
+    [
+      `${r.path}: ${r.entries.length} entr${r.entries.length === 1 ? "y" : "ies"}${r.truncated ? " (listing truncated)" : ""}`,
+      ...r.entries.map((e) => {
+        if (e.artifact_type === "directory") return `${e.path}/`;
+        if (e.artifact_type === "symlink") return `${e.path} -> ${e.link_target ?? "?"}`;
+        return `${e.path} (${e.size_bytes} bytes)`;
+      }),
+    ].join("\n"),
+});
+
+export const workspaceFileRead = defineTool({
+  name: "workspace_file_read",
+  title: "Read a file",
+  description:
+    "Read a file from the workspace. Text comes back as is (encoding utf8), anything else base64 (encoding base64). content_only: true makes the text part of the result the bare content, with no header. Reads over max_bytes (default 1 MiB) are cut (truncated: true).",
+  next: [
+    ["workspace_patch_apply", "change it"],
+    ["workspace_file_write", "replace it"],
+  ],
+  input: z.strictObject({
+    workspace_id: workspaceIdArg,
+    path: workspacePathArg,
+    content_only: z
+      .boolean()
+      .optional()
+      .describe("Return only the file content as text, without a header line (default false)."),
+    max_bytes: z
+      .number()
+      .int()
+      .min(0)
+      .max(16 * 1024 * 1024)
+      .optional()
+      .describe("Read at most this many bytes (default 1 MiB)."),
+  }),
+  output: z.looseObject({
+    workspace_id: z.string(),
+    path: z.string(),
+    content: z.string(),
+    encoding: z.enum(["utf8", "base64", "stream"]),
+    size_bytes: count,
+    truncated: z.boolean(),
+  }),
+  annotations: READ_ONLY,
+  run: (a, ctx) => ctx.pyro.readWorkspaceFile(a.workspace_id, a.path, defined({ maxBytes: a.max_bytes })),
+  render: (r, a) =>
+    a.content_only
+      ? r.content
+      : `${r.path} (${r.size_bytes} bytes, ${r.encoding}${r.truncated ? ", truncated" : ""}):\n${r.content}`,
+});
+
+export const workspaceFileWrite = defineTool({
+  name: "workspace_file_write",
+  title: "Write a file",
+  description:
+    "Create or replace a file in the workspace with the given text (parent directories are created). Use it for new files or full rewrites; for a targeted change to an existing file, workspace_patch_apply is safer (it refuses to apply to content it did not expect).",
+  next: [
+    ["workspace_exec", "rerun the check"],
+    ["workspace_diff", "review the change"],
+  ],
+  input: z.strictObject({
+    workspace_id: workspaceIdArg,
+    path: workspacePathArg,
+    text: z.string().describe("The complete new content of the file (UTF-8)."),
+  }),
+  output: z.looseObject({
+    workspace_id: z.string(),
+    path: z.string(),
+    size_bytes: count,
+    created: z.boolean(),
+  }),
+  annotations: mutating({ destructive: true, idempotent: true }),
+  run: (a, ctx) => ctx.pyro.writeWorkspaceFile(a.workspace_id, a.path, a.text),
+  render: (r) => `${r.created ? "created" : "replaced"} ${r.path} (${r.size_bytes} bytes)`,
+});
+
+export const workspacePatchApply = defineTool({
+  name: "workspace_patch_apply",
+  title: "Apply a patch",
+  description:
+    "Apply a unified diff (git style or plain; several files at once; paths relative to /workspace, a/ and b/ prefixes accepted) to the workspace. All or nothing: if any hunk does not apply, no file changes and the error (patch_rejected) names the file and hunk; read the file again and retry with correct context. Files can be added, modified and deleted.",
+  next: [
+    ["workspace_exec", "rerun the failing command"],
+    ["workspace_diff", "review all changes"],
+  ],
+  input: z.strictObject({
+    workspace_id: workspaceIdArg,
+    patch: z
+      .string()
+      .min(1)
+      .describe("The unified diff text, e.g. '--- a/calc.py\\n+++ b/calc.py\\n@@ -1,2 +1,2 @@\\n ...'."),
+  }),
+  output: z.looseObject({ workspace_id: z.string(), changed: z.boolean(), files: z.array(changeEntry) }),
+  annotations: mutating({ destructive: true, idempotent: false }),
+  run: (a, ctx) => ctx.pyro.applyWorkspacePatch(a.workspace_id, a.patch),
+  render: (r) =>
+    r.changed
+      ? `patched ${r.files.map((f) => `${f.status} ${f.path}`).join(", ")}`
+      : "the patch changed nothing",
+});
+
+export const workspaceDiff = defineTool({
+  name: "workspace_diff",
+  title: "Diff against the baseline",
+  description:
+    "The changes in /workspace against the baseline (the seed) or a named snapshot: a unified diff (patch), a summary {total, added, modified, deleted} and one entry per changed path. Use it to review your work before exporting or reporting; workspace_reset throws the changes away.",
+  next: [
+    ["workspace_export", "take the changed files out"],
+    ["workspace_reset", "start over from the baseline"],
+  ],
+  input: z.strictObject({ workspace_id: workspaceIdArg, snapshot: snapshotArg.optional() }),
+  output: z.looseObject({
+    workspace_id: z.string(),
+    base_snapshot: z.string(),
+    changed: z.boolean(),
+    patch: z.string(),
+    summary: diffSummary,
+    entries: z.array(changeEntry),
+    truncated: z.boolean(),
+  }),
+  annotations: READ_ONLY,
+  run: (a, ctx) => ctx.pyro.diffWorkspace(a.workspace_id, defined({ snapshot: a.snapshot })),
+  render: (r) =>
+    r.changed
+      ? `${r.summary.total} changed file(s) against ${r.base_snapshot} (${r.summary.added} added, ${r.summary.modified} modified, ${r.summary.deleted} deleted)${r.truncated ? "; patch truncated" : ""}\n${r.patch}`
+      : `no changes against ${r.base_snapshot}`,
+});
+
+export const workspaceExport = defineTool({
+  name: "workspace_export",
+  title: "Export to the host",
+  description:
+    "Copy a file or directory out of the workspace to a path on the host (a file replaces output_path; a directory needs a new or empty output_path). The only way results leave a workspace. Exports are recorded in workspace_summary.",
+  input: z.strictObject({
+    workspace_id: workspaceIdArg,
+    path: workspacePathArg.describe("File or directory inside the workspace to export."),
+    output_path: z.string().min(1).describe(`Where to write it on the host. ${hostPathNote}`),
+  }),
+  output: z.looseObject({
+    workspace_id: z.string(),
+    path: z.string(),
+    output_path: z.string(),
+    artifact_type: z.enum(["file", "directory"]),
+    bytes: count,
+    entries: count,
+  }),
+  annotations: mutating({ destructive: true, idempotent: true }),
+  long: "exporting",
+  // The SDK's exportWorkspace takes no AbortSignal; the core function does.
+  run: (a, ctx) =>
+    exportFromWorkspace(
+      ctx.pyro.engine.workspaces,
+      a.workspace_id,
+      a.path,
+      ctx.hostPath(a.output_path),
+      ctx.signal,
+    ),
+  render: (r) =>
+    `exported ${r.artifact_type} ${r.path} to ${r.output_path} (${r.bytes} bytes, ${r.entries} entr${r.entries === 1 ? "y" : "ies"})`,
+});
+
+export const workspaceSyncPush = defineTool({
+  name: "workspace_sync_push",
+  title: "Copy from the host",
+  description:
+    "Copy a file or directory from the host into the workspace (into /workspace, or dest). Use it to bring in files created after the workspace was seeded, or data the seed did not contain; existing files with the same names are replaced.",
+  next: [["workspace_exec", "use the files"]],
+  input: z.strictObject({
+    workspace_id: workspaceIdArg,
+    source_path: z.string().min(1).describe(`File or directory on the host. ${hostPathNote}`),
+    dest: workspacePathArg
+      .optional()
+      .describe("Directory inside the workspace to copy into (default /workspace)."),
+  }),
+  output: z.looseObject({
+    workspace_id: z.string(),
+    source: z.string(),
+    dest: z.string(),
+    files: count,
+    bytes: count,
+  }),
+  annotations: mutating({ destructive: true, idempotent: true }),
+  long: "copying into the workspace",
+  // The SDK's syncPushWorkspace takes no AbortSignal; the core function does.
+  run: (a, ctx) =>
+    syncPush(
+      ctx.pyro.engine.workspaces,
+      a.workspace_id,
+      ctx.hostPath(a.source_path),
+      a.dest ?? "/workspace",
+      ctx.signal,
+    ),
+  render: (r) => `copied ${r.source} into ${r.dest} (${r.files} file(s), ${r.bytes} bytes)`,
+});

@@ -1,0 +1,51 @@
+import type { ToolName, ToolSet } from "../profiles.js";
+import type { ToolDefinition } from "../tool.js";
+import { vmRun, workspaceExec, workspaceLogs, workspaceSummary } from "./exec.js";
+import {
+  workspaceDiff,
+  workspaceExport,
+  workspaceFileList,
+  workspaceFileRead,
+  workspaceFileWrite,
+  workspacePatchApply,
+  workspaceSyncPush,
+} from "./files.js";
+import { snapshotCreate, snapshotDelete, snapshotList, workspaceReset } from "./snapshots.js";
+import {
+  workspaceCreate,
+  workspaceDelete,
+  workspaceList,
+  workspaceStart,
+  workspaceStatus,
+  workspaceStop,
+  workspaceUpdate,
+} from "./workspaces.js";
+
+/** Every tool definition, by name, for one tool set (workspace_create varies with it). */
+export function toolDefinitions(set: ToolSet): ToolDefinition[] {
+  const all: Record<ToolName, ToolDefinition> = {
+    vm_run: vmRun,
+    workspace_create: workspaceCreate(set.fullCreate),
+    workspace_list: workspaceList,
+    workspace_update: workspaceUpdate,
+    workspace_status: workspaceStatus,
+    workspace_sync_push: workspaceSyncPush,
+    workspace_exec: workspaceExec,
+    workspace_logs: workspaceLogs,
+    workspace_summary: workspaceSummary,
+    workspace_file_list: workspaceFileList,
+    workspace_file_read: workspaceFileRead,
+    workspace_file_write: workspaceFileWrite,
+    workspace_patch_apply: workspacePatchApply,
+    workspace_diff: workspaceDiff,
+    workspace_export: workspaceExport,
+    workspace_reset: workspaceReset,
+    workspace_delete: workspaceDelete,
+    snapshot_create: snapshotCreate,
+    snapshot_list: snapshotList,
+    snapshot_delete: snapshotDelete,
+    workspace_stop: workspaceStop,
+    workspace_start: workspaceStart,
+  };
+  return set.tools.map((name) => all[name]);
+}

@@ -1,0 +1,232 @@
+import { z } from "zod";
+import {
+  backendArg,
+  defaultSeedObject,
+  envArg,
+  environmentArg,
+  hostPathNote,
+  labelsArg,
+  listItem,
+  workspaceIdArg,
+  workspaceObject,
+  workspaceShape,
+} from "../schemas.js";
+import type { DefaultSeedInfo } from "../seed.js";
+import { defineTool, ifOffered, mutating, READ_ONLY, sentences } from "../tool.js";
+import { defined, ensureEnvironment, renderWorkspace } from "./common.js";
+
+const createOutput = z.looseObject({ ...workspaceShape, default_seed: defaultSeedObject.optional() });
+
+/**
+ * workspace_create. `fullCreate` (the workspace-full profile) adds `network_policy` and
+ * `secrets`: elsewhere those arguments are not offered, workspaces have no network and
+ * no secrets.
+ */
+export function workspaceCreate(fullCreate: boolean) {
+  const base = {
+    environment: environmentArg.optional(),
+    seed_path: z
+      .string()
+      .min(1)
+      .optional()
+      .describe(
+        `Directory or Git checkout to copy into /workspace (a checkout contributes its tracked files). Omit it to use the server's default seed. ${hostPathNote}`,
+      ),
+    name: z
+      .string()
+      .min(1)
+      .max(63)
+      .optional()
+      .describe(
+        "Unique name (letters, digits, '.', '_', '-') to address the workspace by instead of its id.",
+      ),
+    labels: labelsArg.optional(),
+    env: envArg
+      .optional()
+      .describe("Environment variables for every command of this workspace, as {NAME: value}."),
+    backend: backendArg.optional(),
+    vcpus: z.number().int().min(1).max(64).optional().describe("Virtual CPUs (default 1)."),
+    memory_mib: z.number().int().min(64).optional().describe("Memory limit in MiB (default 1024)."),
+    ttl_seconds: z
+      .number()
+      .int()
+      .positive()
+      .optional()
+      .describe("Seconds of inactivity after which the workspace is deleted (default 86400, one day)."),
+  };
+  const full = {
+    secrets: z
+      .record(
+        z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "secret names are letters, digits and _"),
+        z.string(),
+      )
+      .optional()
+      .describe(
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: the ${HOST_VAR} syntax of secret specs, literally
+        "Secrets as {NAME: spec}: a literal value, or '${HOST_VAR}' to take the value of a variable of the server's environment. They reach every command as environment variables and are redacted from outputs, logs and summaries. '?' (prompt) is not available over MCP.",
+      ),
+    network_policy: z
+      .string()
+      .optional()
+      .describe(
+        "Network policy: 'off' (default, no network at all). 'egress' and 'allowlist:HOST,...' are refused by this build (backend_unavailable).",
+      ),
+  };
+  return defineTool({
+    name: "workspace_create",
+    title: "Create workspace",
+    description: (d) =>
+      sentences(
+        "Create a persistent, isolated Linux workspace: a sandbox whose working directory /workspace holds a copy of the project, and return its workspace_id.",
+        "Files, installed packages and history persist across calls until workspace_delete; nothing it runs touches the host.",
+        `Omit seed_path to use this server's default seed: ${d.defaultSeed}. The result's workspace_seed says what was copied.`,
+        "Give it a name to address it by name later and to run several workspaces side by side.",
+        ifOffered(d, "vm_run", "For a single command that needs no project files, vm_run is lighter."),
+      ),
+    next: [
+      ["workspace_exec", "reproduce the problem (run the tests)"],
+      ["workspace_file_list", "look around"],
+      ["workspace_file_read", "read a file"],
+      ["workspace_patch_apply", "fix it with a unified diff"],
+    ],
+    input: z.strictObject(fullCreate ? { ...base, ...full } : base),
+    output: createOutput,
+    annotations: mutating({ destructive: false, idempotent: false }),
+    long: "creating the workspace",
+    async run(a, ctx) {
+      let seedPath = a.seed_path !== undefined ? ctx.hostPath(a.seed_path) : undefined;
+      let fromDefault: DefaultSeedInfo | null = null;
+      if (seedPath === undefined) {
+        ctx.progress.report("resolving the default seed");
+        fromDefault = await ctx.seed.resolve(ctx.signal);
+        seedPath = fromDefault?.path;
+      }
+      await ensureEnvironment(ctx, a.environment, a.backend);
+      ctx.progress.report("starting the sandbox");
+      const { network_policy: networkPolicy, secrets } = a as {
+        network_policy?: string;
+        secrets?: Record<string, string>;
+      };
+      const w = await ctx.pyro.createWorkspace({
+        ...defined({
+          environment: a.environment,
+          seedPath,
+          name: a.name,
+          labels: a.labels,
+          env: a.env,
+          backend: a.backend,
+          vcpus: a.vcpus,
+          memory_mib: a.memory_mib,
+          ttl_seconds: a.ttl_seconds,
+          networkPolicy,
+          secrets,
+        }),
+        allowHostCompat: ctx.allowHostCompat,
+        signal: ctx.signal,
+      });
+      return fromDefault ? { ...w, default_seed: fromDefault } : w;
+    },
+    render: (w) =>
+      `${renderWorkspace(w)}${"default_seed" in w && w.default_seed ? `\nseeded from the server's default (${w.default_seed.origin}): ${w.default_seed.repo_url ?? w.default_seed.path}` : ""}`,
+  });
+}
+
+export const workspaceList = defineTool({
+  name: "workspace_list",
+  title: "List workspaces",
+  description:
+    "List every workspace on this machine (made by any client: this server, the CLI, the SDK), most recent activity first, with name, labels, state, backend and command count. Use it to find a workspace to resume by name or label; workspace_status shows one workspace in detail.",
+  next: [["workspace_status", "details of one workspace"]],
+  input: z.strictObject({}),
+  output: z.looseObject({ count: z.number().int().min(0), workspaces: z.array(listItem) }),
+  annotations: READ_ONLY,
+  run: (_a, ctx) => ctx.pyro.listWorkspaces(),
+  render: (r) =>
+    r.count === 0
+      ? "no workspaces"
+      : [
+          `${r.count} workspace(s), most recent activity first:`,
+          ...r.workspaces.map((w) => {
+            const labels = Object.entries(w.labels)
+              .map(([k, v]) => `${k}=${v}`)
+              .join(",");
+            return `- ${w.workspace_id}${w.name ? ` (${w.name})` : ""}: ${w.state}, ${w.environment} on ${w.backend}, ${w.command_count} command(s), last activity ${w.last_activity_at}${labels ? `, labels ${labels}` : ""}`;
+          }),
+        ].join("\n"),
+});
+
+export const workspaceStatus = defineTool({
+  name: "workspace_status",
+  title: "Workspace status",
+  description:
+    "Show one workspace: state, environment, backend and execution mode, seed, current snapshot, reset count, limits and expiry. A running workspace whose sandbox died is restarted on its kept files. For what happened in it (commands, edits, changes) use workspace_summary.",
+  next: [["workspace_summary", "review what happened in it"]],
+  input: z.strictObject({ workspace_id: workspaceIdArg }),
+  output: workspaceObject,
+  annotations: READ_ONLY,
+  run: (a, ctx) => ctx.pyro.workspaceStatus(a.workspace_id),
+  render: renderWorkspace,
+});
+
+export const workspaceUpdate = defineTool({
+  name: "workspace_update",
+  title: "Rename or relabel workspace",
+  description:
+    "Rename a workspace or change its labels (files and sandbox are untouched). `labels` are merged into the existing ones; `clear_labels` removes keys.",
+  input: z.strictObject({
+    workspace_id: workspaceIdArg,
+    name: z.string().min(1).max(63).optional().describe("New unique name."),
+    labels: labelsArg.optional().describe("Labels to set, merged over the existing ones, as {key: value}."),
+    clear_labels: z.array(z.string().min(1)).optional().describe("Label keys to remove."),
+  }),
+  output: workspaceObject,
+  annotations: mutating({ destructive: false, idempotent: true }),
+  run: (a, ctx) =>
+    ctx.pyro.updateWorkspace(
+      a.workspace_id,
+      defined({ name: a.name, labels: a.labels, clearLabels: a.clear_labels }),
+    ),
+  render: renderWorkspace,
+});
+
+export const workspaceDelete = defineTool({
+  name: "workspace_delete",
+  title: "Delete workspace",
+  description: (d) =>
+    sentences(
+      "Delete a workspace for good: its sandbox, files, snapshots and history.",
+      ifOffered(d, "workspace_export", "Export what you want to keep first (workspace_export)."),
+      ifOffered(d, "workspace_reset", "To start over but keep the workspace, use workspace_reset instead."),
+    ),
+  input: z.strictObject({ workspace_id: workspaceIdArg }),
+  output: z.looseObject({ workspace_id: z.string(), name: z.string().nullable(), deleted: z.boolean() }),
+  annotations: mutating({ destructive: true, idempotent: true }),
+  long: "deleting the workspace",
+  run: (a, ctx) => ctx.pyro.deleteWorkspace(a.workspace_id),
+  render: (r) => `deleted ${r.workspace_id}${r.name ? ` (${r.name})` : ""}`,
+});
+
+export const workspaceStop = defineTool({
+  name: "workspace_stop",
+  title: "Stop workspace",
+  description:
+    "Stop a workspace's sandbox: every process in it ends, its files are kept. Other operations fail with workspace_stopped until workspace_start. Use it to free memory while keeping the work.",
+  next: [["workspace_start", "continue later"]],
+  input: z.strictObject({ workspace_id: workspaceIdArg }),
+  output: workspaceObject,
+  annotations: mutating({ destructive: false, idempotent: true }),
+  run: (a, ctx) => ctx.pyro.stopWorkspace(a.workspace_id),
+  render: renderWorkspace,
+});
+
+export const workspaceStart = defineTool({
+  name: "workspace_start",
+  title: "Start workspace",
+  description: "Start a stopped workspace again on its kept files (a running one is returned as is).",
+  input: z.strictObject({ workspace_id: workspaceIdArg }),
+  output: workspaceObject,
+  annotations: mutating({ destructive: false, idempotent: true }),
+  long: "starting the workspace",
+  run: (a, ctx) => ctx.pyro.startWorkspace(a.workspace_id),
+  render: renderWorkspace,
+});

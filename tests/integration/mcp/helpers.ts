@@ -1,0 +1,137 @@
+import { execFileSync, spawn } from "node:child_process";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { PYRO_BIN } from "../../helpers/cli.js";
+import { writeTree } from "../../helpers/sandbox.js";
+
+/** A tiny Python project whose test fails until calc.add adds (the demo's project). */
+export const PYTHON_PROJECT: Record<string, string> = {
+  "calc.py": "def add(a, b):\n    return a - b\n",
+  "test_calc.py":
+    "from calc import add\n\nassert add(2, 3) == 5, 'add(2, 3) should be 5'\nprint('tests passed')\n",
+  "README.md": "# calc\n",
+};
+export const PYTHON_FIX = [
+  "--- a/calc.py",
+  "+++ b/calc.py",
+  "@@ -1,2 +1,2 @@",
+  " def add(a, b):",
+  "-    return a - b",
+  "+    return a + b",
+  "",
+].join("\n");
+/** `-B`: the fix has the bug's size, and Python would trust a same-second stale .pyc. */
+export const RUN_TESTS = "python3 -B test_calc.py";
+
+const GIT_ENV = {
+  ...process.env,
+  GIT_AUTHOR_NAME: "pyro-test",
+  GIT_AUTHOR_EMAIL: "pyro-test@example.invalid",
+  GIT_COMMITTER_NAME: "pyro-test",
+  GIT_COMMITTER_EMAIL: "pyro-test@example.invalid",
+};
+
+export function git(cwd: string, ...args: string[]): string {
+  return execFileSync("git", args, { cwd, env: GIT_ENV, encoding: "utf8" }).trim();
+}
+
+/** Makes `dir` a Git checkout of the Python project (one commit) plus an untracked file. */
+export async function pythonCheckout(dir: string): Promise<{ commit: string }> {
+  await writeTree(dir, PYTHON_PROJECT);
+  git(dir, "init", "--quiet", "--initial-branch=main");
+  git(dir, "add", ".");
+  git(dir, "commit", "--quiet", "-m", "calc with a bug");
+  // Untracked: a Git seed copies tracked files only.
+  await writeFile(join(dir, "scratch.txt"), "not tracked\n");
+  return { commit: git(dir, "rev-parse", "HEAD") };
+}
+
+export interface StdioServer {
+  client: Client;
+  transport: StdioClientTransport;
+  /** What the server wrote on stderr so far. */
+  stderr(): string;
+  /** Calls a tool; a failed call throws with its error object. */
+  ok(name: string, args?: Record<string, unknown>): Promise<any>;
+  call(name: string, args?: Record<string, unknown>): Promise<CallToolResult>;
+  close(): Promise<void>;
+}
+
+/** Launches `node bin/pyro.js mcp serve ARGS` as a host would and connects an MCP client over stdio. */
+export async function launchStdio(options: {
+  cwd: string;
+  env: NodeJS.ProcessEnv;
+  args?: string[];
+}): Promise<StdioServer> {
+  const env = Object.fromEntries(
+    Object.entries({ ...process.env, PYRO_DEBUG: "", ...options.env }).filter(
+      (e): e is [string, string] => e[1] !== undefined,
+    ),
+  );
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [PYRO_BIN, "mcp", "serve", ...(options.args ?? [])],
+    cwd: options.cwd,
+    env,
+    stderr: "pipe",
+  });
+  let err = "";
+  transport.stderr?.on("data", (c: Buffer) => {
+    err += c.toString("utf8");
+  });
+  const client = new Client({ name: "pyro-integration", version: "0.0.0" });
+  await client.connect(transport);
+  await client.listTools();
+  const call = (name: string, args: Record<string, unknown> = {}) =>
+    client.callTool({ name, arguments: args }, undefined, { timeout: 300_000 }) as Promise<CallToolResult>;
+  return {
+    client,
+    transport,
+    stderr: () => err,
+    call,
+    ok: async (name, args) => {
+      const r = await call(name, args);
+      if (r.isError)
+        throw new Error(`${name} failed: ${JSON.stringify(r.structuredContent)}; server stderr: ${err}`);
+      return r.structuredContent;
+    },
+    close: () => client.close(),
+  };
+}
+
+/** Runs a command to completion, capturing its output (for the third-party client). */
+export function runProcess(
+  argv: string[],
+  options: { cwd: string; env: NodeJS.ProcessEnv; timeoutMs?: number },
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(argv[0]!, argv.slice(1), {
+      cwd: options.cwd,
+      env: options.env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (c: Buffer) => {
+      stdout += c.toString("utf8");
+    });
+    child.stderr.on("data", (c: Buffer) => {
+      stderr += c.toString("utf8");
+    });
+    const timer = setTimeout(() => child.kill("SIGKILL"), options.timeoutMs ?? 120_000);
+    child.on("error", reject);
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+export function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
