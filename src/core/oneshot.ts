@@ -21,6 +21,8 @@ export interface RunOptions {
   env?: Record<string, string>;
   seed_path?: string;
   signal?: AbortSignal;
+  /** Progress of long steps (an environment build). */
+  on_progress?: (p: import("../env/builder.js").BuildProgress) => void;
 }
 
 /**
@@ -43,7 +45,10 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
   const environment = options.environment ?? "debian:12";
   const timeoutSeconds = options.timeout_seconds ?? DEFAULTS.timeout_seconds;
   if (backend.runOnce && !options.seed_path) {
-    const env = await engine.environments.pull(environment, options.signal ? { signal: options.signal } : {});
+    const env = await engine.environments.pull(environment, {
+      ...(options.signal ? { signal: options.signal } : {}),
+      ...(options.on_progress ? { onProgress: options.on_progress } : {}),
+    });
     const r = await backend.runOnce({
       rootfs: env.rootfs,
       scratchDir: join(engine.paths.home, "oneshot"),
@@ -74,6 +79,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
     ...(options.env ? { env: options.env } : {}),
     ...(options.seed_path ? { seed_path: options.seed_path } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
+    ...(options.on_progress ? { on_progress: options.on_progress } : {}),
     allow_host_compat: options.allow_host_compat === true,
     ttl_seconds: 3600,
   };

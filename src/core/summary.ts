@@ -26,8 +26,8 @@ export async function summarizeWorkspace(
   let changes: {
     available: boolean;
     changed: boolean | null;
-    summary: unknown;
-    entries: unknown[];
+    summary: { total: number; added: number; modified: number; deleted: number } | null;
+    entries: { path: string; status: "added" | "modified" | "deleted" }[];
     reason?: string;
   };
   if (w.state === "running") {

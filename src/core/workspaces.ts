@@ -3,6 +3,7 @@ import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentClient } from "../agent/client.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
+import type { BuildProgress } from "../env/builder.js";
 import type { StateStore } from "../state/store.js";
 import type { NetworkPolicy, WorkspaceRow } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
@@ -28,6 +29,8 @@ export interface CreateOptions extends SeedSource {
   /** Secret specs by name: a literal, `${HOST_VAR}`, or `?` (prompted through `prompt_secret`). */
   secrets?: Record<string, string>;
   prompt_secret?: SecretPrompt;
+  /** Progress of long steps (an environment build). */
+  on_progress?: (p: BuildProgress) => void;
   environment?: string;
   name?: string;
   labels?: Record<string, string>;
@@ -141,10 +144,10 @@ export class Workspaces {
     }
     // Secrets first: a missing host variable or terminal fails before anything is made.
     const secrets = await resolveSecrets(options.secrets ?? {}, this.engine.env, options.prompt_secret);
-    const env = await this.engine.environments.pull(
-      environment,
-      options.signal ? { signal: options.signal } : {},
-    );
+    const env = await this.engine.environments.pull(environment, {
+      ...(options.signal ? { signal: options.signal } : {}),
+      ...(options.on_progress ? { onProgress: options.on_progress } : {}),
+    });
     const id = `ws_${randomBytes(6).toString("hex")}`;
     const dir = this.workspaceDir(id);
     const baseline = join(dir, "snapshots", "baseline");
