@@ -3,6 +3,7 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promis
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import type { BackendName } from "../backends/backend.js";
 import { Pyro } from "../sdk/pyro.js";
 import { run } from "../util/run.js";
 import { type BenchRow, medianMs, printTable, round, row } from "./stats.js";
@@ -47,34 +48,53 @@ async function main(): Promise<void> {
     });
     log(`bench: floor bwrap /bin/true ${round(floor)} ms`);
 
-    const createMs = await medianMs(
-      quick ? 2 : 5,
-      async () => {
-        const w = await pyro.createWorkspace({ backend: "bwrap" });
+    rows.push(...(await backendRows(pyro, "bwrap", "bwrap /bin/true", floor, n, quick, extra)));
+
+    // The other backends, each against its own raw floor measured now.
+    const others: { name: BackendName; floorName: string; floorArgv: string[] }[] = [
+      {
+        name: "gvisor",
+        floorName: "runsc do true",
+        floorArgv: [
+          "runsc",
+          `--root=${join(home, "runsc-floor")}`,
+          "--network=none",
+          "--platform=ptrace",
+          "do",
+          "/bin/true",
+        ],
+      },
+      {
+        name: "docker",
+        floorName: "docker run --rm true",
+        floorArgv: ["docker", "run", "--rm", "--network", "none", "pyro-bench-floor", "/bin/true"],
+      },
+    ];
+    for (const o of others) {
+      const why = await unavailable(pyro, o.name);
+      if (why) {
+        log(`bench: ${o.name} skipped: ${why}`);
+        extra[`${o.name}_skipped`] = why;
+        continue;
+      }
+      if (o.name === "docker") {
+        // The floor's image: the same environment, imported by the backend's first create.
+        const w = await pyro.createWorkspace({ backend: "docker" });
         await pyro.deleteWorkspace(w.workspace_id);
-      },
-      0,
-    );
-    rows.push(row("workspace create (warm env)", createMs, "bwrap /bin/true", floor, {}));
-
-    const ws = await pyro.createWorkspace({ backend: "bwrap" });
-    const execMs = await medianMs(
-      n * 2,
-      async () => {
-        const r = await pyro.execWorkspace(ws.workspace_id, "true");
-        if (r.exit_code !== 0) throw new Error("exec failed");
-      },
-      3,
-    );
-    rows.push(row("workspace exec true (warm)", execMs, "bwrap /bin/true", floor, { max: 0.5 }));
-    extra.agent_rss_kib = await sandboxRssKib(ws.workspace_id);
-    await pyro.deleteWorkspace(ws.workspace_id);
-
-    const runMs = await medianMs(quick ? 3 : 10, async () => {
-      const r = await pyro.run("debian:12", "true", { backend: "bwrap" });
-      if (r.exit_code !== 0) throw new Error("run failed");
-    });
-    rows.push(row("run debian:12 -- true", runMs, "bwrap /bin/true", floor, { max: 3 }));
+        const img = await run([
+          "sh",
+          "-c",
+          "docker images --format '{{.Repository}}:{{.Tag}}' | grep '^pyro-env' | head -1",
+        ]);
+        await run(["docker", "tag", img.stdout.trim(), "pyro-bench-floor"]);
+      }
+      const f = await medianMs(quick ? 3 : 10, async () => {
+        const r = await run(o.floorArgv, { killGroup: false });
+        if (r.exitCode !== 0) throw new Error(`${o.floorName} failed: ${r.stderr}`);
+      });
+      log(`bench: floor ${o.floorName} ${round(f)} ms`);
+      rows.push(...(await backendRows(pyro, o.name, o.floorName, f, n, quick, extra)));
+    }
 
     // Reset of a 10k-file / 100 MB workspace against `cp -a` of the same tree.
     log("bench: building a 10k-file / 100 MB seed");
@@ -176,6 +196,72 @@ async function main(): Promise<void> {
       process.stdout.write(
         `\nidle workspace memory (sandbox processes' RSS): ${round(Number(extra.agent_rss_kib) / 1024, 1)} MiB\n`,
       );
+  }
+}
+
+/** Create, warm exec, one-shot run and reset on one backend, against its floor. */
+async function backendRows(
+  pyro: Pyro,
+  backend: BackendName,
+  floorName: string,
+  floor: number,
+  n: number,
+  quick: boolean,
+  extra: Record<string, unknown>,
+): Promise<BenchRow[]> {
+  const rows: BenchRow[] = [];
+  const createMs = await medianMs(
+    quick ? 2 : 5,
+    async () => {
+      const w = await pyro.createWorkspace({ backend });
+      await pyro.deleteWorkspace(w.workspace_id);
+    },
+    0,
+  );
+  rows.push(row(`${backend}: workspace create (warm env)`, createMs, floorName, floor, {}));
+  const ws = await pyro.createWorkspace({ backend });
+  try {
+    const execMs = await medianMs(
+      n * 2,
+      async () => {
+        const r = await pyro.execWorkspace(ws.workspace_id, "true");
+        if (r.exit_code !== 0) throw new Error("exec failed");
+      },
+      3,
+    );
+    rows.push(
+      row(
+        `${backend}: workspace exec true (warm)`,
+        execMs,
+        floorName,
+        floor,
+        backend === "bwrap" ? { max: 0.5 } : {},
+      ),
+    );
+    const resetMs = await medianMs(quick ? 2 : 5, () => pyro.resetWorkspace(ws.workspace_id), 0);
+    rows.push(row(`${backend}: reset (small workspace)`, resetMs, floorName, floor, {}));
+    if (backend === "bwrap") extra.agent_rss_kib = await sandboxRssKib(ws.workspace_id);
+  } finally {
+    await pyro.deleteWorkspace(ws.workspace_id);
+  }
+  const runMs = await medianMs(quick ? 3 : 10, async () => {
+    const r = await pyro.run("debian:12", "true", { backend });
+    if (r.exit_code !== 0) throw new Error("run failed");
+  });
+  rows.push(
+    row(`${backend}: run debian:12 -- true`, runMs, floorName, floor, backend === "bwrap" ? { max: 3 } : {}),
+  );
+  return rows;
+}
+
+/** Why a backend cannot be benchmarked here, or null. */
+async function unavailable(pyro: Pyro, backend: BackendName): Promise<string | null> {
+  if (!pyro.engine.implemented().includes(backend)) return "not implemented in this build";
+  try {
+    await pyro.engine.chooseBackend(backend, false);
+    return null;
+  } catch (err) {
+    return (err as Error).message;
   }
 }
 
