@@ -24,7 +24,11 @@ export const BACKEND_PROBES: readonly BackendProbe[] = [
  * Backends this build can create workspaces on. A backend that probes available but is
  * not implemented yet is reported, never chosen.
  */
-export const IMPLEMENTED_BACKENDS: ReadonlySet<BackendName> = new Set<BackendName>(["bwrap", "host"]);
+export const IMPLEMENTED_BACKENDS: ReadonlySet<BackendName> = new Set<BackendName>([
+  "docker",
+  "bwrap",
+  "host",
+]);
 
 export interface ProbeReport {
   kvm: KvmStatus;

@@ -32,6 +32,14 @@ export function bwrapSkipReason(): string {
   return "";
 }
 
+/** Why the gVisor suites cannot run on this host, or "" when they can. */
+export function gvisorSkipReason(): string {
+  if (!isRoot) return "needs root: the gvisor backend mounts overlays, creates cgroups and runs runsc";
+  if (!onPath("runsc")) return "runsc (gVisor) is not installed";
+  if (!ENV_CACHE) return "PYRO_ENV_CACHE is not set, so debian:12 would be built from scratch";
+  return "";
+}
+
 /** Why the host-compat suite cannot run here, or "" when it can. */
 export function hostSkipReason(): string {
   if (!ENV_CACHE) return "PYRO_ENV_CACHE is not set, so debian:12 would be built from scratch";
@@ -60,17 +68,25 @@ export interface Harness {
 export async function openHarness(
   tag: string,
   defaults: Partial<CreateOptions> = { backend: "bwrap" },
+  options: {
+    /** Extra environment for the SDK's engine and for CLI children (e.g. DOCKER_HOST). */
+    env?: NodeJS.ProcessEnv;
+  } = {},
 ): Promise<Harness> {
   // A missing build is a setup error, not a reason to skip: fail loudly.
   if (!existsSync(AGENT_ENTRY))
     throw new Error(`${AGENT_ENTRY} is missing: run \`npm run build\` before the integration tests`);
   const home = await mkdtemp(join(tmpdir(), `pyro-it-${tag}-`));
-  const pyro = new Pyro({ home, environmentsDir: ENV_CACHE });
+  const pyro = new Pyro({
+    home,
+    environmentsDir: ENV_CACHE,
+    ...(options.env ? { env: { ...process.env, ...options.env } } : {}),
+  });
   const temps: string[] = [];
   return {
     home,
     pyro,
-    cliEnv: { PYRO_HOME: home, PYRO_ENV_CACHE: ENV_CACHE },
+    cliEnv: { PYRO_HOME: home, PYRO_ENV_CACHE: ENV_CACHE, ...options.env },
     create: (options = {}) => pyro.createWorkspace({ ...defaults, ...options }),
     tempDir: async (t) => {
       const d = await mkdtemp(join(tmpdir(), `pyro-it-${t}-`));

@@ -1,0 +1,336 @@
+import { mkdir, readFile, stat } from "node:fs/promises";
+import { join } from "node:path";
+import type { Duplex } from "node:stream";
+import type Docker from "dockerode";
+import { AgentClient } from "../../agent/client.js";
+import { PyroError } from "../../core/errors.js";
+import { atomicWriteFile } from "../../util/fs.js";
+import { removeTree } from "../../util/mounts.js";
+import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
+import { prepareNodeRuntime } from "../runtime.js";
+import {
+  CALL_MS,
+  deadline,
+  EngineClients,
+  engineError,
+  ignoreGone,
+  statusOf,
+  withTimeout,
+} from "./client.js";
+import {
+  type ContainerBody,
+  containerName,
+  IN_CONTAINER,
+  type InspectedHostConfig,
+  LABELS,
+  type MountBody,
+  overlayVolumeBody,
+  unappliedSettings,
+  type VolumeBody,
+  volumeName,
+  workspaceContainerBody,
+  workspaceUser,
+} from "./container.js";
+import { ensureImage } from "./image.js";
+import { dockerRunOnce } from "./oneshot.js";
+import { ExecChannel } from "./stream.js";
+
+/** The engine a workspace lives on, kept in its directory so any later process finds it. */
+const RECORD = "docker.json";
+const AGENT_READY_MS = 20_000;
+
+interface EngineRecord {
+  endpoint: string;
+}
+
+interface DockerState extends SandboxState {
+  backend: "docker";
+  endpoint: string;
+  container_id: string;
+  container: string;
+  agent_argv: string[];
+}
+
+function layout(dir: string) {
+  return { upper: join(dir, "ws", "upper"), work: join(dir, "ws", "work"), record: join(dir, RECORD) };
+}
+
+function asDockerState(state: SandboxState): DockerState {
+  const s = state as Partial<DockerState>;
+  if (
+    typeof s.endpoint !== "string" ||
+    typeof s.container_id !== "string" ||
+    !Array.isArray(s.agent_argv) ||
+    !s.agent_argv.every((a) => typeof a === "string")
+  ) {
+    throw new PyroError("internal", "the recorded docker sandbox state is incomplete");
+  }
+  return s as DockerState;
+}
+
+/**
+ * The docker backend: one container per workspace on a Docker-compatible engine (the
+ * Docker Engine API, also served by Podman). The environment is imported as an image
+ * from the cached rootfs (no registry); the container has no network but loopback,
+ * no capabilities, no_new_privs, memory/CPU/pids limits, and an init that reaps. The
+ * root filesystem is the container's writable layer; /workspace is an overlay volume
+ * (snapshot tree + per-workspace upper directory) that the engine mounts. The agent is
+ * started per connection with `docker exec` and speaks over the exec's stdio.
+ * Opt-in only (`--backend docker`).
+ */
+export class DockerBackend implements WorkspaceBackend {
+  readonly name = "docker" as const;
+  readonly executionMode = "guest_agent" as const;
+  private readonly clients: EngineClients;
+
+  constructor(env: NodeJS.ProcessEnv = process.env) {
+    this.clients = new EngineClients(env);
+  }
+
+  agentRoot(): string {
+    return IN_CONTAINER.workspace;
+  }
+
+  agentSnapshotPath(_spec: SandboxSpec, name: string): string {
+    return `${IN_CONTAINER.snapshots}/${name}`;
+  }
+
+  runOnce(spec: OneShotSpec): Promise<OneShotResult> {
+    const endpoint = this.clients.defaultEndpoint();
+    return dockerRunOnce(this.clients.get(endpoint), endpoint, spec);
+  }
+
+  async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
+    const l = layout(spec.dir);
+    const endpoint = (await readRecord(spec.dir))?.endpoint ?? this.clients.defaultEndpoint();
+    await mkdir(spec.dir, { recursive: true, mode: 0o700 });
+    await atomicWriteFile(l.record, JSON.stringify({ endpoint } satisfies EngineRecord), 0o600);
+    const docker = this.clients.get(endpoint);
+    const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
+    const image = await ensureImage(docker, endpoint, spec.rootfs, options);
+    for (const d of [l.upper, l.work]) await mkdir(d, { recursive: true, mode: 0o700 });
+    const agentArgv = runtime.argv(
+      IN_CONTAINER.runtime,
+      `${IN_CONTAINER.app}/dist/agent/guest/main.js`,
+      "--root",
+      IN_CONTAINER.workspace,
+      "--stdio",
+    );
+    const volume = overlayVolumeBody({
+      name: volumeName(spec.workspace_id),
+      lower: join(spec.snapshotsDir, spec.snapshot),
+      upper: l.upper,
+      work: l.work,
+      labels: { [LABELS.workspace]: spec.workspace_id, [LABELS.dir]: spec.dir },
+    });
+
+    const ids = process.getuid && process.getgid ? { uid: process.getuid(), gid: process.getgid() } : null;
+    const body = workspaceContainerBody({
+      spec,
+      image,
+      runtimeDir: runtime.dir,
+      idleCmd: await idleCommand(
+        spec.rootfs,
+        runtime.argv(IN_CONTAINER.runtime, "-e", "setInterval(() => {}, 1 << 30)"),
+      ),
+      user: workspaceUser(ids),
+    });
+
+    let id: string;
+    try {
+      id = (await this.reusable(docker, body, volume)) ?? (await this.createContainer(docker, body, volume));
+      await ignoreGone(docker.getContainer(id).start(deadline(CALL_MS, options.signal)), [304]);
+    } catch (err) {
+      throw engineError(err, `starting the container of ${spec.workspace_id}`, endpoint);
+    }
+    const state: DockerState = {
+      backend: "docker",
+      endpoint,
+      container_id: id,
+      container: containerName(spec.workspace_id),
+      agent_argv: agentArgv,
+    };
+    try {
+      await this.awaitAgent(state, options.signal);
+    } catch (err) {
+      await this.stop(state).catch(() => {});
+      throw err;
+    }
+    return state;
+  }
+
+  /**
+   * The kept container of a stopped workspace, if it is ours and still what `body` asks
+   * for (image, user, mounts, limits) with /workspace on the same snapshot. A container
+   * that differs (pyro or node upgraded, a volume removed by hand) is removed, to be
+   * recreated: its root layer is lost, /workspace's upper directory is kept.
+   */
+  private async reusable(docker: Docker, body: ContainerBody, volume: VolumeBody): Promise<string | null> {
+    const c = await ignoreGone(docker.getContainer(body.name).inspect(deadline()));
+    if (!c) return null;
+    if (c.Config.Labels?.[LABELS.dir] !== body.Labels[LABELS.dir]) {
+      throw new PyroError(
+        "conflict",
+        `a container named ${body.name} exists but does not belong to this workspace`,
+        "remove it (docker rm -f) if it is a leftover",
+      );
+    }
+    const v = await ignoreGone(docker.getVolume(volume.Name).inspect(deadline()));
+    const mounts = (list: { Source?: string; Target?: string; Destination?: string }[] | undefined | null) =>
+      JSON.stringify((list ?? []).map((m) => [m.Source, m.Target ?? m.Destination]));
+    const same =
+      (c.Config.Image === body.Image || c.Config.Image.endsWith(`/${body.Image}`)) &&
+      c.Config.User === body.User &&
+      v?.Options?.o === volume.DriverOpts.o &&
+      mounts((c.HostConfig as { Mounts?: MountBody[] }).Mounts) === mounts(body.HostConfig.Mounts) &&
+      unappliedSettings(body.HostConfig, c.HostConfig as InspectedHostConfig).length === 0;
+    if (same) return c.Id;
+    await ignoreGone(docker.getContainer(c.Id).remove({ force: true, ...deadline() }));
+    return null;
+  }
+
+  private async createContainer(docker: Docker, body: ContainerBody, volume: VolumeBody): Promise<string> {
+    const existing = await ignoreGone(docker.getVolume(volume.Name).inspect(deadline()));
+    if (existing && existing.Options?.o !== volume.DriverOpts.o) {
+      await docker.getVolume(volume.Name).remove(deadline());
+    }
+    if (!existing || existing.Options?.o !== volume.DriverOpts.o) {
+      await docker.createVolume({ ...volume, ...deadline() } as Docker.VolumeCreateOptions);
+    }
+    const created = await docker.createContainer({ ...body, ...deadline() } as Docker.ContainerCreateOptions);
+    const inspected = await created.inspect(deadline());
+    const problems = unappliedSettings(body.HostConfig, inspected.HostConfig as InspectedHostConfig);
+    if (problems.length > 0) {
+      await ignoreGone(created.remove({ force: true, ...deadline() }));
+      throw new PyroError(
+        "backend_unavailable",
+        `the Docker engine did not apply pyro's isolation: ${problems.join("; ")}`,
+        "pyro refuses to run without its limits; check the engine's cgroup support (docker info)",
+      );
+    }
+    return created.id;
+  }
+
+  /** Proves the agent runs in the container: one handshake over a fresh exec channel. */
+  private async awaitAgent(state: DockerState, signal?: AbortSignal): Promise<void> {
+    const channel = (await this.connect(state, { timeoutMs: AGENT_READY_MS })) as ExecChannel;
+    try {
+      const client = await AgentClient.connect(channel, {
+        timeoutMs: AGENT_READY_MS,
+        ...(signal ? { signal } : {}),
+      });
+      client.close();
+    } catch (err) {
+      const stderr = channel.stderrText().trim().split("\n").slice(-5).join(" | ");
+      throw new PyroError(
+        "backend_unavailable",
+        `the guest agent did not start in container ${state.container}: ${stderr || (err as Error).message}`,
+      );
+    }
+  }
+
+  async connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    const s = asDockerState(state);
+    const timeoutMs = options.timeoutMs ?? 5000;
+    const docker = this.clients.get(s.endpoint);
+    try {
+      const exec = await docker.getContainer(s.container_id).exec({
+        Cmd: s.agent_argv,
+        AttachStdin: true,
+        AttachStdout: true,
+        AttachStderr: true,
+        Tty: false,
+        WorkingDir: IN_CONTAINER.workspace,
+        ...deadline(timeoutMs),
+      } as Docker.ExecCreateOptions);
+      // No abortSignal here: it would stay tied to the upgraded connection and cut it later.
+      const started = exec.start({ hijack: true, stdin: true, Detach: false, Tty: false });
+      const conn = await withTimeout(started, timeoutMs, (late) => (late as Duplex).destroy());
+      return new ExecChannel(conn as Duplex);
+    } catch (err) {
+      if (statusOf(err) === 409 || statusOf(err) === 404)
+        throw new PyroError("backend_unavailable", `container ${s.container} is not running`);
+      throw engineError(err, `connecting to the agent in ${s.container}`, s.endpoint);
+    }
+  }
+
+  async isRunning(state: SandboxState): Promise<boolean> {
+    const s = asDockerState(state);
+    try {
+      const c = await ignoreGone(
+        this.clients.get(s.endpoint).getContainer(s.container_id).inspect(deadline()),
+      );
+      return c?.State.Running === true && !c.State.Paused && !c.State.Restarting;
+    } catch (err) {
+      // Not knowing is not "dead": restarting would kill the workspace's processes.
+      throw engineError(err, `inspecting container ${s.container}`, s.endpoint);
+    }
+  }
+
+  /** Kills every process of the container; the container (its root layer) and /workspace stay. */
+  async stop(state: SandboxState): Promise<void> {
+    const s = asDockerState(state);
+    const c = this.clients.get(s.endpoint).getContainer(s.container_id);
+    try {
+      await ignoreGone(c.kill({ signal: "SIGKILL", ...deadline() }), [409]);
+      await ignoreGone(c.wait({ condition: "not-running", ...deadline() }));
+    } catch (err) {
+      throw engineError(err, `stopping container ${s.container}`, s.endpoint);
+    }
+  }
+
+  /** Removes the container (its root layer) and the /workspace volume and upper layer. */
+  async discardChanges(spec: SandboxSpec): Promise<void> {
+    await this.removeEngineObjects(spec, null);
+    await removeTree(join(spec.dir, "ws"));
+  }
+
+  async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
+    await this.removeEngineObjects(spec, state);
+    await removeTree(spec.dir);
+  }
+
+  /** Removes this workspace's container and volume, checking by label that they are ours. */
+  private async removeEngineObjects(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
+    const recorded =
+      typeof state?.endpoint === "string" ? state.endpoint : (await readRecord(spec.dir))?.endpoint;
+    // Never started on an engine: nothing there to remove.
+    if (!recorded) return;
+    const docker = this.clients.get(recorded);
+    try {
+      const name = containerName(spec.workspace_id);
+      const c = await ignoreGone(docker.getContainer(name).inspect(deadline()));
+      if (c && c.Config.Labels?.[LABELS.dir] === spec.dir) {
+        await ignoreGone(docker.getContainer(c.Id).remove({ force: true, ...deadline() }), [409]);
+      }
+      const vol = volumeName(spec.workspace_id);
+      const v = await ignoreGone(docker.getVolume(vol).inspect(deadline()));
+      if (v && v.Labels?.[LABELS.dir] === spec.dir)
+        await ignoreGone(docker.getVolume(vol).remove(deadline()));
+    } catch (err) {
+      throw engineError(err, `removing the container of ${spec.workspace_id}`, recorded);
+    }
+  }
+}
+
+async function readRecord(dir: string): Promise<EngineRecord | null> {
+  try {
+    const r = JSON.parse(await readFile(join(dir, RECORD), "utf8")) as Partial<EngineRecord>;
+    return typeof r.endpoint === "string" ? { endpoint: r.endpoint } : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * What the container's main process runs: it only has to wait (Docker's init is pid 1
+ * and reaps). The environment's own `sleep` when it has one (about 1 MB); otherwise the
+ * injected node, idle (tens of MB, but needs nothing from the environment).
+ */
+export async function idleCommand(rootfs: string, nodeIdle: string[]): Promise<string[]> {
+  for (const p of ["usr/bin/sleep", "bin/sleep"]) {
+    const st = await stat(join(rootfs, p)).catch(() => null);
+    if (st?.isFile()) return [`/${p}`, "2147483647"];
+  }
+  return nodeIdle;
+}

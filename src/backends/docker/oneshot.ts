@@ -1,0 +1,122 @@
+import { randomBytes } from "node:crypto";
+import type { Duplex } from "node:stream";
+import type Docker from "dockerode";
+import { PyroError } from "../../core/errors.js";
+import type { OneShotResult, OneShotSpec } from "../backend.js";
+import { CALL_MS, deadline, engineError, ignoreGone, withTimeout } from "./client.js";
+import { type InspectedHostConfig, oneShotContainerBody, unappliedSettings } from "./container.js";
+import { ensureImage } from "./image.js";
+import { StreamDemuxer } from "./stream.js";
+
+/** After the command exits, how long its output may still take to arrive. */
+const DRAIN_MS = 2000;
+
+/**
+ * `pyro run` on docker, like `docker run --rm`: a throwaway container with the same
+ * isolation and limits as a workspace whose only process is the command (no agent).
+ * Output is read through an attach made before the start, capped per stream; the
+ * timeout (or a cancel) kills the container, and it is always removed.
+ */
+export async function dockerRunOnce(
+  docker: Docker,
+  endpoint: string,
+  spec: OneShotSpec,
+): Promise<OneShotResult> {
+  const image = await ensureImage(docker, endpoint, spec.rootfs, spec.signal ? { signal: spec.signal } : {});
+  const id = `run_${randomBytes(6).toString("hex")}`;
+  const body = oneShotContainerBody({ id, image, command: spec.command, env: spec.env, limits: spec.limits });
+  let container: Docker.Container | undefined;
+  try {
+    container = await docker.createContainer({ ...body, ...deadline() } as Docker.ContainerCreateOptions);
+    const inspected = await container.inspect(deadline());
+    const problems = unappliedSettings(body.HostConfig, inspected.HostConfig as InspectedHostConfig);
+    if (problems.length > 0) {
+      throw new PyroError(
+        "backend_unavailable",
+        `the Docker engine did not apply pyro's isolation: ${problems.join("; ")}`,
+        "pyro refuses to run without its limits",
+      );
+    }
+    const attached = container.attach({ stream: true, stdout: true, stderr: true, hijack: true });
+    const conn = (await withTimeout(attached, CALL_MS, (late) => (late as Duplex).destroy())) as Duplex;
+    return await runAttached(container, conn, spec);
+  } catch (err) {
+    throw engineError(err, "pyro run on docker", endpoint);
+  } finally {
+    if (container) await ignoreGone(container.remove({ force: true, ...deadline() })).catch(() => {});
+  }
+}
+
+async function runAttached(
+  container: Docker.Container,
+  conn: Duplex,
+  spec: OneShotSpec,
+): Promise<OneShotResult> {
+  const out = new Capped(spec.maxOutputBytes);
+  const err = new Capped(spec.maxOutputBytes);
+  const demux = new StreamDemuxer();
+  const drained = new Promise<void>((resolve) => {
+    conn.on("data", (chunk: Buffer) => {
+      try {
+        for (const f of demux.push(chunk)) (f.stream === 1 ? out : err).push(f.data);
+      } catch {
+        conn.destroy();
+      }
+    });
+    conn.once("end", resolve);
+    conn.once("close", resolve);
+    conn.once("error", () => resolve());
+  });
+
+  let timedOut = false;
+  const kill = () => {
+    container.kill({ signal: "SIGKILL", ...deadline() }).catch(() => {});
+  };
+  const timer = setTimeout(() => {
+    timedOut = true;
+    kill();
+  }, spec.timeoutMs);
+  spec.signal?.addEventListener("abort", kill, { once: true });
+  const started = performance.now();
+  try {
+    // wait() is registered before start() so even an instant exit is seen.
+    const exited = container.wait({ condition: "next-exit", ...deadline(spec.timeoutMs + CALL_MS) });
+    await container.start(deadline());
+    const { StatusCode } = (await exited) as { StatusCode: number };
+    const duration = Math.round(performance.now() - started);
+    await Promise.race([drained, new Promise((r) => setTimeout(r, DRAIN_MS).unref())]);
+    if (spec.signal?.aborted)
+      throw new PyroError("cancelled", "the run was cancelled; its container was killed");
+    return {
+      exit_code: timedOut ? 124 : StatusCode,
+      stdout: out.text(),
+      stderr: err.text(),
+      duration_ms: duration,
+      timed_out: timedOut,
+      truncated: out.truncated || err.truncated,
+    };
+  } finally {
+    clearTimeout(timer);
+    spec.signal?.removeEventListener("abort", kill);
+    conn.destroy();
+  }
+}
+
+/** Keeps the first `max` bytes of a stream and remembers whether more came. */
+class Capped {
+  private readonly chunks: Buffer[] = [];
+  private size = 0;
+  truncated = false;
+  constructor(private readonly max: number) {}
+  push(c: Buffer): void {
+    const room = this.max - this.size;
+    if (c.length > room) this.truncated = true;
+    if (room <= 0) return;
+    const kept = c.length > room ? c.subarray(0, room) : c;
+    this.chunks.push(Buffer.from(kept));
+    this.size += kept.length;
+  }
+  text(): string {
+    return Buffer.concat(this.chunks, this.size).toString("utf8");
+  }
+}
