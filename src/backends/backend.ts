@@ -74,6 +74,8 @@ export interface OneShotSpec {
   rootfs: string;
   /** Directory for the throwaway layer; removed afterwards. */
   scratchDir: string;
+  /** Cache directory for host-built helpers (the Node runtime, gVisor's statx shim). */
+  runtimeCacheDir: string;
   command: string;
   env: Record<string, string>;
   limits: SandboxSpec["limits"];

@@ -9,6 +9,7 @@ import {
 } from "../backends/backend.js";
 import { BwrapBackend } from "../backends/bwrap/backend.js";
 import { DockerBackend } from "../backends/docker/backend.js";
+import { GvisorBackend } from "../backends/gvisor/backend.js";
 import { HostBackend } from "../backends/host/backend.js";
 import { probeKvm } from "../backends/kvm.js";
 import { BACKEND_PROBES } from "../backends/registry.js";
@@ -54,7 +55,13 @@ export class Engine {
       new DebootstrapBuilder({ debCacheDir: this.paths.debCacheDir, ...(mirror ? { mirror } : {}) }),
     ];
     this.environments = new EnvironmentCache(this.paths.environmentsDir, builders);
-    this.backends = { docker: new DockerBackend(this.env), bwrap: new BwrapBackend(), host: new HostBackend(), ...options.backends };
+    this.backends = {
+      gvisor: new GvisorBackend(),
+      docker: new DockerBackend(this.env),
+      bwrap: new BwrapBackend(),
+      host: new HostBackend(),
+      ...options.backends,
+    };
     this.injected = new Set(Object.keys(options.backends ?? {}) as BackendName[]);
     this.workspaces = new Workspaces(this);
   }

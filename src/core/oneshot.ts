@@ -52,6 +52,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
     const r = await backend.runOnce({
       rootfs: env.rootfs,
       scratchDir: join(engine.paths.home, "oneshot"),
+      runtimeCacheDir: join(engine.paths.home, "runtime"),
       command,
       env: options.env ?? {},
       limits: {

@@ -19,7 +19,8 @@ export async function fakePyro(): Promise<{
     environmentsDir: join(home, "envs"),
     builders: [new FakeBuilder()],
     backends: { bwrap: backend },
-    env: {},
+    // The fake stands in for bwrap: pin it, or a real stronger backend (gvisor) would win.
+    env: { PYRO_BACKEND: "bwrap" },
   });
   return {
     pyro,

@@ -77,6 +77,8 @@ export const SCENARIOS: Scenario[] = [
         const back = await p.readWorkspaceFile(id, "bin.dat");
         expect(back.encoding).toBe("base64");
         expect(Buffer.from(back.content, "base64").equals(bytes)).toBe(true);
+        // Plain coreutils metadata calls work (gVisor needs its statx shim for these).
+        expect((await p.execWorkspace(id, "ls -l dir/note.txt | cut -c1-10; stat -c %s dir/note.txt")).stdout).toBe("-rw-r--r--\n6\n");
         const list = await p.listWorkspaceFiles(id, "/workspace", { recursive: true });
         expect(list.entries.map((e) => e.path)).toEqual(expect.arrayContaining(["dir/note.txt", "bin.dat", "app.py"]));
         await p.execWorkspace(id, "ln -s /etc escape-link");

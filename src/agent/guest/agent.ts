@@ -3,7 +3,7 @@
  * socket serving every connection, or one session over stdin/stdout). Kept apart
  * from main.ts so tests can start an agent in-process.
  */
-import { chmod, lstat, unlink } from "node:fs/promises";
+import { chmod, lstat, stat, unlink } from "node:fs/promises";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -74,6 +74,21 @@ async function removeStaleSocket(socketPath: string): Promise<void> {
   await unlink(socketPath);
 }
 
+/**
+ * Makes the socket owner-only. gVisor's host-backed sockets (`runsc --host-uds`)
+ * refuse chmod and even stat from inside the sandbox; such a socket is still private when
+ * its directory is (mode 0700: nobody else can reach the name), so that is accepted.
+ * Anything else fails closed.
+ */
+async function restrictToOwner(socketPath: string): Promise<void> {
+  try {
+    await chmod(socketPath, 0o600);
+  } catch (err) {
+    const dir = await stat(path.dirname(socketPath)).catch(() => null);
+    if (!dir || (dir.mode & 0o077) !== 0) throw err;
+  }
+}
+
 /** Starts an agent as described by `opts`. `io` replaces stdin/stdout in stdio mode. */
 export async function startGuest(
   opts: GuestOptions,
@@ -121,7 +136,7 @@ export async function startGuest(
     });
   });
   // Only the owner (and root) may talk to the agent.
-  await chmod(socketPath, 0o600);
+  await restrictToOwner(socketPath);
   log?.(`listening on ${socketPath}, root ${workspace.givenRoot}`);
   const done = new Promise<void>((resolve) => server.once("close", () => resolve()));
   return {

@@ -112,7 +112,7 @@ export async function bwrapRunOnce(spec: OneShotSpec, tools: LaunchTools): Promi
 }
 
 /** Keeps the first `max` bytes of a stream and remembers whether more came. */
-class Capture {
+export class Capture {
   private readonly chunks: Buffer[] = [];
   private size = 0;
   truncated = false;
@@ -133,7 +133,7 @@ class Capture {
   }
 }
 
-function signalNumber(signal: NodeJS.Signals | null): number {
+export function signalNumber(signal: NodeJS.Signals | null): number {
   const table: Partial<Record<NodeJS.Signals, number>> = {
     SIGKILL: 9,
     SIGTERM: 15,

@@ -1,9 +1,11 @@
 import { firstLine, run, which } from "../../util/run.js";
 import type { BackendProbe } from "../backend.js";
+import { platformFor, STATX_CAVEAT } from "./platform.js";
 
 /**
  * Proves gVisor by running a trivial sandbox with `runsc do`. Platforms are tried from
- * fastest to most portable; the first that works is reported (and used later).
+ * fastest to most portable; the first that works is reported (and used by the backend,
+ * which shares the verdict within a process).
  */
 export const gvisorProbe: BackendProbe = {
   name: "gvisor",
@@ -33,38 +35,31 @@ export const gvisorProbe: BackendProbe = {
         details: { path: bin },
       };
     }
-    const kvm = await ctx.kvm();
-    const platforms = kvm.usable ? ["systrap", "kvm", "ptrace"] : ["systrap", "ptrace"];
-    const failures: string[] = [];
-    for (const platform of platforms) {
-      const r = await run(
-        [
-          bin,
-          `--root=${ctx.scratchDir}/runsc-root`,
-          "--network=none",
-          `--platform=${platform}`,
-          "do",
-          "/bin/true",
-        ],
-        { timeoutMs: ctx.timeoutMs },
+    const verdict = await platformFor(bin, { timeoutMs: ctx.timeoutMs, kvm: ctx.kvm });
+    if (verdict.platform) {
+      // The statx bug is worked around by a preloaded shim when a C compiler can build it.
+      const cc = (await which("cc", ctx.env.PATH)) ?? (await which("gcc", ctx.env.PATH));
+      const caveats = verdict.caveats.map((c) =>
+        c === STATX_CAVEAT && cc ? "this runsc rejects statx(AT_NO_AUTOMOUNT); pyro preloads a shim into guests that clears the flag" : c,
       );
-      if (r.exitCode === 0) {
-        return {
-          available: true,
-          version,
-          reason: null,
-          opt_in: false,
-          details: { path: bin, platform, sandbox_ms: Math.round(r.durationMs) },
-        };
-      }
-      failures.push(
-        `${platform}: ${r.timedOut ? "timed out" : firstLine(r.stderr.split("\n").reverse().join("\n")) || `exit ${r.exitCode}`}`,
-      );
+      return {
+        available: true,
+        version,
+        // A caveat, not a refusal: the sandbox works, some guest tools misbehave.
+        reason: caveats.length > 0 ? caveats.join("; ") : null,
+        opt_in: false,
+        details: {
+          path: bin,
+          platform: verdict.platform,
+          sandbox_ms: verdict.sandbox_ms,
+          ...(caveats.length > 0 ? { caveats } : {}),
+        },
+      };
     }
     return {
       available: false,
       version,
-      reason: `runsc could not start a sandbox (${failures.join("; ")})`,
+      reason: `runsc could not start a sandbox (${verdict.failures.join("; ")})`,
       opt_in: false,
       details: { path: bin },
     };

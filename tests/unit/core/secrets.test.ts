@@ -1,7 +1,7 @@
 import { readdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { PyroError } from "../../../src/core/errors.js";
+import type { PyroError } from "../../../src/core/errors.js";
 import { Pyro } from "../../../src/sdk/pyro.js";
 import { fakePyro } from "../../helpers/engine.js";
 import { FakeBuilder } from "../../helpers/fake-builder.js";
@@ -16,7 +16,13 @@ beforeEach(async () => {
   t = await fakePyro();
   await t.pyro.close();
   // The same home, with a host variable in the engine's environment.
-  pyro = new Pyro({ home: t.home, environmentsDir: join(t.home, "envs"), builders: [new FakeBuilder()], backends: { bwrap: t.backend }, env: { HOST_TOKEN: FROM_HOST } });
+  pyro = new Pyro({
+    home: t.home,
+    environmentsDir: join(t.home, "envs"),
+    builders: [new FakeBuilder()],
+    backends: { bwrap: t.backend },
+    env: { HOST_TOKEN: FROM_HOST, PYRO_BACKEND: "bwrap" },
+  });
 });
 afterEach(async () => {
   await pyro.close();
@@ -54,11 +60,17 @@ describe("secrets and forwarded env", () => {
       { name: "TOKEN", kind: "host_env" },
       { name: "PASSWORD", kind: "prompt" },
     ]);
-    const r = await pyro.execWorkspace(w.workspace_id, 'echo "$API_KEY $TOKEN $PASSWORD $MODE"; echo "$API_KEY" >&2');
+    const r = await pyro.execWorkspace(
+      w.workspace_id,
+      'echo "$API_KEY $TOKEN $PASSWORD $MODE"; echo "$API_KEY" >&2',
+    );
     expect(r.stdout).toBe("[REDACTED:API_KEY] [REDACTED:TOKEN] [REDACTED:PASSWORD] test\n");
     expect(r.stderr).toBe("[REDACTED:API_KEY]\n");
     // The values were really there: a check that does not print them.
-    const ok = await pyro.execWorkspace(w.workspace_id, `[ "$API_KEY" = "${LITERAL}" ] && [ "$TOKEN" = "${FROM_HOST}" ] && [ "$PASSWORD" = "${PROMPTED}" ]`);
+    const ok = await pyro.execWorkspace(
+      w.workspace_id,
+      `[ "$API_KEY" = "${LITERAL}" ] && [ "$TOKEN" = "${FROM_HOST}" ] && [ "$PASSWORD" = "${PROMPTED}" ]`,
+    );
     expect(ok.exit_code).toBe(0);
     expect(ok.command).not.toContain(LITERAL);
     const logs = await pyro.workspaceLogs(w.workspace_id);
@@ -74,7 +86,13 @@ describe("secrets and forwarded env", () => {
   it("keeps injecting secrets for a later client (resume), still redacted", async () => {
     const w = await pyro.createWorkspace({ secrets: { API_KEY: LITERAL } });
     await pyro.close();
-    const later = new Pyro({ home: t.home, environmentsDir: join(t.home, "envs"), builders: [new FakeBuilder()], backends: { bwrap: t.backend }, env: {} });
+    const later = new Pyro({
+      home: t.home,
+      environmentsDir: join(t.home, "envs"),
+      builders: [new FakeBuilder()],
+      backends: { bwrap: t.backend },
+      env: { PYRO_BACKEND: "bwrap" },
+    });
     try {
       const r = await later.execWorkspace(w.workspace_id, 'printf %s "$API_KEY" | wc -c; echo "$API_KEY"');
       expect(r.stdout).toBe(`${LITERAL.length}\n[REDACTED:API_KEY]\n`);
@@ -84,8 +102,14 @@ describe("secrets and forwarded env", () => {
   });
 
   it("refuses an unset host variable and a prompt without a terminal, creating nothing", async () => {
-    const code = async (p: Promise<unknown>) => p.then(() => "ok", (e: PyroError) => e.code);
-    expect(await code(pyro.createWorkspace({ secrets: { T: "${NOT_SET_ANYWHERE}" } }))).toBe("invalid_argument");
+    const code = async (p: Promise<unknown>) =>
+      p.then(
+        () => "ok",
+        (e: PyroError) => e.code,
+      );
+    expect(await code(pyro.createWorkspace({ secrets: { T: "${NOT_SET_ANYWHERE}" } }))).toBe(
+      "invalid_argument",
+    );
     expect(await code(pyro.createWorkspace({ secrets: { T: "?" } }))).toBe("invalid_argument");
     expect(await code(pyro.createWorkspace({ secrets: { "bad-name": "x" } }))).toBe("invalid_argument");
     expect((await pyro.listWorkspaces()).count).toBe(0);

@@ -76,7 +76,8 @@ export async function mcpFixture(
     environmentsDir: join(home, "envs"),
     builders: [builder],
     backends: { bwrap: backend },
-    env: {},
+    // The fake stands in for bwrap: pin it, or a real stronger backend (gvisor) would win.
+    env: { PYRO_BACKEND: "bwrap" },
   });
   const server = createServer(pyro, {
     baseDir: base,

@@ -1,0 +1,316 @@
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Duplex } from "node:stream";
+import { PyroError } from "../../core/errors.js";
+import { removeTree } from "../../util/mounts.js";
+import { which } from "../../util/run.js";
+import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
+import { CgroupLimits, detectCgroups } from "../bwrap/cgroups.js";
+import { detectLaunchTools, type LaunchTools, launchArgv } from "../bwrap/launch.js";
+import {
+  connectUnix,
+  killAndWait,
+  procStartTime,
+  sameProcessAlive,
+  spawnDetached,
+  waitForSocket,
+} from "../common.js";
+import { probeKvm } from "../kvm.js";
+import { prepareNodeRuntime } from "../runtime.js";
+import { installPreload, prepareStatxShim } from "./statx-shim.js";
+import { GVISOR_IN_SANDBOX, workspaceConfig } from "./oci.js";
+import { gvisorRunOnce } from "./oneshot.js";
+import { type GvisorPlatform, platformFor } from "./platform.js";
+import { cgroupsPath, containerId, hostPidsMax, type RunscGlobal, runArgv, sweepCgroups } from "./runsc.js";
+
+/** Host paths of one workspace's sandbox, all under `spec.dir`. */
+export interface GvisorLayout {
+  rootUpper: string;
+  rootWork: string;
+  rootMerged: string;
+  wsUpper: string;
+  wsWork: string;
+  wsMerged: string;
+  bundle: string;
+  runscRoot: string;
+  sock: string;
+  logs: string;
+}
+
+export function gvisorLayout(dir: string): GvisorLayout {
+  return {
+    rootUpper: join(dir, "root", "upper"),
+    rootWork: join(dir, "root", "work"),
+    rootMerged: join(dir, "mnt", "root"),
+    wsUpper: join(dir, "ws", "upper"),
+    wsWork: join(dir, "ws", "work"),
+    wsMerged: join(dir, "mnt", "ws"),
+    bundle: join(dir, "bundle"),
+    runscRoot: join(dir, "runsc"),
+    sock: join(dir, "sock"),
+    logs: join(dir, "logs"),
+  };
+}
+
+const START_TIMEOUT_MS = 30_000;
+
+/**
+ * The gVisor backend: each workspace is a runsc sandbox (a user-space kernel between its
+ * processes and the host) with a copy-on-write root over the cached environment, no
+ * network, cgroup limits, and the same guest agent as bwrap. runsc is driven directly
+ * with an OCI bundle; no Docker.
+ *
+ * Shape of a running sandbox: a launch step mounts the two overlays in a private mount
+ * namespace and becomes `runsc run` (foreground, so runsc's gofer and sandbox inherit
+ * the mounts); the container's init is a shell that runs the agent and reaps orphans.
+ * The agent listens on a unix socket in a host directory mounted at /run/pyro/sock;
+ * with `--host-uds` that socket is a real host socket, so the host connects to it as it
+ * does for bwrap (one persistent agent, warm connections in milliseconds, instead of a
+ * `runsc exec` and a fresh Node per connection). Everything runs in the workspace's
+ * cgroup, created and verified before anything starts (fail closed).
+ */
+export class GvisorBackend implements WorkspaceBackend {
+  readonly name = "gvisor" as const;
+  readonly executionMode = "guest_agent" as const;
+
+  private tools: Promise<LaunchTools> | undefined;
+  private runscBin: Promise<string | null> | undefined;
+
+  constructor(private readonly options: { probeTimeoutMs?: number } = {}) {}
+
+  private launchTools(): Promise<LaunchTools> {
+    this.tools ??= detectLaunchTools();
+    return this.tools;
+  }
+
+  /** runsc and the platform to use, or `backend_unavailable` with the reason. */
+  async runtime(): Promise<{ bin: string; platform: GvisorPlatform }> {
+    if (process.getuid?.() !== 0) {
+      throw new PyroError(
+        "backend_unavailable",
+        "the gvisor backend needs root here (overlay mounts, cgroups, runsc)",
+        "run as root, or choose another backend",
+      );
+    }
+    this.runscBin ??= which("runsc");
+    const bin = await this.runscBin;
+    if (!bin)
+      throw new PyroError(
+        "backend_unavailable",
+        "runsc is not installed",
+        "install the Debian package runsc (npm run setup)",
+      );
+    const timeoutMs = this.options.probeTimeoutMs ?? 10_000;
+    const verdict = await platformFor(bin, {
+      timeoutMs,
+      kvm: async () => {
+        const scratch = await mkdtemp(join(tmpdir(), "pyro-kvm-"));
+        try {
+          return await probeKvm(process.env, scratch, timeoutMs);
+        } finally {
+          await rm(scratch, { recursive: true, force: true });
+        }
+      },
+    });
+    if (!verdict.platform)
+      throw new PyroError(
+        "backend_unavailable",
+        `runsc could not start a sandbox (${verdict.failures.join("; ")})`,
+        "run `pyro doctor`",
+      );
+    return { bin, platform: verdict.platform };
+  }
+
+  async runOnce(spec: OneShotSpec): Promise<OneShotResult> {
+    const { bin, platform } = await this.runtime();
+    return gvisorRunOnce(spec, { bin, platform, tools: await this.launchTools() });
+  }
+
+  agentRoot(): string {
+    return GVISOR_IN_SANDBOX.workspace;
+  }
+
+  agentSnapshotPath(_spec: SandboxSpec, name: string): string {
+    return `${GVISOR_IN_SANDBOX.snapshots}/${name}`;
+  }
+
+  async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
+    const { bin, platform } = await this.runtime();
+    const l = gvisorLayout(spec.dir);
+    for (const d of [
+      l.rootUpper,
+      l.rootWork,
+      l.rootMerged,
+      l.wsUpper,
+      l.wsWork,
+      l.wsMerged,
+      l.bundle,
+      l.sock,
+      l.logs,
+    ]) {
+      await mkdir(d, { recursive: true, mode: 0o700 });
+    }
+    // State of a sandbox that died without cleaning up (host reboot, SIGKILL) would make
+    // `runsc run` refuse the id; nothing of it is alive (stop() ran or the host rebooted).
+    await rm(l.runscRoot, { recursive: true, force: true });
+    await mkdir(l.runscRoot, { mode: 0o700 });
+    const socket = join(l.sock, "agent.sock");
+    await rm(socket, { force: true });
+
+    const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
+    const shim = await prepareStatxShim(spec.runtimeCacheDir);
+    if (shim) await installPreload(l.rootUpper);
+    const id = containerId(spec.workspace_id);
+    const layout = await detectCgroups();
+    const config = workspaceConfig({
+      rootfs: l.rootMerged,
+      workspace: l.wsMerged,
+      runtimeDir: runtime.dir,
+      appDir: spec.appDir,
+      snapshotsDir: spec.snapshotsDir,
+      sockDir: l.sock,
+      hostname: `pyro-${spec.workspace_id.replace(/^ws_/, "").slice(0, 12)}`,
+      agentArgv: runtime.argv(
+        GVISOR_IN_SANDBOX.runtime,
+        `${GVISOR_IN_SANDBOX.app}/dist/agent/guest/main.js`,
+        "--root",
+        GVISOR_IN_SANDBOX.workspace,
+        "--listen",
+        `${GVISOR_IN_SANDBOX.sock}/agent.sock`,
+      ),
+      cgroupsPath: cgroupsPath(layout.base, spec.workspace_id),
+      limits: spec.limits,
+      shim,
+    });
+    await writeFile(join(l.bundle, "config.json"), `${JSON.stringify(config, null, 2)}\n`, { mode: 0o600 });
+
+    // Limits first: fail closed before anything runs if they cannot be applied. runsc is
+    // given the same group (cgroupsPath): it finds it configured and only reads the
+    // memory limit from it (the sandbox's MemTotal).
+    const cgroups = await CgroupLimits.create(layout, spec.workspace_id, {
+      vcpus: spec.limits.vcpus,
+      memoryMib: spec.limits.memory_mib,
+      pidsMax: hostPidsMax(spec.limits.pids_max),
+    }).catch((err: Error) => {
+      throw new PyroError(
+        "backend_unavailable",
+        `cannot apply resource limits: ${err.message}`,
+        "pyro refuses to run without limits",
+      );
+    });
+
+    const g: RunscGlobal = { bin, root: l.runscRoot };
+    const logFile = join(l.logs, "sandbox.log");
+    const argv = launchArgv(
+      [
+        { lower: spec.rootfs, upper: l.rootUpper, work: l.rootWork, target: l.rootMerged },
+        {
+          lower: join(spec.snapshotsDir, spec.snapshot),
+          upper: l.wsUpper,
+          work: l.wsWork,
+          target: l.wsMerged,
+        },
+      ],
+      runArgv(g, platform, l.bundle, id),
+      await this.launchTools(),
+    );
+    const child = spawnDetached(argv, { logFile, stdinPipe: true });
+    const pid = child.pid;
+    try {
+      await cgroups.addProcess(pid);
+    } catch (err) {
+      await killAndWait(pid, (await procStartTime(pid)) ?? "");
+      await cgroups.destroy();
+      throw new PyroError(
+        "backend_unavailable",
+        `cannot place the sandbox in its cgroup: ${(err as Error).message}`,
+      );
+    }
+    child.stdin?.end("go\n");
+    const startTime = (await procStartTime(pid)) ?? "";
+    const state: SandboxState = {
+      backend: "gvisor",
+      pid,
+      start_time: startTime,
+      socket,
+      log: logFile,
+      cgroup: spec.workspace_id,
+      runsc_root: l.runscRoot,
+      container_id: id,
+      platform,
+    };
+    try {
+      await waitForSocket(socket, () => sameProcessAlive(pid, startTime), {
+        timeoutMs: START_TIMEOUT_MS,
+        logFile,
+        what: "gvisor sandbox",
+        ...(options.signal ? { signal: options.signal } : {}),
+      });
+    } catch (err) {
+      await this.stop(state);
+      throw err;
+    }
+    return state;
+  }
+
+  connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    return connectUnix(String(state.socket), options.timeoutMs ?? 5000);
+  }
+
+  /**
+   * The launch process became `runsc run`, which lives as long as the container. A sandbox
+   * killed by the host's OOM killer dies piecemeal (a platform stub first, the sentry
+   * later), so a live `runsc run` whose agent socket refuses connections counts as dead:
+   * the core then stops what is left and starts it again on the kept files.
+   */
+  async isRunning(state: SandboxState): Promise<boolean> {
+    if (!(await sameProcessAlive(state.pid, state.start_time))) return false;
+    try {
+      (await connectUnix(String(state.socket), 1000)).destroy();
+      return true;
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      // Only "nobody listens" is proof; a slow accept is not.
+      return code !== "ECONNREFUSED" && code !== "ENOENT";
+    }
+  }
+
+  /**
+   * Kills every host process of the sandbox through its cgroup (runsc, gofer, sentry and
+   * the platform's stubs: the guest's processes exist only inside the sentry), then
+   * removes what runsc could not clean up after a SIGKILL: its other cgroups and its
+   * state directory. The writable layers stay.
+   */
+  async stop(state: SandboxState): Promise<void> {
+    const layout = await detectCgroups();
+    const id = String(state.cgroup);
+    const cg = await CgroupLimits.attach(layout, id);
+    if (cg) await cg.destroy();
+    if (typeof state.pid === "number" && typeof state.start_time === "string")
+      await killAndWait(state.pid, state.start_time);
+    await this.sweep(layout.root, layout.base, id);
+    if (typeof state.runsc_root === "string") await rm(state.runsc_root, { recursive: true, force: true });
+  }
+
+  async discardChanges(spec: SandboxSpec): Promise<void> {
+    for (const d of ["root", "ws"]) await removeTree(join(spec.dir, d));
+  }
+
+  async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
+    if (state) await this.stop(state);
+    else {
+      const layout = await detectCgroups();
+      const cg = await CgroupLimits.attach(layout, spec.workspace_id);
+      if (cg) await cg.destroy();
+      await this.sweep(layout.root, layout.base, spec.workspace_id);
+    }
+    await removeTree(spec.dir);
+  }
+
+  private async sweep(root: string, base: string, id: string): Promise<void> {
+    const left = await sweepCgroups(root, base, id);
+    if (left.length > 0)
+      throw new PyroError("internal", `cannot remove the sandbox's cgroups: ${left.join(", ")}`);
+  }
+}
