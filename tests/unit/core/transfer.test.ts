@@ -18,9 +18,12 @@ async function archive(make: (src: string) => Promise<void>, names: string[]): P
   const src = join(dir, `src-${Math.random().toString(36).slice(2)}`);
   await mkdir(src, { recursive: true });
   await make(src);
-  const chunks: Buffer[] = [];
-  for await (const c of tar.c({ cwd: src, portable: true }, names) as AsyncIterable<Buffer>) chunks.push(c);
-  return Buffer.concat(chunks);
+  // Written to a file and read back: simpler to end cleanly than iterating the stream.
+  const file = `${src}.tar`;
+  await tar.c({ cwd: src, portable: true, file }, names);
+  const data = await readFile(file);
+  await rm(file, { force: true });
+  return data;
 }
 
 async function exportInto(
