@@ -18,11 +18,11 @@ import {
 } from "../common.js";
 import { probeKvm } from "../kvm.js";
 import { prepareNodeRuntime } from "../runtime.js";
-import { installPreload, prepareStatxShim } from "./statx-shim.js";
 import { GVISOR_IN_SANDBOX, workspaceConfig } from "./oci.js";
 import { gvisorRunOnce } from "./oneshot.js";
 import { type GvisorPlatform, platformFor } from "./platform.js";
 import { cgroupsPath, containerId, hostPidsMax, type RunscGlobal, runArgv, sweepCgroups } from "./runsc.js";
+import { installPreload, prepareStatxShim } from "./statx-shim.js";
 
 /** Host paths of one workspace's sandbox, all under `spec.dir`. */
 export interface GvisorLayout {

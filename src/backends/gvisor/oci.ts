@@ -1,8 +1,8 @@
-import { SHIM_IN_SANDBOX } from "./statx-shim.js";
 /**
  * OCI runtime configs (config.json) for runsc. Pure functions, so unit tests pin them.
  */
 import { SANDBOX_PATH } from "../bwrap/launch.js";
+import { SHIM_IN_SANDBOX } from "./statx-shim.js";
 
 /** Mount points inside a gVisor sandbox (the same names as bwrap's). */
 export const GVISOR_IN_SANDBOX = {

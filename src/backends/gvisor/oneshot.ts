@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -7,11 +6,11 @@ import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { CgroupLimits, detectCgroups } from "../bwrap/cgroups.js";
 import { type LaunchTools, launchArgv } from "../bwrap/launch.js";
-import { Capture, signalNumber } from "../bwrap/oneshot.js";
+import { runGatedOneShot } from "../gated-run.js";
 import { oneShotConfig } from "./oci.js";
-import { installPreload, prepareStatxShim } from "./statx-shim.js";
 import type { GvisorPlatform } from "./platform.js";
 import { cgroupsPath, hostPidsMax, runArgv, sweepCgroups } from "./runsc.js";
+import { installPreload, prepareStatxShim } from "./statx-shim.js";
 
 /**
  * A one-shot command in a throwaway gVisor sandbox with the same isolation as a workspace
@@ -68,50 +67,13 @@ export async function gvisorRunOnce(
     runArgv({ bin: rt.bin, root }, rt.platform, bundle, id),
     rt.tools,
   );
-  const started = performance.now();
   try {
-    return await new Promise<OneShotResult>((resolve, reject) => {
-      const child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "pipe", "pipe"] });
-      const out = new Capture(spec.maxOutputBytes);
-      const err = new Capture(spec.maxOutputBytes);
-      child.stdout!.on("data", (c: Buffer) => out.push(c));
-      child.stderr!.on("data", (c: Buffer) => err.push(c));
-      let timedOut = false;
-      // The guest's processes live inside the sentry: killing the cgroup kills them all.
-      const killAll = () => {
-        cgroups.destroy().catch(() => child.kill("SIGKILL"));
-      };
-      const timer = setTimeout(() => {
-        timedOut = true;
-        killAll();
-      }, spec.timeoutMs);
-      const onAbort = () => killAll();
-      spec.signal?.addEventListener("abort", onAbort, { once: true });
-      child.on("error", (e) => {
-        clearTimeout(timer);
-        reject(new PyroError("backend_unavailable", `cannot start runsc: ${e.message}`));
-      });
-      child.on("close", (code, signal) => {
-        clearTimeout(timer);
-        spec.signal?.removeEventListener("abort", onAbort);
-        resolve({
-          exit_code: timedOut ? 124 : (code ?? 128 + signalNumber(signal)),
-          stdout: out.text(),
-          stderr: err.text(),
-          duration_ms: Math.round(performance.now() - started),
-          timed_out: timedOut,
-          truncated: out.truncated || err.truncated,
-        });
-      });
-      cgroups
-        .addProcess(child.pid!)
-        .then(() => child.stdin!.end("go\n"))
-        .catch((e: Error) => {
-          child.kill("SIGKILL");
-          reject(
-            new PyroError("backend_unavailable", `cannot place the sandbox in its cgroup: ${e.message}`),
-          );
-        });
+    return await runGatedOneShot(argv, {
+      cgroups,
+      what: "runsc",
+      maxOutputBytes: spec.maxOutputBytes,
+      timeoutMs: spec.timeoutMs,
+      ...(spec.signal ? { signal: spec.signal } : {}),
     });
   } finally {
     await cgroups.destroy().catch(() => {});

@@ -40,7 +40,9 @@ export const gvisorProbe: BackendProbe = {
       // The statx bug is worked around by a preloaded shim when a C compiler can build it.
       const cc = (await which("cc", ctx.env.PATH)) ?? (await which("gcc", ctx.env.PATH));
       const caveats = verdict.caveats.map((c) =>
-        c === STATX_CAVEAT && cc ? "this runsc rejects statx(AT_NO_AUTOMOUNT); pyro preloads a shim into guests that clears the flag" : c,
+        c === STATX_CAVEAT && cc
+          ? "this runsc rejects statx(AT_NO_AUTOMOUNT); pyro preloads a shim into guests that clears the flag"
+          : c,
       );
       return {
         available: true,

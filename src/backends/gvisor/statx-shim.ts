@@ -40,7 +40,9 @@ export async function prepareStatxShim(cacheDir: string): Promise<string | null>
   const tmp = join(cacheDir, `.statx-${process.pid}-${randomBytes(3).toString("hex")}`);
   try {
     await writeFile(`${tmp}.c`, SHIM_SOURCE);
-    const r = await run([cc, "-O2", "-shared", "-fPIC", "-o", `${tmp}.so`, `${tmp}.c`], { timeoutMs: 60_000 });
+    const r = await run([cc, "-O2", "-shared", "-fPIC", "-o", `${tmp}.so`, `${tmp}.c`], {
+      timeoutMs: 60_000,
+    });
     if (r.exitCode !== 0) return null;
     await rename(`${tmp}.so`, out); // atomic; a racing builder made the same bytes
     return out;

@@ -1,0 +1,101 @@
+import { spawn } from "node:child_process";
+import { PyroError } from "../core/errors.js";
+import type { OneShotResult } from "./backend.js";
+import type { CgroupLimits } from "./bwrap/cgroups.js";
+
+/**
+ * Runs a launch argv (see bwrap/launch.ts: it waits for one stdin line) as a one-shot:
+ * places it in its cgroup, releases the gate, captures stdout and stderr up to a cap, and
+ * on timeout or abort kills everything through the cgroup. Shared by the bwrap and gVisor
+ * one-shot fast paths; the caller owns creating and destroying the cgroup.
+ */
+export function runGatedOneShot(
+  argv: readonly string[],
+  options: {
+    cgroups: CgroupLimits;
+    what: string;
+    maxOutputBytes: number;
+    timeoutMs: number;
+    signal?: AbortSignal;
+    /** Descriptors passed from index 3 on (bwrap's seccomp program). */
+    extraFds?: number[];
+  },
+): Promise<OneShotResult> {
+  const started = performance.now();
+  return new Promise<OneShotResult>((resolve, reject) => {
+    const child = spawn(argv[0]!, argv.slice(1), {
+      stdio: ["pipe", "pipe", "pipe", ...(options.extraFds ?? [])],
+    });
+    const out = new Capture(options.maxOutputBytes);
+    const err = new Capture(options.maxOutputBytes);
+    child.stdout!.on("data", (c: Buffer) => out.push(c));
+    child.stderr!.on("data", (c: Buffer) => err.push(c));
+    let timedOut = false;
+    // Every process of the sandbox is in the cgroup: killing it kills them all.
+    const killAll = () => {
+      options.cgroups.destroy().catch(() => child.kill("SIGKILL"));
+    };
+    const timer = setTimeout(() => {
+      timedOut = true;
+      killAll();
+    }, options.timeoutMs);
+    const onAbort = () => killAll();
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    child.on("error", (e) => {
+      clearTimeout(timer);
+      reject(new PyroError("backend_unavailable", `cannot start ${options.what}: ${e.message}`));
+    });
+    child.on("close", (code, signal) => {
+      clearTimeout(timer);
+      options.signal?.removeEventListener("abort", onAbort);
+      resolve({
+        exit_code: timedOut ? 124 : (code ?? 128 + signalNumber(signal)),
+        stdout: out.text(),
+        stderr: err.text(),
+        duration_ms: Math.round(performance.now() - started),
+        timed_out: timedOut,
+        truncated: out.truncated || err.truncated,
+      });
+    });
+    options.cgroups
+      .addProcess(child.pid!)
+      .then(() => child.stdin!.end("go\n"))
+      .catch((e: Error) => {
+        child.kill("SIGKILL");
+        reject(new PyroError("backend_unavailable", `cannot place the sandbox in its cgroup: ${e.message}`));
+      });
+  });
+}
+
+/** Keeps the first `max` bytes of a stream and remembers whether more came. */
+export class Capture {
+  private readonly chunks: Buffer[] = [];
+  private size = 0;
+  truncated = false;
+  constructor(private readonly max: number) {}
+  push(c: Buffer): void {
+    if (this.size >= this.max) {
+      this.truncated = true;
+      return;
+    }
+    const room = this.max - this.size;
+    if (c.length > room) this.truncated = true;
+    const kept = c.subarray(0, room);
+    this.chunks.push(kept);
+    this.size += kept.length;
+  }
+  text(): string {
+    return Buffer.concat(this.chunks).toString("utf8");
+  }
+}
+
+export function signalNumber(signal: NodeJS.Signals | null): number {
+  const table: Partial<Record<NodeJS.Signals, number>> = {
+    SIGKILL: 9,
+    SIGTERM: 15,
+    SIGINT: 2,
+    SIGSEGV: 11,
+    SIGABRT: 6,
+  };
+  return signal ? (table[signal] ?? 1) : 1;
+}
