@@ -2,6 +2,7 @@ import { spawn } from "node:child_process";
 import { PyroError } from "../core/errors.js";
 import type { OneShotResult } from "./backend.js";
 import type { CgroupLimits } from "./bwrap/cgroups.js";
+import { killAndWait, procStartTime, spawnDetached } from "./common.js";
 
 /**
  * Runs a launch argv (see bwrap/launch.ts: it waits for one stdin line) as a one-shot:
@@ -98,4 +99,33 @@ export function signalNumber(signal: NodeJS.Signals | null): number {
     SIGABRT: 6,
   };
   return signal ? (table[signal] ?? 1) : 1;
+}
+
+/**
+ * Starts a launch argv detached (it outlives this process), places it in its cgroup
+ * before it runs anything, then releases the gate. On a placement failure the process is
+ * killed and the cgroup removed: nothing runs without its limits. Shared by the bwrap and
+ * gVisor workspace sandboxes.
+ */
+export async function spawnGatedDetached(
+  argv: readonly string[],
+  options: { logFile: string; cgroups: CgroupLimits; extraFds?: number[] },
+): Promise<{ pid: number; startTime: string }> {
+  const child = spawnDetached(argv, {
+    logFile: options.logFile,
+    stdinPipe: true,
+    ...(options.extraFds ? { extraFds: options.extraFds } : {}),
+  });
+  try {
+    await options.cgroups.addProcess(child.pid);
+  } catch (err) {
+    await killAndWait(child.pid, (await procStartTime(child.pid)) ?? "");
+    await options.cgroups.destroy();
+    throw new PyroError(
+      "backend_unavailable",
+      `cannot place the sandbox in its cgroup: ${(err as Error).message}`,
+    );
+  }
+  child.stdin?.end("go\n");
+  return { pid: child.pid, startTime: (await procStartTime(child.pid)) ?? "" };
 }

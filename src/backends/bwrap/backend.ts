@@ -5,14 +5,8 @@ import type { Duplex } from "node:stream";
 import { PyroError } from "../../core/errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import {
-  connectUnix,
-  killAndWait,
-  procStartTime,
-  sameProcessAlive,
-  spawnDetached,
-  waitForSocket,
-} from "../common.js";
+import { connectUnix, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
+import { spawnGatedDetached } from "../gated-run.js";
 import { prepareNodeRuntime } from "../runtime.js";
 import { CgroupLimits, detectCgroups } from "./cgroups.js";
 import { detectLaunchTools, isolationArgs, type LaunchTools, launchArgv } from "./launch.js";
@@ -174,25 +168,13 @@ export class BwrapBackend implements WorkspaceBackend {
       await this.launchTools(),
     );
     const fd = openSync(seccompFile, "r");
-    let pid: number;
+    let started: { pid: number; startTime: string };
     try {
-      const child = spawnDetached(argv, { logFile, extraFds: [fd], stdinPipe: true });
-      pid = child.pid;
-      try {
-        await cgroups.addProcess(pid);
-      } catch (err) {
-        await killAndWait(pid, (await procStartTime(pid)) ?? "");
-        await cgroups.destroy();
-        throw new PyroError(
-          "backend_unavailable",
-          `cannot place the sandbox in its cgroup: ${(err as Error).message}`,
-        );
-      }
-      child.stdin?.end("go\n");
+      started = await spawnGatedDetached(argv, { logFile, cgroups, extraFds: [fd] });
     } finally {
       closeSync(fd);
     }
-    const startTime = (await procStartTime(pid)) ?? "";
+    const { pid, startTime } = started;
     const state: SandboxState = {
       backend: "bwrap",
       pid,

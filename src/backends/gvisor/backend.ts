@@ -8,14 +8,8 @@ import { which } from "../../util/run.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { CgroupLimits, detectCgroups } from "../bwrap/cgroups.js";
 import { detectLaunchTools, type LaunchTools, launchArgv } from "../bwrap/launch.js";
-import {
-  connectUnix,
-  killAndWait,
-  procStartTime,
-  sameProcessAlive,
-  spawnDetached,
-  waitForSocket,
-} from "../common.js";
+import { connectUnix, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
+import { spawnGatedDetached } from "../gated-run.js";
 import { probeKvm } from "../kvm.js";
 import { prepareNodeRuntime } from "../runtime.js";
 import { GVISOR_IN_SANDBOX, workspaceConfig } from "./oci.js";
@@ -215,20 +209,7 @@ export class GvisorBackend implements WorkspaceBackend {
       runArgv(g, platform, l.bundle, id),
       await this.launchTools(),
     );
-    const child = spawnDetached(argv, { logFile, stdinPipe: true });
-    const pid = child.pid;
-    try {
-      await cgroups.addProcess(pid);
-    } catch (err) {
-      await killAndWait(pid, (await procStartTime(pid)) ?? "");
-      await cgroups.destroy();
-      throw new PyroError(
-        "backend_unavailable",
-        `cannot place the sandbox in its cgroup: ${(err as Error).message}`,
-      );
-    }
-    child.stdin?.end("go\n");
-    const startTime = (await procStartTime(pid)) ?? "";
+    const { pid, startTime } = await spawnGatedDetached(argv, { logFile, cgroups });
     const state: SandboxState = {
       backend: "gvisor",
       pid,
