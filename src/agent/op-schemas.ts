@@ -122,6 +122,30 @@ export const tarInResult = z.strictObject({
   bytes: count,
 });
 
+/** VM guests only (agent started with --vm): the host's clock, entropy, and /workspace. */
+export const vmSetupArgs = z.strictObject({
+  /** Host wall clock (ms since the epoch), set as the guest's clock. */
+  time_ms: z.number().min(0),
+  /** Fresh random bytes (base64) mixed into the guest kernel's entropy pool. */
+  entropy: z.string().max(4096),
+  hostname: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$/),
+});
+export const vmSetupResult = z.strictObject({
+  /** True when this call mounted /workspace (false: it was already mounted). */
+  mounted: z.boolean(),
+  kernel: z.string(),
+});
+
+/** VM guests only: extracts an uploaded snapshot tree under the guest's snapshot directory. */
+export const vmSnapshotInArgs = z.strictObject({
+  name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/),
+});
+export const vmSnapshotInResult = z.strictObject({ path: z.string(), files: count, bytes: count });
+
+/** VM guests only: flushes every filesystem to its disk (before the host stops the VM). */
+export const vmSyncArgs = z.strictObject({});
+export const vmSyncResult = z.strictObject({ duration_ms: z.number().min(0) });
+
 /**
  * Every op, with its schemas and how it uses the request's channel:
  * `upload` ops read a data stream from the host, `download` ops may send one.
@@ -137,6 +161,9 @@ export const OPS = {
   diff: { args: diffArgs, result: diffResult, upload: false, download: false },
   tar_out: { args: tarOutArgs, result: tarOutResult, upload: false, download: true },
   tar_in: { args: tarInArgs, result: tarInResult, upload: true, download: false },
+  vm_setup: { args: vmSetupArgs, result: vmSetupResult, upload: false, download: false },
+  vm_snapshot_in: { args: vmSnapshotInArgs, result: vmSnapshotInResult, upload: true, download: false },
+  vm_sync: { args: vmSyncArgs, result: vmSyncResult, upload: false, download: false },
 } as const;
 
 export type OpName = keyof typeof OPS;

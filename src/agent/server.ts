@@ -36,6 +36,8 @@ export interface ServeOptions {
   tmpDir?: string;
   /** Debug log sink (stderr behind PYRO_AGENT_DEBUG in the guest). */
   log?: (line: string) => void;
+  /** Set inside a microVM: the agent disk's mount point (enables the vm_* ops). */
+  vmDir?: string;
 }
 
 interface InFlight {
@@ -216,6 +218,7 @@ export function serveConnection(stream: Duplex, options: ServeOptions): Promise<
       signal: controller.signal,
       upload,
       tmpDir,
+      vmDir: options.vmDir ?? null,
       send: async (chunk) => {
         streamed = true;
         if (controller.signal.aborted) throw new AgentError("cancelled", "the request was cancelled");

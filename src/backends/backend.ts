@@ -118,6 +118,11 @@ export interface WorkspaceBackend {
   /** Where the agent sees a snapshot tree (for diff). */
   agentSnapshotPath(spec: SandboxSpec, name: string): string;
   /**
+   * Optional: makes snapshot `name` readable by the agent at agentSnapshotPath(), for
+   * backends whose guest cannot see the host's snapshot trees (VMs). Called before a diff.
+   */
+  exposeSnapshot?(spec: SandboxSpec, name: string, agent: import("../agent/client.js").AgentClient): Promise<void>;
+  /**
    * Optional fast path for `pyro run`: the command as the sandbox's only process, with the
    * same isolation as a workspace. Backends without it run one-shots as
    * create + exec + delete.

@@ -10,6 +10,7 @@ import {
 import { BwrapBackend } from "../backends/bwrap/backend.js";
 import { DockerBackend } from "../backends/docker/backend.js";
 import { GvisorBackend } from "../backends/gvisor/backend.js";
+import { QemuBackend } from "../backends/qemu/backend.js";
 import { HostBackend } from "../backends/host/backend.js";
 import { probeKvm } from "../backends/kvm.js";
 import { BACKEND_PROBES } from "../backends/registry.js";
@@ -56,6 +57,7 @@ export class Engine {
     ];
     this.environments = new EnvironmentCache(this.paths.environmentsDir, builders);
     this.backends = {
+      qemu: new QemuBackend(),
       gvisor: new GvisorBackend(),
       docker: new DockerBackend(this.env),
       bwrap: new BwrapBackend(),

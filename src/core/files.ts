@@ -71,6 +71,7 @@ export async function diffWorkspace(ws: Workspaces, idOrName: string, options: {
         "list them with `pyro workspace snapshot list`",
       );
     }
+    await ws.exposeSnapshot(w, snapshot, agent);
     const r = await agent.request("diff", { base: ws.agentSnapshotPath(w, snapshot) });
     return { workspace_id: w.workspace_id, base_snapshot: snapshot, ...r };
   });

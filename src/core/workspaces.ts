@@ -68,6 +68,11 @@ export class Workspaces {
     return this.engine.backend(w.backend).agentSnapshotPath(this.sandboxSpec(w), name);
   }
 
+  /** Makes a snapshot tree visible to the agent where the backend cannot share host trees (VMs). */
+  async exposeSnapshot(w: WorkspaceRow, name: string, agent: AgentClient): Promise<void> {
+    await this.engine.backend(w.backend).exposeSnapshot?.(this.sandboxSpec(w), name, agent);
+  }
+
   secretsFile(id: string): string {
     return join(this.workspaceDir(id), "secrets.enc");
   }

@@ -12,6 +12,7 @@ import { AgentError } from "../errors.js";
 import { serveConnection } from "../server.js";
 import { BUILTIN_OPS } from "./ops/index.js";
 import { Workspace } from "./paths.js";
+import { findPorts, servePort } from "./serial.js";
 
 /** Parsed command line of the guest agent. */
 export interface GuestOptions {
@@ -23,9 +24,14 @@ export interface GuestOptions {
   tmpDir?: string;
   /** Another absolute name accepted for the root, e.g. /workspace when the root is a host directory. */
   alias?: string;
+  /** Serve every virtio-serial port whose name starts with this (inside a QEMU VM). */
+  serial?: string;
+  /** Inside a pyro microVM: the agent disk's mount point (enables the vm_* ops). */
+  vm?: string;
 }
 
-export const USAGE = "usage: main.js --root DIR (--listen SOCKET | --stdio) [--tmp DIR] [--alias PATH]";
+export const USAGE =
+  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR]";
 
 /** Parses `--root DIR (--listen PATH | --stdio) [--tmp DIR]`; throws `invalid_argument`. */
 export function parseGuestArgs(argv: readonly string[]): GuestOptions {
@@ -42,12 +48,14 @@ export function parseGuestArgs(argv: readonly string[]): GuestOptions {
     else if (arg === "--listen") opts.listen = value();
     else if (arg === "--tmp") opts.tmpDir = value();
     else if (arg === "--alias") opts.alias = value();
+    else if (arg === "--serial") opts.serial = value();
+    else if (arg === "--vm") opts.vm = value();
     else if (arg === "--stdio") opts.stdio = true;
     else throw new AgentError("invalid_argument", `unknown argument '${arg}'; ${USAGE}`);
   }
   if (!opts.root) throw new AgentError("invalid_argument", `--root is required; ${USAGE}`);
-  if (!opts.listen === !opts.stdio)
-    throw new AgentError("invalid_argument", `give exactly one of --listen and --stdio; ${USAGE}`);
+  if ([opts.listen, opts.stdio, opts.serial].filter(Boolean).length !== 1)
+    throw new AgentError("invalid_argument", `give exactly one of --listen, --stdio and --serial; ${USAGE}`);
   return opts as GuestOptions;
 }
 
@@ -102,7 +110,25 @@ export async function startGuest(
       handlers: BUILTIN_OPS,
       tmpDir: opts.tmpDir ?? os.tmpdir(),
       ...(log ? { log } : {}),
+      ...(opts.vm ? { vmDir: opts.vm } : {}),
     });
+
+  if (opts.serial) {
+    const ports = await findPorts(opts.serial);
+    if (ports.length === 0) throw new AgentError("not_found", `no virtio-serial port named ${opts.serial}*`);
+    const stop = new AbortController();
+    const done = Promise.all(ports.map((dev) => servePort(dev, serve, stop.signal, log))).then(
+      () => undefined,
+    );
+    log?.(`serving ${ports.length} serial ports, root ${workspace.givenRoot}`);
+    return {
+      done,
+      close: async () => {
+        stop.abort();
+        await done;
+      },
+    };
+  }
 
   if (opts.stdio) {
     const stream = Duplex.from({ readable: io.input, writable: io.output });

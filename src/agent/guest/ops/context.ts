@@ -21,6 +21,8 @@ export interface OpContext {
   send(chunk: Uint8Array): Promise<void>;
   /** Scratch space outside the workspace (spooled uploads). */
   tmpDir: string;
+  /** Inside a microVM: the agent disk's mount point (its busybox does mounts, clock). */
+  vmDir: string | null;
 }
 
 /** Implementation of one op: validated args in, a result matching its schema out. */

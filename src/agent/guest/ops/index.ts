@@ -6,6 +6,7 @@ import { fileList, fileRead, fileWrite } from "./files.js";
 import { patchApply } from "./patch.js";
 import { info, ping } from "./system.js";
 import { tarIn, tarOut } from "./tar.js";
+import { vmSetup, vmSnapshotIn, vmSync } from "./vm.js";
 
 export type { OpContext, OpHandler, OpHandlers } from "./context.js";
 
@@ -21,4 +22,7 @@ export const BUILTIN_OPS: OpHandlers = {
   diff,
   tar_out: tarOut,
   tar_in: tarIn,
+  vm_setup: vmSetup,
+  vm_snapshot_in: vmSnapshotIn,
+  vm_sync: vmSync,
 };

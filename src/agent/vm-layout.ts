@@ -1,0 +1,28 @@
+/**
+ * The layout of a pyro microVM guest, shared by the host side (src/backends/vm) and the
+ * agent's vm_* ops. It lives with the agent because the agent is the lowest layer.
+ */
+
+/** Virtio serials of the guest's disks. */
+export const DISK_SERIAL = {
+  /** ext4 image of the environment's root filesystem; read-only, shared by every VM of that environment. */
+  env: "pyro-env",
+  /** ext4 image holding the Node runtime, the built agent and the guest helpers; read-only. */
+  agent: "pyro-agent",
+  /** The workspace's only writable disk: the root filesystem's and /workspace's upper layers. */
+  state: "pyro-state",
+  /** ext4 image of the snapshot tree /workspace starts from; read-only, mounted by the agent after start. */
+  seed: "pyro-seed",
+} as const;
+
+/** Where things are inside the guest. */
+export const GUEST = {
+  agentDir: "/run/pyro/agent",
+  stateDir: "/run/pyro/state",
+  seedDir: "/run/pyro/seed",
+  /** Snapshot trees other than the current one, pushed on demand (diff against them). */
+  snapshotsDir: "/run/pyro/snapshots",
+  workspace: "/workspace",
+  /** The agent's unix socket (vsock channel: the bridge forwards vsock connections here). */
+  agentSocket: "/run/pyro/agent.sock",
+} as const;

@@ -1,0 +1,306 @@
+import { statSync } from "node:fs";
+import { mkdir, mkdtemp, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Duplex } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
+import { AgentClient } from "../../agent/client.js";
+import { packTree } from "../../agent/tarsafe.js";
+import { PyroError } from "../../core/errors.js";
+import { removeTree } from "../../util/mounts.js";
+import { which } from "../../util/run.js";
+import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
+import { killAndWait, logTail, procStartTime, sameProcessAlive, spawnDetached } from "../common.js";
+import { probeKvm } from "../kvm.js";
+import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
+import { qcow2Overlay, seedImage } from "../vm/disks.js";
+import { setupGuest } from "../vm/setup.js";
+import { GUEST } from "../vm/types.js";
+import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
+import { connectPort } from "./ports.js";
+import { QmpClient } from "./qmp.js";
+import { blankStateDisk, ensureTemplate } from "./template.js";
+
+/** Host paths of one workspace's VM, all under `spec.dir`. */
+export function qemuLayout(dir: string) {
+  return {
+    stateDisk: join(dir, "state.qcow2"),
+    sockets: join(dir, "s"),
+    log: join(dir, "qemu.log"),
+    console: join(dir, "console.log"),
+  };
+}
+
+export interface QemuBackendOptions {
+  /** Never restore from a template: every start is a cold boot (benchmarks, debugging). */
+  coldBoot?: boolean;
+  /** Progress lines for slow first-time work (kernel download, disk images, template). */
+  onProgress?: (line: string) => void;
+  probeTimeoutMs?: number;
+  /** Builds the vsock bridge put on the agent disk (shared with Firecracker guests). */
+  vsockBridge?: PrepareOptions["vsockBridge"];
+}
+
+/** Timeline of the last start, for benchmarks and `workspace status`. */
+export interface StartTiming {
+  mode: "restore" | "cold";
+  /** QEMU spawned → agent answered vm_setup. */
+  ready_ms: number;
+  template_built_ms: number | null;
+}
+
+/**
+ * The qemu backend: each workspace is a microVM (`-M microvm`) running the Debian cloud
+ * kernel, with the environment as a read-only disk under an overlay whose upper layer is
+ * on the workspace's own qcow2 state disk, and the agent reached over virtio-serial.
+ * Hardware virtualisation (KVM) when a probe guest actually runs on it, TCG otherwise
+ * (opt-in only, contract §2).
+ *
+ * Starting: a workspace with a fresh state disk is restored from its shape's template
+ * (a VM booted once and saved paused; see template.ts), then the agent gets the host's
+ * clock and entropy and mounts /workspace over the seed disk. A workspace whose state
+ * disk holds writes (stopped, or its QEMU died) cold-boots on that disk: restoring the
+ * template's memory over a disk that has diverged would corrupt it.
+ */
+export class QemuBackend implements WorkspaceBackend {
+  readonly name = "qemu" as const;
+  readonly executionMode = "guest_agent" as const;
+
+  private accel: Promise<{ qemu: string; accel: Accel; why: string | null }> | undefined;
+  /** Snapshot trees already pushed into a running VM: `<workspace_id>/<guest name>`. */
+  private readonly exposed = new Set<string>();
+  lastStart: StartTiming | null = null;
+
+  constructor(private readonly options: QemuBackendOptions = {}) {}
+
+  /** QEMU's path and the accelerator: KVM only when a probe guest actually ran on it. */
+  runtime(): Promise<{ qemu: string; accel: Accel; why: string | null }> {
+    this.accel ??= (async () => {
+      const qemu = await which("qemu-system-x86_64");
+      if (!qemu)
+        throw new PyroError(
+          "backend_unavailable",
+          "qemu-system-x86_64 is not installed",
+          "install the Debian package qemu-system-x86 (npm run setup)",
+        );
+      const scratch = await mkdtemp(join(tmpdir(), "pyro-kvm-"));
+      try {
+        const kvm = await probeKvm(process.env, scratch, this.options.probeTimeoutMs ?? 10_000);
+        return { qemu, accel: kvm.usable ? "kvm" : "tcg", why: kvm.reason };
+      } finally {
+        await rm(scratch, { recursive: true, force: true });
+      }
+    })();
+    this.accel.catch(() => {
+      this.accel = undefined;
+    });
+    return this.accel;
+  }
+
+  agentRoot(): string {
+    return GUEST.workspace;
+  }
+
+  /** The current snapshot is the seed disk; others are pushed on demand (exposeSnapshot). */
+  agentSnapshotPath(spec: SandboxSpec, name: string): string {
+    if (name === spec.snapshot) return GUEST.seedDir;
+    return `${GUEST.snapshotsDir}/${guestSnapshotName(spec, name)}`;
+  }
+
+  async exposeSnapshot(spec: SandboxSpec, name: string, agent: AgentClient): Promise<void> {
+    if (name === spec.snapshot) return;
+    const guestName = guestSnapshotName(spec, name);
+    const key = `${spec.workspace_id}/${guestName}`;
+    if (this.exposed.has(key)) return;
+    const { stream } = await packTree(join(spec.snapshotsDir, name), ["."]);
+    await agent.request("vm_snapshot_in", { name: guestName }, { upload: stream, timeoutMs: 30 * 60_000 });
+    this.exposed.add(key);
+  }
+
+  async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
+    const { qemu, accel } = await this.runtime();
+    const sig = options.signal ? { signal: options.signal } : {};
+    const artifacts = await prepareVmArtifacts(spec, {
+      ...sig,
+      ...(this.options.onProgress ? { onProgress: this.options.onProgress } : {}),
+      ...(this.options.vsockBridge ? { vsockBridge: this.options.vsockBridge } : {}),
+    });
+    const l = qemuLayout(spec.dir);
+    await mkdir(spec.dir, { recursive: true, mode: 0o700 });
+    await rm(l.sockets, { recursive: true, force: true });
+    await mkdir(l.sockets, { mode: 0o700 });
+    const seedDisk = await seedImage(spec, spec.snapshot, options.signal);
+    const fresh = !(await exists(l.stateDisk));
+    let incoming: string | undefined;
+    let templateBuilt: number | null = null;
+    if (fresh && !this.options.coldBoot) {
+      const template = await ensureTemplate({
+        qemu,
+        accel,
+        vcpus: spec.limits.vcpus,
+        memoryMib: spec.limits.memory_mib,
+        artifacts,
+        cacheDir: vmCacheDir(spec),
+        ...sig,
+        ...(this.options.onProgress ? { onProgress: this.options.onProgress } : {}),
+      });
+      templateBuilt = template.built_ms;
+      await qcow2Overlay(l.stateDisk, template.stateDisk, "qcow2");
+      incoming = template.vmState;
+    } else if (fresh) {
+      await qcow2Overlay(l.stateDisk, await blankStateDisk(vmCacheDir(spec)), "raw");
+    }
+
+    const argv = qemuArgv({
+      qemu,
+      accel,
+      vcpus: spec.limits.vcpus,
+      memoryMib: spec.limits.memory_mib,
+      artifacts,
+      stateDisk: l.stateDisk,
+      seedDisk,
+      socketDir: l.sockets,
+      ...(incoming ? { incoming } : {}),
+    });
+    const started = performance.now();
+    const { pid } = spawnDetached(argv, { logFile: l.log });
+    const startTime = await procStartTime(pid);
+    const state: SandboxState = {
+      backend: "qemu",
+      pid,
+      start_time: startTime ?? "",
+      dir: spec.dir,
+      sockets: l.sockets,
+      accel,
+      log: l.log,
+      console: l.console,
+      kernel: artifacts.image.kernelRelease,
+      restored: Boolean(incoming),
+    };
+    try {
+      if (!startTime)
+        throw new PyroError("backend_unavailable", `QEMU exited at once: ${await logTail(l.log)}`);
+      if (incoming) await this.resume(l.sockets, pid, startTime, l.log);
+      await setupGuest(() => this.connectChecked(state, 10_000), {
+        timeoutMs: incoming ? 60_000 : 300_000,
+        hostname: `pyro-${spec.workspace_id.replace(/^ws_/, "").slice(0, 12)}`,
+        ...sig,
+      });
+    } catch (err) {
+      await this.stop(state);
+      if (err instanceof PyroError && err.code !== "backend_unavailable") throw err;
+      const why = err instanceof Error ? err.message : String(err);
+      throw new PyroError(
+        "backend_unavailable",
+        `the VM did not start: ${why} (console: ${await logTail(l.console)}; qemu: ${await logTail(l.log)})`,
+      );
+    }
+    this.lastStart = {
+      mode: incoming ? "restore" : "cold",
+      ready_ms: Math.round(performance.now() - started),
+      template_built_ms: templateBuilt,
+    };
+    return state;
+  }
+
+  /** Waits for the incoming state to load, then lets the restored VM run. */
+  private async resume(sockets: string, pid: number, startTime: string, log: string): Promise<void> {
+    const qmp = await QmpClient.connect(qmpSocket(sockets), 30_000);
+    try {
+      const deadline = Date.now() + 120_000;
+      for (;;) {
+        if (!(await sameProcessAlive(pid, startTime)))
+          throw new PyroError("backend_unavailable", `QEMU exited while restoring: ${await logTail(log)}`);
+        const status = await qmp.status();
+        if (status === "running") return;
+        if (status !== "inmigrate") break;
+        if (Date.now() > deadline) throw new PyroError("timeout", "restoring the VM state took over 120 s");
+        await sleep(5);
+      }
+      await qmp.execute("cont");
+    } finally {
+      qmp.close();
+    }
+  }
+
+  connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    return this.connectChecked(state, options.timeoutMs ?? 5000);
+  }
+
+  private async connectChecked(state: SandboxState, timeoutMs: number): Promise<Duplex> {
+    if (!(await sameProcessAlive(state.pid, state.start_time)))
+      throw new PyroError(
+        "workspace_stopped",
+        "the workspace's VM is not running",
+        "start the workspace again",
+      );
+    return connectPort(String(state.sockets), timeoutMs);
+  }
+
+  async isRunning(state: SandboxState): Promise<boolean> {
+    return sameProcessAlive(state.pid, state.start_time);
+  }
+
+  /**
+   * Flushes the guest's filesystems (best effort: the agent may be the thing that hung),
+   * then ends QEMU: SIGTERM first (it closes its disks cleanly), SIGKILL if it lingers.
+   * The state disk stays.
+   */
+  async stop(state: SandboxState): Promise<void> {
+    const pid = state.pid;
+    const startTime = state.start_time;
+    if (
+      typeof pid === "number" &&
+      typeof startTime === "string" &&
+      (await sameProcessAlive(pid, startTime))
+    ) {
+      await this.syncGuest(state).catch(() => {});
+      try {
+        process.kill(pid, "SIGTERM");
+      } catch {
+        // already gone
+      }
+      const deadline = Date.now() + 5000;
+      while (Date.now() < deadline && (await sameProcessAlive(pid, startTime))) await sleep(20);
+      await killAndWait(pid, startTime);
+    }
+    if (typeof state.sockets === "string") await rm(state.sockets, { recursive: true, force: true });
+  }
+
+  private async syncGuest(state: SandboxState): Promise<void> {
+    const client = await AgentClient.connect(await connectPort(String(state.sockets), 2000), {
+      timeoutMs: 5000,
+    });
+    try {
+      await client.request("vm_sync", {}, { timeoutMs: 10_000 });
+    } finally {
+      await client.close();
+    }
+  }
+
+  async discardChanges(spec: SandboxSpec): Promise<void> {
+    await rm(qemuLayout(spec.dir).stateDisk, { force: true });
+    for (const k of [...this.exposed]) if (k.startsWith(`${spec.workspace_id}/`)) this.exposed.delete(k);
+  }
+
+  async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
+    if (state) await this.stop(state);
+    await removeTree(spec.dir);
+  }
+}
+
+/** Guest directory name of a snapshot tree: its name plus the host tree's inode (re-created snapshots differ). */
+function guestSnapshotName(spec: SandboxSpec, name: string): string {
+  try {
+    return `${name}-${statSync(join(spec.snapshotsDir, name)).ino}`;
+  } catch {
+    return name;
+  }
+}
+
+async function exists(p: string): Promise<boolean> {
+  return stat(p).then(
+    () => true,
+    () => false,
+  );
+}

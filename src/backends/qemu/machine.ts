@@ -1,0 +1,93 @@
+import { join } from "node:path";
+import { SERIAL_PORT_PREFIX } from "../vm/agent-disk.js";
+import { DISK_SERIAL, SERIAL_PORTS, type VmArtifacts } from "../vm/types.js";
+
+export type Accel = "kvm" | "tcg";
+
+/** Everything that defines one QEMU VM. */
+export interface MachineSpec {
+  qemu: string;
+  accel: Accel;
+  vcpus: number;
+  memoryMib: number;
+  artifacts: VmArtifacts;
+  /** The VM's only writable disk (qcow2). */
+  stateDisk: string;
+  /** Read-only seed disk (raw, SEED_DISK_BYTES long). */
+  seedDisk: string;
+  /** Directory for the VM's sockets (QMP and one per serial port). */
+  socketDir: string;
+  /** Restore this saved VM state instead of booting. */
+  incoming?: string;
+}
+
+export function qmpSocket(socketDir: string): string {
+  return join(socketDir, "qmp");
+}
+
+export function portSocket(socketDir: string, i: number): string {
+  return join(socketDir, `p${i}`);
+}
+
+/**
+ * The QEMU command line. `-M microvm` (virtio-mmio, no PCI, no firmware), ACPI and the RTC
+ * kept (this kernel's virtio_mmio finds devices through ACPI; no RTC costs seconds at boot),
+ * no network device at all, disks found by serial in the guest, and SERIAL_PORTS
+ * virtio-serial ports on host unix sockets for agent connections. Everything that shapes
+ * the guest's hardware must be identical between a template and the VMs restored from it:
+ * only host-side paths (files, sockets) differ.
+ */
+export function qemuArgv(m: MachineSpec): string[] {
+  const drive = (id: string, file: string, format: string, ro: boolean, serial: string) => [
+    "-drive",
+    `id=${id},file=${file},format=${format},if=none,cache=writeback${ro ? ",readonly=on" : ""}`,
+    "-device",
+    `virtio-blk-device,drive=${id},serial=${serial}`,
+  ];
+  const argv = [
+    m.qemu,
+    "-M",
+    "microvm,acpi=on,rtc=on",
+    "-accel",
+    m.accel,
+    ...(m.accel === "kvm" ? ["-cpu", "host"] : []),
+    "-m",
+    String(m.memoryMib),
+    "-smp",
+    String(m.vcpus),
+    "-nodefaults",
+    "-no-user-config",
+    "-display",
+    "none",
+    "-no-reboot",
+    "-nic",
+    "none",
+    "-kernel",
+    m.artifacts.image.kernel,
+    "-initrd",
+    m.artifacts.image.initrd,
+    "-append",
+    [...m.artifacts.cmdline, "pyro.channel=serial"].join(" "),
+    "-serial",
+    `file:${join(m.socketDir, "..", "console.log")}`,
+    ...drive("env", m.artifacts.envDisk, "raw", true, DISK_SERIAL.env),
+    ...drive("agent", m.artifacts.agentDisk, "raw", true, DISK_SERIAL.agent),
+    ...drive("state", m.stateDisk, "qcow2", false, DISK_SERIAL.state),
+    ...drive("seed", m.seedDisk, "raw", true, DISK_SERIAL.seed),
+    "-device",
+    `virtio-serial-device,max_ports=${SERIAL_PORTS + 1}`,
+    "-qmp",
+    `unix:${qmpSocket(m.socketDir)},server=on,wait=off`,
+  ];
+  for (let i = 0; i < SERIAL_PORTS; i++) {
+    argv.push(
+      "-chardev",
+      `socket,id=p${i},path=${portSocket(m.socketDir, i)},server=on,wait=off`,
+      "-device",
+      `virtserialport,chardev=p${i},name=${SERIAL_PORT_PREFIX}${i}`,
+    );
+  }
+  // The state file is read by a shell QEMU runs: quote it.
+  if (m.incoming) argv.push("-incoming", `exec:cat '${m.incoming.replace(/'/g, "'\\''")}'`);
+  return argv;
+}

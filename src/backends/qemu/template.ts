@@ -1,0 +1,169 @@
+import { createHash } from "node:crypto";
+import { mkdir, open, rename, rm, stat, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { AgentClient } from "../../agent/client.js";
+import { PyroError } from "../../core/errors.js";
+import { acquireLock } from "../../util/lock.js";
+import { killAndWait, logTail, procStartTime, spawnDetached } from "../common.js";
+import { blankExt4, qcow2Overlay, SEED_DISK_BYTES, STATE_DISK_MIB } from "../vm/disks.js";
+import { SERIAL_PORTS, type VmArtifacts } from "../vm/types.js";
+import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
+import { connectPort } from "./ports.js";
+import { QmpClient } from "./qmp.js";
+
+/** A saved, paused VM that new workspaces start from. */
+export interface Template {
+  dir: string;
+  /** The template's frozen state disk: each workspace's state disk is a qcow2 overlay of it. */
+  stateDisk: string;
+  /** The saved VM state (RAM and devices), restored with `-incoming`. */
+  vmState: string;
+  /** How long building it took (a cold boot plus the save), when it was built now. */
+  built_ms: number | null;
+}
+
+/** Bumped when the VM's hardware or the guest's pre-save state changes shape. */
+const TEMPLATE_VERSION = 1;
+
+export interface TemplateInputs {
+  qemu: string;
+  accel: Accel;
+  vcpus: number;
+  memoryMib: number;
+  artifacts: VmArtifacts;
+  /** `.vm` cache directory. */
+  cacheDir: string;
+  signal?: AbortSignal;
+  onProgress?: (line: string) => void;
+}
+
+/** Cache key of a template: everything the saved state depends on. */
+export function templateKey(t: Omit<TemplateInputs, "cacheDir" | "signal" | "onProgress">): string {
+  return createHash("sha256")
+    .update(
+      JSON.stringify([
+        TEMPLATE_VERSION,
+        t.qemu,
+        t.accel,
+        t.vcpus,
+        t.memoryMib,
+        t.artifacts.image,
+        t.artifacts.envDisk,
+        t.artifacts.agentDisk,
+        t.artifacts.cmdline,
+        SERIAL_PORTS,
+        STATE_DISK_MIB,
+      ]),
+    )
+    .digest("hex")
+    .slice(0, 16);
+}
+
+/**
+ * The template for this VM shape, built once (cold boot until the agent answers, pause,
+ * save the state with `migrate` to a file) and cached under `<cacheDir>/templates/<key>`.
+ * The seed disk is a blank placeholder while the template runs: the guest never mounts
+ * it before the save, so each workspace can bring its own.
+ */
+export async function ensureTemplate(t: TemplateInputs): Promise<Template> {
+  const key = templateKey(t);
+  const root = join(t.cacheDir, "templates");
+  const dir = join(root, key);
+  const result = (built_ms: number | null): Template => ({
+    dir,
+    stateDisk: join(dir, "state.qcow2"),
+    vmState: join(dir, "vm.state"),
+    built_ms,
+  });
+  if (await exists(join(dir, "ready"))) return result(null);
+  await mkdir(root, { recursive: true });
+  const release = await acquireLock(join(root, `${key}.lock`), t.signal ? { signal: t.signal } : {});
+  try {
+    if (await exists(join(dir, "ready"))) return result(null);
+    t.onProgress?.("booting the VM template (once per environment and VM size)");
+    const started = performance.now();
+    await buildTemplate(t, dir);
+    return result(Math.round(performance.now() - started));
+  } finally {
+    await release();
+  }
+}
+
+/** The blank ext4 image every state disk starts from (built once per cache). */
+export async function blankStateDisk(cacheDir: string): Promise<string> {
+  const blank = join(cacheDir, `state-blank-${STATE_DISK_MIB}.ext4`);
+  if (!(await exists(blank))) {
+    await mkdir(cacheDir, { recursive: true });
+    await blankExt4(blank, STATE_DISK_MIB);
+  }
+  return blank;
+}
+
+async function buildTemplate(t: TemplateInputs, dir: string): Promise<void> {
+  const blank = await blankStateDisk(t.cacheDir);
+  const placeholder = join(t.cacheDir, "seed-placeholder.raw");
+  if (!(await exists(placeholder))) {
+    const fh = await open(`${placeholder}.tmp`, "w");
+    await fh.truncate(SEED_DISK_BYTES);
+    await fh.close();
+    await rename(`${placeholder}.tmp`, placeholder);
+  }
+  const tmp = `${dir}.building-${process.pid}`;
+  await rm(tmp, { recursive: true, force: true });
+  const sockets = join(tmp, "s");
+  await mkdir(sockets, { recursive: true, mode: 0o700 });
+  const stateDisk = join(tmp, "state.qcow2");
+  await qcow2Overlay(stateDisk, blank, "raw");
+  const argv = qemuArgv({
+    qemu: t.qemu,
+    accel: t.accel,
+    vcpus: t.vcpus,
+    memoryMib: t.memoryMib,
+    artifacts: t.artifacts,
+    stateDisk,
+    seedDisk: placeholder,
+    socketDir: sockets,
+  });
+  const logFile = join(tmp, "qemu.log");
+  const { pid } = spawnDetached(argv, { logFile });
+  const startTime = (await procStartTime(pid)) ?? "";
+  let qmp: QmpClient | null = null;
+  try {
+    qmp = await QmpClient.connect(qmpSocket(sockets), 30_000);
+    // The agent answering is the end of the boot.
+    const client = await AgentClient.connect(await connectPort(sockets, 10_000), { timeoutMs: 300_000 });
+    await client.request("ping", {});
+    await client.close();
+    // Let the guest see the hang-up and go back to waiting before it is frozen.
+    await sleep(200);
+    await qmp.execute("stop");
+    const state = join(tmp, "vm.state");
+    await qmp.execute("migrate", { uri: `exec:cat > '${state.replace(/'/g, "'\\''")}'` });
+    await qmp.waitMigration(120_000);
+    await qmp.execute("quit").catch(() => {});
+  } catch (err) {
+    await killAndWait(pid, startTime);
+    const tail = await logTail(logFile);
+    const consoleTail = await logTail(join(tmp, "console.log"));
+    await rm(tmp, { recursive: true, force: true });
+    throw new PyroError(
+      "backend_unavailable",
+      `building the VM template failed: ${(err as Error).message} (qemu: ${tail}; console: ${consoleTail})`,
+    );
+  } finally {
+    qmp?.close();
+  }
+  await killAndWait(pid, startTime, 30_000);
+  await rm(sockets, { recursive: true, force: true });
+  await writeFile(join(tmp, "ready"), `${JSON.stringify({ created_at: new Date().toISOString() })}\n`);
+  await rm(dir, { recursive: true, force: true });
+  await rename(tmp, dir);
+}
+
+async function exists(p: string): Promise<boolean> {
+  return stat(p).then(
+    () => true,
+    () => false,
+  );
+}

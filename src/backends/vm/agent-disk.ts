@@ -1,0 +1,153 @@
+import { createHash } from "node:crypto";
+import { cp, link, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { dirname, join, relative } from "node:path";
+import type { NodeRuntime } from "../runtime.js";
+import { mkfsExt4 } from "./disks.js";
+import { AGENT_VSOCK_PORT, GUEST } from "./types.js";
+
+/** npm packages the guest agent imports (the rest of node_modules stays on the host). */
+export const AGENT_PACKAGES = ["zod", "tar", "diff"] as const;
+
+/** Name prefix of the virtio-serial ports that carry agent connections. */
+export const SERIAL_PORT_PREFIX = "pyro.agent.";
+
+/**
+ * Stage 2, PID 1 after switch_root (busybox from the agent disk): the rest of the
+ * system setup, then the agent, restarted if it ever exits, with the shell reaping
+ * orphans while it waits. The channel comes from the kernel command line.
+ */
+export function stage2Script(agentArgv: string[], bridge: string | null): string {
+  const q = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+  const B = `${GUEST.agentDir}/bin/busybox`;
+  return `#!${B} sh
+B=${B}
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
+$B mkdir -p /dev/pts /dev/shm
+$B mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts
+$B ln -sf pts/ptmx /dev/ptmx
+$B mount -t tmpfs -o nosuid,nodev tmpfs /dev/shm
+$B hostname pyro
+$B ip link set lo up 2>/dev/null
+channel=serial
+for a in $($B cat /proc/cmdline); do
+  case "$a" in pyro.channel=*) channel="\${a#pyro.channel=}" ;; esac
+done
+keep() { while :; do "$@"; echo "pyro-init: $1 exited $?, restarting"; $B sleep 1; done; }
+if [ "$channel" = vsock ]; then
+  ${bridge ? `keep ${q(bridge)} ${AGENT_VSOCK_PORT} ${GUEST.agentSocket} &` : 'echo "pyro-init: no vsock bridge on the agent disk"; $B poweroff -f'}
+  keep ${agentArgv.map(q).join(" ")} --listen ${GUEST.agentSocket} &
+else
+  keep ${agentArgv.map(q).join(" ")} --serial ${SERIAL_PORT_PREFIX} &
+fi
+wait $!
+`;
+}
+
+/** Files of `dist/` and the agent's packages, for the cache key (path, size, mtime). */
+async function listing(root: string, rel: string): Promise<string[]> {
+  const out: string[] = [];
+  const walk = async (d: string): Promise<void> => {
+    for (const e of await readdir(d, { withFileTypes: true }).catch(() => [])) {
+      const p = join(d, e.name);
+      if (e.isDirectory()) await walk(p);
+      else {
+        const st = await stat(p);
+        out.push(`${relative(root, p)}:${st.size}:${Math.round(st.mtimeMs)}`);
+      }
+    }
+  };
+  await walk(join(root, rel));
+  return out.sort();
+}
+
+/** The agent's npm packages and their dependencies, read from package.json files. */
+export async function packageClosure(appDir: string, roots: readonly string[]): Promise<string[]> {
+  const seen = new Set<string>();
+  const queue = [...roots];
+  for (let name = queue.shift(); name !== undefined; name = queue.shift()) {
+    if (seen.has(name)) continue;
+    seen.add(name);
+    const pkg = JSON.parse(await readFile(join(appDir, "node_modules", name, "package.json"), "utf8")) as {
+      dependencies?: Record<string, string>;
+    };
+    queue.push(...Object.keys(pkg.dependencies ?? {}));
+  }
+  return [...seen].sort();
+}
+
+export interface AgentDiskInputs {
+  appDir: string;
+  runtime: NodeRuntime;
+  busybox: string;
+  /** Static vsock→unix bridge for Firecracker guests, when one could be built. */
+  bridge: string | null;
+}
+
+/**
+ * The agent disk: the Node runtime, the built pyro agent with the packages it imports,
+ * busybox and stage 2, as a read-only ext4 image cached by a hash of its inputs.
+ */
+export async function prepareAgentDisk(
+  cacheDir: string,
+  inputs: AgentDiskInputs,
+  signal?: AbortSignal,
+): Promise<string> {
+  const packages = await packageClosure(inputs.appDir, AGENT_PACKAGES);
+  const agentArgv = inputs.runtime.argv(
+    `${GUEST.agentDir}/runtime`,
+    `${GUEST.agentDir}/app/dist/agent/guest/main.js`,
+    "--root",
+    GUEST.workspace,
+    "--vm",
+    GUEST.agentDir,
+  );
+  const script = stage2Script(agentArgv, inputs.bridge ? `${GUEST.agentDir}/bin/pyro-vsock-bridge` : null);
+  const h = createHash("sha256").update(JSON.stringify([inputs.runtime.key, script, packages]));
+  h.update((await listing(inputs.appDir, "dist")).join("\n"));
+  for (const p of packages) h.update((await listing(inputs.appDir, join("node_modules", p))).join("\n"));
+  for (const f of [inputs.busybox, inputs.bridge]) if (f) h.update(await readFile(f));
+  const key = h.digest("hex").slice(0, 16);
+  const out = join(cacheDir, `agent-${key}.ext4`);
+  if (
+    await stat(out).then(
+      () => true,
+      () => false,
+    )
+  )
+    return out;
+
+  await mkdir(cacheDir, { recursive: true });
+  const stage = await mkdtemp(join(cacheDir, ".agent-"));
+  try {
+    await mkdir(join(stage, "bin"));
+    await cp(inputs.busybox, join(stage, "bin", "busybox"));
+    if (inputs.bridge) await cp(inputs.bridge, join(stage, "bin", "pyro-vsock-bridge"));
+    await linkOrCopy(inputs.runtime.dir, join(stage, "runtime"));
+    await mkdir(join(stage, "app", "node_modules"), { recursive: true });
+    await writeFile(join(stage, "app", "package.json"), '{"type":"module"}\n');
+    await cp(join(inputs.appDir, "dist"), join(stage, "app", "dist"), { recursive: true });
+    for (const p of packages) {
+      await mkdir(dirname(join(stage, "app", "node_modules", p)), { recursive: true });
+      await cp(join(inputs.appDir, "node_modules", p), join(stage, "app", "node_modules", p), {
+        recursive: true,
+        dereference: true,
+      });
+    }
+    await writeFile(join(stage, "stage2.sh"), script, { mode: 0o755 });
+    await mkfsExt4(out, { dir: stage, label: "pyro-agent", readOnly: true, ...(signal ? { signal } : {}) });
+    return out;
+  } finally {
+    await rm(stage, { recursive: true, force: true });
+  }
+}
+
+/** Hard-links a tree into place (same filesystem: instant), copying where links fail. */
+async function linkOrCopy(from: string, to: string): Promise<void> {
+  await mkdir(to, { recursive: true });
+  for (const e of await readdir(from, { withFileTypes: true })) {
+    const a = join(from, e.name);
+    const b = join(to, e.name);
+    if (e.isDirectory()) await linkOrCopy(a, b);
+    else await link(a, b).catch(() => cp(a, b));
+  }
+}

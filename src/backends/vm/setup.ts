@@ -1,0 +1,30 @@
+import { randomBytes } from "node:crypto";
+import type { Duplex } from "node:stream";
+import { AgentClient } from "../../agent/client.js";
+
+/**
+ * After a VM starts (cold boot or restored from a snapshot): connects to the agent, hands
+ * it the host's clock and fresh entropy (restored clones share the template's RNG state
+ * and clock), and has it mount /workspace over the seed disk. Resolves with the guest's
+ * kernel release when the agent reports /workspace ready.
+ */
+export async function setupGuest(
+  connect: () => Promise<Duplex>,
+  options: { timeoutMs: number; hostname?: string; signal?: AbortSignal },
+): Promise<{ kernel: string }> {
+  const client = await AgentClient.connect(await connect(), { timeoutMs: options.timeoutMs });
+  try {
+    const r = await client.request(
+      "vm_setup",
+      {
+        time_ms: Date.now(),
+        entropy: randomBytes(64).toString("base64"),
+        hostname: options.hostname ?? "pyro",
+      },
+      { timeoutMs: 60_000, ...(options.signal ? { signal: options.signal } : {}) },
+    );
+    return { kernel: r.kernel };
+  } finally {
+    await client.close();
+  }
+}
