@@ -121,7 +121,11 @@ export interface WorkspaceBackend {
    * Optional: makes snapshot `name` readable by the agent at agentSnapshotPath(), for
    * backends whose guest cannot see the host's snapshot trees (VMs). Called before a diff.
    */
-  exposeSnapshot?(spec: SandboxSpec, name: string, agent: import("../agent/client.js").AgentClient): Promise<void>;
+  exposeSnapshot?(
+    spec: SandboxSpec,
+    name: string,
+    agent: import("../agent/client.js").AgentClient,
+  ): Promise<void>;
   /**
    * Optional fast path for `pyro run`: the command as the sandbox's only process, with the
    * same isolation as a workspace. Backends without it run one-shots as

@@ -25,6 +25,7 @@ export const BACKEND_PROBES: readonly BackendProbe[] = [
  * not implemented yet is reported, never chosen.
  */
 export const IMPLEMENTED_BACKENDS: ReadonlySet<BackendName> = new Set<BackendName>([
+  "firecracker",
   "qemu",
   "gvisor",
   "docker",

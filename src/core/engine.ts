@@ -9,10 +9,11 @@ import {
 } from "../backends/backend.js";
 import { BwrapBackend } from "../backends/bwrap/backend.js";
 import { DockerBackend } from "../backends/docker/backend.js";
+import { FirecrackerBackend } from "../backends/firecracker/backend.js";
 import { GvisorBackend } from "../backends/gvisor/backend.js";
-import { QemuBackend } from "../backends/qemu/backend.js";
 import { HostBackend } from "../backends/host/backend.js";
 import { probeKvm } from "../backends/kvm.js";
+import { QemuBackend } from "../backends/qemu/backend.js";
 import { BACKEND_PROBES } from "../backends/registry.js";
 import type { Builder } from "../env/builder.js";
 import { EnvironmentCache } from "../env/cache.js";
@@ -57,6 +58,7 @@ export class Engine {
     ];
     this.environments = new EnvironmentCache(this.paths.environmentsDir, builders);
     this.backends = {
+      firecracker: new FirecrackerBackend(),
       qemu: new QemuBackend(),
       gvisor: new GvisorBackend(),
       docker: new DockerBackend(this.env),

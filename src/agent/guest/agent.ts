@@ -3,6 +3,8 @@
  * socket serving every connection, or one session over stdin/stdout). Kept apart
  * from main.ts so tests can start an agent in-process.
  */
+
+import { setMaxListeners } from "node:events";
 import { chmod, lstat, stat, unlink } from "node:fs/promises";
 import net from "node:net";
 import os from "node:os";
@@ -117,6 +119,8 @@ export async function startGuest(
     const ports = await findPorts(opts.serial);
     if (ports.length === 0) throw new AgentError("not_found", `no virtio-serial port named ${opts.serial}*`);
     const stop = new AbortController();
+    // Each port waits on the signal (plus its idle timer): more than Node's default 10.
+    setMaxListeners(4 * ports.length + 10, stop.signal);
     const done = Promise.all(ports.map((dev) => servePort(dev, serve, stop.signal, log))).then(
       () => undefined,
     );

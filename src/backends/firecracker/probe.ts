@@ -1,7 +1,10 @@
 import { firstLine, run, which } from "../../util/run.js";
 import type { BackendProbe } from "../backend.js";
 
-/** Firecracker needs its binary (PYRO_FIRECRACKER_BIN or PATH) and KVM that runs guests. */
+/**
+ * Firecracker needs its binary (PYRO_FIRECRACKER_BIN or PATH), KVM that runs guests, and
+ * a C compiler to build the guest's vsock bridge once (see bridge.ts).
+ */
 export const firecrackerProbe: BackendProbe = {
   name: "firecracker",
   isolation: "microVM (Firecracker, KVM)",
@@ -17,6 +20,8 @@ export const firecrackerProbe: BackendProbe = {
     const reasons: string[] = [];
     if (!bin) reasons.push("no firecracker binary (set PYRO_FIRECRACKER_BIN or put firecracker on PATH)");
     if (!kvm.usable) reasons.push(`KVM not usable: ${kvm.reason}`);
+    if (!(await which("cc", ctx.env.PATH)))
+      reasons.push("no C compiler (cc) to build the guest vsock bridge (Debian: gcc, libc6-dev)");
     return {
       available: reasons.length === 0,
       version,

@@ -41,10 +41,14 @@ export interface QemuBackendOptions {
   vsockBridge?: PrepareOptions["vsockBridge"];
 }
 
-/** Timeline of the last start, for benchmarks and `workspace status`. */
+/** Timeline of the last start (from QEMU's spawn), for benchmarks. */
 export interface StartTiming {
   mode: "restore" | "cold";
-  /** QEMU spawned → agent answered vm_setup. */
+  /** The restored VM was running (restore) / QEMU was spawned (cold). */
+  running_ms: number;
+  /** The agent finished its handshake. */
+  answered_ms: number;
+  /** The agent set the clock and entropy and mounted /workspace. */
   ready_ms: number;
   template_built_ms: number | null;
 }
@@ -181,25 +185,28 @@ export class QemuBackend implements WorkspaceBackend {
       if (!startTime)
         throw new PyroError("backend_unavailable", `QEMU exited at once: ${await logTail(l.log)}`);
       if (incoming) await this.resume(l.sockets, pid, startTime, l.log);
-      await setupGuest(() => this.connectChecked(state, 10_000), {
+      const running = Math.round(performance.now() - started);
+      const setup = await setupGuest(() => this.connectChecked(state, 10_000), {
         timeoutMs: incoming ? 60_000 : 300_000,
         hostname: `pyro-${spec.workspace_id.replace(/^ws_/, "").slice(0, 12)}`,
         ...sig,
       });
+      this.lastStart = {
+        mode: incoming ? "restore" : "cold",
+        running_ms: running,
+        answered_ms: running + setup.answered_ms,
+        ready_ms: Math.round(performance.now() - started),
+        template_built_ms: templateBuilt,
+      };
     } catch (err) {
       await this.stop(state);
-      if (err instanceof PyroError && err.code !== "backend_unavailable") throw err;
+      if (err instanceof PyroError && err.code !== "backend_unavailable" && err.code !== "timeout") throw err;
       const why = err instanceof Error ? err.message : String(err);
       throw new PyroError(
         "backend_unavailable",
         `the VM did not start: ${why} (console: ${await logTail(l.console)}; qemu: ${await logTail(l.log)})`,
       );
     }
-    this.lastStart = {
-      mode: incoming ? "restore" : "cold",
-      ready_ms: Math.round(performance.now() - started),
-      template_built_ms: templateBuilt,
-    };
     return state;
   }
 

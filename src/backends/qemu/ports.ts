@@ -57,23 +57,20 @@ async function takeLock(path: string, me: string): Promise<boolean> {
     () => true,
   );
   if (!cooled) return false;
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      const fh = await open(path, "wx", 0o600);
-      await fh.writeFile(me);
-      await fh.close();
-      return true;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-    }
-    const holder = (await readFile(path, "utf8").catch(() => "")).split(" ");
-    // A lock being written right now reads empty: treat as held.
-    if (holder.length < 2 || (await sameProcessAlive(Number(holder[0]), holder[1]))) return false;
-    // Its holder died: free the port, and let it cool like any released port.
-    await writeFile(`${path}.cool`, "");
-    await unlink(path).catch(() => {});
-    return false;
+  try {
+    const fh = await open(path, "wx", 0o600);
+    await fh.writeFile(me);
+    await fh.close();
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
   }
+  const holder = (await readFile(path, "utf8").catch(() => "")).split(" ");
+  // A lock being written right now reads empty: treat as held.
+  if (holder.length < 2 || (await sameProcessAlive(Number(holder[0]), holder[1]))) return false;
+  // Its holder died: free the port, and let it cool like any released port.
+  await writeFile(`${path}.cool`, "");
+  await unlink(path).catch(() => {});
   return false;
 }
 

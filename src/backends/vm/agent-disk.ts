@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { createHash, type Hash } from "node:crypto";
 import { cp, link, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
 import type { NodeRuntime } from "../runtime.js";
@@ -43,21 +43,21 @@ wait $!
 `;
 }
 
-/** Files of `dist/` and the agent's packages, for the cache key (path, size, mtime). */
-async function listing(root: string, rel: string): Promise<string[]> {
-  const out: string[] = [];
+/**
+ * Hashes the contents of a tree into `h` (paths and bytes, not times: a fresh checkout of
+ * the same sources gives the same agent disk, so CI reuses its cached VM template).
+ */
+async function hashTree(h: Hash, root: string, rel: string): Promise<void> {
+  const files: string[] = [];
   const walk = async (d: string): Promise<void> => {
     for (const e of await readdir(d, { withFileTypes: true }).catch(() => [])) {
       const p = join(d, e.name);
       if (e.isDirectory()) await walk(p);
-      else {
-        const st = await stat(p);
-        out.push(`${relative(root, p)}:${st.size}:${Math.round(st.mtimeMs)}`);
-      }
+      else if (e.isFile()) files.push(p);
     }
   };
   await walk(join(root, rel));
-  return out.sort();
+  for (const f of files.sort()) h.update(`${relative(root, f)}\0`).update(await readFile(f));
 }
 
 /** The agent's npm packages and their dependencies, read from package.json files. */
@@ -103,8 +103,9 @@ export async function prepareAgentDisk(
   );
   const script = stage2Script(agentArgv, inputs.bridge ? `${GUEST.agentDir}/bin/pyro-vsock-bridge` : null);
   const h = createHash("sha256").update(JSON.stringify([inputs.runtime.key, script, packages]));
-  h.update((await listing(inputs.appDir, "dist")).join("\n"));
-  for (const p of packages) h.update((await listing(inputs.appDir, join("node_modules", p))).join("\n"));
+  await hashTree(h, inputs.appDir, "dist");
+  // Packages by name and version: hashing their contents costs seconds (zod alone is thousands of files).
+  for (const p of packages) h.update(await readFile(join(inputs.appDir, "node_modules", p, "package.json")));
   for (const f of [inputs.busybox, inputs.bridge]) if (f) h.update(await readFile(f));
   const key = h.digest("hex").slice(0, 16);
   const out = join(cacheDir, `agent-${key}.ext4`);

@@ -46,12 +46,23 @@ interface KernelManifest {
 
 /**
  * The Debian cloud kernel, fetched with `apt-get download` and unpacked with `dpkg -x`
- * (never installed on the host), cached under `<cacheDir>/kernel-<version>/`.
+ * (never installed on the host), cached under `<cacheDir>/kernel-<version>/`. Once a
+ * kernel is cached it is used as is (asking apt which version is current costs seconds);
+ * `refresh` asks apt again and fetches a newer kernel if there is one.
  */
 export async function prepareKernel(
   cacheDir: string,
-  options: { signal?: AbortSignal; onProgress?: (line: string) => void } = {},
+  options: { signal?: AbortSignal; onProgress?: (line: string) => void; refresh?: boolean } = {},
 ): Promise<UnpackedKernel> {
+  if (!options.refresh) {
+    const cachedDirs = (await readdir(cacheDir).catch(() => [] as string[]))
+      .filter((d) => d.startsWith("kernel-") && !d.endsWith(".lock"))
+      .sort();
+    for (const d of cachedDirs.reverse()) {
+      const m = await readManifest(join(cacheDir, d));
+      if (m) return toKernel(join(cacheDir, d), m);
+    }
+  }
   const { pkg, version } = await resolveKernelPackage(options.signal);
   const dir = join(cacheDir, `kernel-${version}`);
   const cached = await readManifest(dir);

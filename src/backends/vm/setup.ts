@@ -6,13 +6,15 @@ import { AgentClient } from "../../agent/client.js";
  * After a VM starts (cold boot or restored from a snapshot): connects to the agent, hands
  * it the host's clock and fresh entropy (restored clones share the template's RNG state
  * and clock), and has it mount /workspace over the seed disk. Resolves with the guest's
- * kernel release when the agent reports /workspace ready.
+ * kernel release, and how long the agent took to answer at all, once /workspace is ready.
  */
 export async function setupGuest(
   connect: () => Promise<Duplex>,
   options: { timeoutMs: number; hostname?: string; signal?: AbortSignal },
-): Promise<{ kernel: string }> {
+): Promise<{ kernel: string; answered_ms: number }> {
+  const started = performance.now();
   const client = await AgentClient.connect(await connect(), { timeoutMs: options.timeoutMs });
+  const answered_ms = Math.round(performance.now() - started);
   try {
     const r = await client.request(
       "vm_setup",
@@ -23,7 +25,7 @@ export async function setupGuest(
       },
       { timeoutMs: 60_000, ...(options.signal ? { signal: options.signal } : {}) },
     );
-    return { kernel: r.kernel };
+    return { kernel: r.kernel, answered_ms };
   } finally {
     await client.close();
   }

@@ -61,35 +61,33 @@ export const vmSetup: OpHandler<"vm_setup"> = async (args, ctx) => {
   const vmDir = vmOnly(ctx);
   const entropy = Buffer.from(args.entropy, "base64");
   if (entropy.length > 0) await writeFile("/dev/urandom", entropy);
-  await busybox(vmDir, "date", "-u", "-s", `@${Math.floor(args.time_ms / 1000)}`);
   await writeFile("/proc/sys/kernel/hostname", args.hostname);
+  // One shell for the clock and the mounts: every process start is slow under emulation.
+  const bb = path.join(vmDir, "bin", "busybox");
+  const steps = [`${bb} date -u -s @${Math.floor(args.time_ms / 1000)} >/dev/null`];
   let mounted = false;
   if (!(await isMountPoint(GUEST.workspace))) {
     const seed = await diskBySerial(DISK_SERIAL.seed, "seed");
-    if (!(await isMountPoint(GUEST.seedDir))) {
-      // The template's kernel read this disk's first blocks (partition scan) when it was a
-      // blank placeholder: drop that cache before the filesystem reads its superblock.
-      await busybox(vmDir, "blockdev", "--flushbufs", seed);
-      await mkdir(GUEST.seedDir, { recursive: true });
-      await busybox(vmDir, "mount", "-t", "ext4", "-o", "ro,noload", seed, GUEST.seedDir);
-    }
     const upper = `${GUEST.stateDir}/ws/upper`;
     const work = `${GUEST.stateDir}/ws/work`;
     await mkdir(upper, { recursive: true });
     await mkdir(work, { recursive: true });
     await mkdir(GUEST.workspace, { recursive: true });
-    await busybox(
-      vmDir,
-      "mount",
-      "-t",
-      "overlay",
-      "overlay",
-      "-o",
-      `lowerdir=${GUEST.seedDir},upperdir=${upper},workdir=${work}`,
-      GUEST.workspace,
+    await mkdir(GUEST.seedDir, { recursive: true });
+    if (!(await isMountPoint(GUEST.seedDir))) {
+      // The template's kernel read this disk's first blocks (partition scan) when it was a
+      // blank placeholder: drop that cache before the filesystem reads its superblock.
+      steps.push(
+        `${bb} blockdev --flushbufs ${seed}`,
+        `${bb} mount -t ext4 -o ro,noload ${seed} ${GUEST.seedDir}`,
+      );
+    }
+    steps.push(
+      `${bb} mount -t overlay overlay -o lowerdir=${GUEST.seedDir},upperdir=${upper},workdir=${work} ${GUEST.workspace}`,
     );
     mounted = true;
   }
+  await busybox(vmDir, "sh", "-euc", steps.join("\n"));
   return { mounted, kernel: (await readFile("/proc/sys/kernel/osrelease", "utf8")).trim() };
 };
 
