@@ -6,6 +6,7 @@ import { promisify } from "node:util";
 import type { BackendName } from "../backends/backend.js";
 import { Pyro } from "../sdk/pyro.js";
 import { run } from "../util/run.js";
+import { qemuRows } from "./qemu.js";
 import { type BenchRow, medianMs, printTable, round, row } from "./stats.js";
 
 const pexec = promisify(execFile);
@@ -96,6 +97,13 @@ async function main(): Promise<void> {
       rows.push(...(await backendRows(pyro, o.name, o.floorName, f, n, quick, extra)));
     }
 
+    const qemuWhy = await unavailable(pyro, "qemu");
+    if (qemuWhy) {
+      log(`bench: qemu skipped: ${qemuWhy}`);
+      extra.qemu_skipped = qemuWhy;
+    } else {
+      rows.push(...(await qemuRows(pyro, home, quick, log, extra)));
+    }
     // Reset of a 10k-file / 100 MB workspace against `cp -a` of the same tree.
     log("bench: building a 10k-file / 100 MB seed");
     const seed = join(home, "seed");

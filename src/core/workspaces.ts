@@ -363,6 +363,9 @@ export class Workspaces {
       let client: AgentClient;
       try {
         client = await this.client(w, backend);
+        // A cached connection whose sandbox went away (restarted by another process, or
+        // died): reconnect before sending anything.
+        if (client.closed) throw new PyroError("backend_unavailable", "the cached agent connection is closed");
       } catch (err) {
         await this.dropClient(w.workspace_id);
         if (attempt > 0) throw toPyroError(err);
@@ -375,10 +378,24 @@ export class Workspaces {
         return result;
       } catch (err) {
         const code = (err as { code?: string }).code;
-        if (attempt === 0 && (code === "agent_disconnected" || code === "protocol_violation")) {
+        if (code === "agent_disconnected" || code === "protocol_violation") {
+          // The connection broke while the request was in flight: it may have run in part,
+          // so it is not run again. The next request finds the sandbox dead and restarts it.
           await this.dropClient(w.workspace_id);
-          w = await this.refreshState(this.store.getWorkspace(w.workspace_id) ?? w);
-          continue;
+          const state = sandboxState(w);
+          const alive = state ? await backend.isRunning(state).catch(() => false) : false;
+          throw redactError(
+            new PyroError(
+              "backend_unavailable",
+              alive
+                ? `the connection to workspace ${w.workspace_id}'s agent broke during the request (${(err as Error).message})`
+                : `workspace ${w.workspace_id}'s sandbox died during the request`,
+              alive
+                ? "retry the request"
+                : "retry: the next request restarts the sandbox with the workspace's files kept",
+            ),
+            await this.secretValues(w),
+          );
         }
         throw redactError(toPyroError(err), await this.secretValues(w));
       }

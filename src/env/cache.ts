@@ -242,6 +242,16 @@ export class EnvironmentCache {
     const removed: PruneResult["removed"] = [];
     for (const d of await this.dirNames()) {
       if (d === LOCK_DIR || d === ".debs") continue;
+      // VM images (kernel, disks, templates): kept unless everything goes.
+      if (d === ".vm") {
+        if (options.all) {
+          const path = join(this.root, d);
+          const size = (await treeSize(path)).bytes;
+          await removeTree(path);
+          removed.push({ path, reason: "all", size_bytes: size });
+        }
+        continue;
+      }
       const path = join(this.root, d);
       let reason: PruneResult["removed"][number]["reason"] | null = null;
       if (d.startsWith(BUILDING_PREFIX)) {

@@ -32,6 +32,17 @@ export function bwrapSkipReason(): string {
   return "";
 }
 
+/**
+ * Why the qemu suites cannot run on this host, or "" when they can. They need no KVM:
+ * TCG is slow but real (every test VM is restored from one template per run).
+ */
+export function qemuSkipReason(): string {
+  for (const bin of ["qemu-system-x86_64", "qemu-img", "mkfs.ext4", "busybox"])
+    if (!onPath(bin)) return `${bin} is not installed (npm run setup)`;
+  if (!ENV_CACHE) return "PYRO_ENV_CACHE is not set, so debian:12 would be built from scratch";
+  return "";
+}
+
 /** Why the gVisor suites cannot run on this host, or "" when they can. */
 export function gvisorSkipReason(): string {
   if (!isRoot) return "needs root: the gvisor backend mounts overlays, creates cgroups and runs runsc";

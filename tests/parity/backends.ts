@@ -8,7 +8,7 @@ import { FakeBackend } from "../../src/backends/fake/backend.js";
 import { Pyro } from "../../src/sdk/pyro.js";
 import { isRoot } from "../helpers/cli.js";
 import { FakeBuilder } from "../helpers/fake-builder.js";
-import { ENV_CACHE, onPath } from "../helpers/sandbox.js";
+import { ENV_CACHE, onPath, qemuSkipReason } from "../helpers/sandbox.js";
 
 /** One backend under test: how to get a client for it, and why it can't run here. */
 export interface ParityTarget {
@@ -33,10 +33,15 @@ function realSkip(name: BackendName): string {
     case "gvisor":
       if (!isRoot) return "needs root (runsc)";
       return onPath("runsc") ? "" : "runsc is not installed";
+    case "qemu":
+      return qemuSkipReason();
     case "docker": {
       const host = process.env.DOCKER_HOST ?? "unix:///var/cache/pyro-ci/docker/docker.sock";
-      if (!host.startsWith("unix://") || !existsSync(host.slice(7))) return `no Docker engine socket at ${host} (start one with scripts/dockerd-test)`;
-      const ping = spawnSync("curl", ["-sf", "--unix-socket", host.slice(7), "http://d/_ping"], { encoding: "utf8" });
+      if (!host.startsWith("unix://") || !existsSync(host.slice(7)))
+        return `no Docker engine socket at ${host} (start one with scripts/dockerd-test)`;
+      const ping = spawnSync("curl", ["-sf", "--unix-socket", host.slice(7), "http://d/_ping"], {
+        encoding: "utf8",
+      });
       return ping.stdout === "OK" ? "" : `the Docker engine at ${host} does not answer`;
     }
     default:
@@ -53,9 +58,17 @@ function realTarget(name: BackendName): ParityTarget {
     async open() {
       const home = await mkdtemp(join(tmpdir(), `pyro-parity-${name}-`));
       const dockerHost = process.env.DOCKER_HOST ?? "unix:///var/cache/pyro-ci/docker/docker.sock";
-      const env = { ...process.env, ...(name === "docker" ? { DOCKER_HOST: dockerHost } : {}), PARITY_HOST_VAR: "from-the-host-env" };
+      const env = {
+        ...process.env,
+        ...(name === "docker" ? { DOCKER_HOST: dockerHost } : {}),
+        PARITY_HOST_VAR: "from-the-host-env",
+      };
       const pyro = new Pyro({ home, environmentsDir: ENV_CACHE, env });
-      const cliEnv = { PYRO_HOME: home, PYRO_ENV_CACHE: ENV_CACHE, ...(name === "docker" ? { DOCKER_HOST: dockerHost } : {}) };
+      const cliEnv = {
+        PYRO_HOME: home,
+        PYRO_ENV_CACHE: ENV_CACHE,
+        ...(name === "docker" ? { DOCKER_HOST: dockerHost } : {}),
+      };
       return { pyro, home, cliEnv, close: () => pyro.close() };
     },
   };
@@ -70,7 +83,13 @@ export function parityTargets(): ParityTarget[] {
     async open() {
       const home = await mkdtemp(join(tmpdir(), "pyro-parity-fake-"));
       const backend = new FakeBackend("bwrap");
-      const pyro = new Pyro({ home, environmentsDir: join(home, "envs"), builders: [new FakeBuilder()], backends: { bwrap: backend }, env: { PARITY_HOST_VAR: "from-the-host-env" } });
+      const pyro = new Pyro({
+        home,
+        environmentsDir: join(home, "envs"),
+        builders: [new FakeBuilder()],
+        backends: { bwrap: backend },
+        env: { PARITY_HOST_VAR: "from-the-host-env" },
+      });
       return {
         pyro,
         home,
@@ -82,5 +101,12 @@ export function parityTargets(): ParityTarget[] {
       };
     },
   };
-  return [fake, realTarget("bwrap"), realTarget("gvisor"), realTarget("docker"), realTarget("host")];
+  return [
+    fake,
+    realTarget("bwrap"),
+    realTarget("gvisor"),
+    realTarget("qemu"),
+    realTarget("docker"),
+    realTarget("host"),
+  ];
 }

@@ -36,7 +36,11 @@ async function code(p: Promise<unknown>): Promise<string> {
   );
 }
 
-async function withWorkspace(ctx: ScenarioContext, fn: (id: string) => Promise<void>, extra: Parameters<Pyro["createWorkspace"]>[0] = {}) {
+async function withWorkspace(
+  ctx: ScenarioContext,
+  fn: (id: string) => Promise<void>,
+  extra: Parameters<Pyro["createWorkspace"]>[0] = {},
+) {
   const w = await ctx.pyro.createWorkspace({ ...ctx.createOptions, seedPath: ctx.seed, ...extra });
   try {
     await fn(w.workspace_id);
@@ -51,18 +55,29 @@ export const SCENARIOS: Scenario[] = [
     run: (ctx) =>
       withWorkspace(ctx, async (id) => {
         const p = ctx.pyro;
-        expect(await p.execWorkspace(id, "echo out; echo err >&2; exit 7")).toMatchObject({ exit_code: 7, stdout: "out\n", stderr: "err\n", timed_out: false });
-        expect((await p.execWorkspace(id, 'echo "$GREETING"', { env: { GREETING: "hi there" } })).stdout).toBe("hi there\n");
+        expect(await p.execWorkspace(id, "echo out; echo err >&2; exit 7")).toMatchObject({
+          exit_code: 7,
+          stdout: "out\n",
+          stderr: "err\n",
+          timed_out: false,
+        });
+        expect(
+          (await p.execWorkspace(id, 'echo "$GREETING"', { env: { GREETING: "hi there" } })).stdout,
+        ).toBe("hi there\n");
         // The effect of cwd, not the path string: host-compat runs in a host directory.
         expect((await p.execWorkspace(id, "ls", { cwd: "/workspace/src" })).stdout).toBe("lib.txt\n");
         const big = await p.execWorkspace(id, "head -c 1500000 /dev/zero | tr '\\0' a");
         expect(big.stdout.length).toBe(1024 * 1024);
         expect(big.truncated).toBe(true);
         const started = Date.now();
-        const slow = await p.execWorkspace(id, "sleep 600 & (setsid sleep 600 &) ; sleep 600", { timeoutSeconds: 2 });
+        const slow = await p.execWorkspace(id, "sleep 600 & (setsid sleep 600 &) ; sleep 600", {
+          timeoutSeconds: 2,
+        });
         expect(slow.timed_out).toBe(true);
         expect(Date.now() - started).toBeLessThan(20_000);
-        expect((await p.execWorkspace(id, "ps -eo args 2>/dev/null | grep -c '^sleep 600' || true")).stdout.trim()).toBe("0");
+        expect(
+          (await p.execWorkspace(id, "ps -eo args 2>/dev/null | grep -c '^sleep 600' || true")).stdout.trim(),
+        ).toBe("0");
       }),
   },
   {
@@ -78,15 +93,23 @@ export const SCENARIOS: Scenario[] = [
         expect(back.encoding).toBe("base64");
         expect(Buffer.from(back.content, "base64").equals(bytes)).toBe(true);
         // Plain coreutils metadata calls work (gVisor needs its statx shim for these).
-        expect((await p.execWorkspace(id, "ls -l dir/note.txt | cut -c1-10; stat -c %s dir/note.txt")).stdout).toBe("-rw-r--r--\n6\n");
+        expect(
+          (await p.execWorkspace(id, "ls -l dir/note.txt | cut -c1-10; stat -c %s dir/note.txt")).stdout,
+        ).toBe("-rw-r--r--\n6\n");
         const list = await p.listWorkspaceFiles(id, "/workspace", { recursive: true });
-        expect(list.entries.map((e) => e.path)).toEqual(expect.arrayContaining(["dir/note.txt", "bin.dat", "app.py"]));
+        expect(list.entries.map((e) => e.path)).toEqual(
+          expect.arrayContaining(["dir/note.txt", "bin.dat", "app.py"]),
+        );
         await p.execWorkspace(id, "ln -s /etc escape-link");
         for (const bad of ["../outside.txt", "/etc/passwd", "escape-link/passwd"]) {
           expect(await code(p.writeWorkspaceFile(id, bad, "x"))).toBe("path_outside_workspace");
           expect(await code(p.readWorkspaceFile(id, bad))).toBe("path_outside_workspace");
         }
-        expect((await p.diffWorkspace(id)).entries.map((e) => e.path).sort()).toEqual(["bin.dat", "dir/note.txt", "escape-link"]);
+        expect((await p.diffWorkspace(id)).entries.map((e) => e.path).sort()).toEqual([
+          "bin.dat",
+          "dir/note.txt",
+          "escape-link",
+        ]);
       }),
   },
   {
@@ -94,15 +117,27 @@ export const SCENARIOS: Scenario[] = [
     run: (ctx) =>
       withWorkspace(ctx, async (id) => {
         const p = ctx.pyro;
-        const good = ["--- a/app.py", "+++ b/app.py", "@@ -1 +1 @@", "-print('hello')", "+print('patched')", ""].join("\n");
-        expect(await p.applyWorkspacePatch(id, good)).toMatchObject({ changed: true, files: [{ path: "app.py", status: "modified" }] });
+        const good = [
+          "--- a/app.py",
+          "+++ b/app.py",
+          "@@ -1 +1 @@",
+          "-print('hello')",
+          "+print('patched')",
+          "",
+        ].join("\n");
+        expect(await p.applyWorkspacePatch(id, good)).toMatchObject({
+          changed: true,
+          files: [{ path: "app.py", status: "modified" }],
+        });
         const bad = ["--- a/src/lib.txt", "+++ b/src/lib.txt", "@@ -1 +1 @@", "-nope", "+x", ""].join("\n");
         expect(await code(p.applyWorkspacePatch(id, bad))).toBe("patch_rejected");
         await p.execWorkspace(id, "rm src/lib.txt && echo new > added.txt");
         const d = await p.diffWorkspace(id);
         expect(d.summary).toEqual({ total: 3, added: 1, modified: 1, deleted: 1 });
         const out = await mkdtemp(join(tmpdir(), "pyro-parity-out-"));
-        expect(await p.exportWorkspace(id, "app.py", join(out, "app.py"))).toMatchObject({ artifact_type: "file" });
+        expect(await p.exportWorkspace(id, "app.py", join(out, "app.py"))).toMatchObject({
+          artifact_type: "file",
+        });
         expect(await readFile(join(out, "app.py"), "utf8")).toBe("print('patched')\n");
         const r = await p.resetWorkspace(id);
         expect(r).toMatchObject({ reset_count: 1, workspace_reset: { snapshot_name: "baseline" } });
@@ -123,7 +158,9 @@ export const SCENARIOS: Scenario[] = [
           { path: "later.txt", status: "added" },
         ]);
         await p.resetWorkspace(id, { snapshot: "cp1" });
-        expect((await p.execWorkspace(id, "cat checkpoint.txt; test -e later.txt; echo $?")).stdout).toBe("cp\n1\n");
+        expect((await p.execWorkspace(id, "cat checkpoint.txt; test -e later.txt; echo $?")).stdout).toBe(
+          "cp\n1\n",
+        );
         await p.resetWorkspace(id);
         expect((await p.deleteSnapshot(id, "cp1")).deleted).toBe(true);
         expect((await p.listSnapshots(id)).snapshots.map((s) => s.snapshot_name)).toEqual(["baseline"]);
@@ -138,11 +175,26 @@ export const SCENARIOS: Scenario[] = [
           const p = ctx.pyro;
           const r = await p.execWorkspace(id, 'echo "$LIT $HOSTV $ASKED $FWD"');
           expect(r.stdout).toBe("[REDACTED:LIT] [REDACTED:HOSTV] [REDACTED:ASKED] forwarded-value\n");
-          expect((await p.execWorkspace(id, '[ "$LIT" = literal-secret ] && [ "$HOSTV" = from-the-host-env ] && [ "$ASKED" = asked-secret ]')).exit_code).toBe(0);
-          expect(JSON.stringify(await p.workspaceLogs(id))).not.toMatch(/literal-secret|from-the-host-env|asked-secret/);
-          expect(JSON.stringify(await p.summarizeWorkspace(id))).not.toMatch(/literal-secret|from-the-host-env|asked-secret/);
+          expect(
+            (
+              await p.execWorkspace(
+                id,
+                '[ "$LIT" = literal-secret ] && [ "$HOSTV" = from-the-host-env ] && [ "$ASKED" = asked-secret ]',
+              )
+            ).exit_code,
+          ).toBe(0);
+          expect(JSON.stringify(await p.workspaceLogs(id))).not.toMatch(
+            /literal-secret|from-the-host-env|asked-secret/,
+          );
+          expect(JSON.stringify(await p.summarizeWorkspace(id))).not.toMatch(
+            /literal-secret|from-the-host-env|asked-secret/,
+          );
         },
-        { secrets: { LIT: "literal-secret", HOSTV: "${PARITY_HOST_VAR}", ASKED: "?" }, env: { FWD: "forwarded-value" }, promptSecret: async () => "asked-secret" },
+        {
+          secrets: { LIT: "literal-secret", HOSTV: "${PARITY_HOST_VAR}", ASKED: "?" },
+          env: { FWD: "forwarded-value" },
+          promptSecret: async () => "asked-secret",
+        },
       ),
   },
   {
@@ -151,9 +203,15 @@ export const SCENARIOS: Scenario[] = [
     run: async (ctx) => {
       // `script` gives the CLI a real pty; what we write to its stdin is typed at the
       // prompt, once the prompt is shown (as a person would).
-      const flags = [`--backend ${ctx.createOptions.backend}`, ctx.createOptions.allowHostCompat ? "--allow-host-compat" : ""].join(" ");
+      const flags = [
+        `--backend ${ctx.createOptions.backend}`,
+        ctx.createOptions.allowHostCompat ? "--allow-host-compat" : "",
+      ].join(" ");
       const cmd = `${process.execPath} ${PYRO_BIN} workspace create debian:12 ${flags} --secret TYPED=? --id-only`;
-      const child = spawn("script", ["-qec", cmd, "/dev/null"], { env: { ...process.env, ...ctx.cliEnv }, stdio: ["pipe", "pipe", "pipe"] });
+      const child = spawn("script", ["-qec", cmd, "/dev/null"], {
+        env: { ...process.env, ...ctx.cliEnv },
+        stdio: ["pipe", "pipe", "pipe"],
+      });
       let out = "";
       let typed = false;
       child.stdout.on("data", (d: Buffer) => {
@@ -168,11 +226,17 @@ export const SCENARIOS: Scenario[] = [
       expect(id, out).toBeDefined();
       expect(out).not.toContain("typed-at-the-prompt"); // no echo
       try {
-        expect((await ctx.pyro.execWorkspace(id!, '[ "$TYPED" = typed-at-the-prompt ] && echo "$TYPED"')).stdout).toBe("[REDACTED:TYPED]\n");
+        expect(
+          (await ctx.pyro.execWorkspace(id!, '[ "$TYPED" = typed-at-the-prompt ] && echo "$TYPED"')).stdout,
+        ).toBe("[REDACTED:TYPED]\n");
       } finally {
         await ctx.pyro.deleteWorkspace(id!);
       }
-      const noTty = spawnSync(process.execPath, [PYRO_BIN, "workspace", "create", ...flags.split(" ").filter(Boolean), "--secret", "X=?", "--json"], { env: { ...process.env, ...ctx.cliEnv }, encoding: "utf8", input: "" });
+      const noTty = spawnSync(
+        process.execPath,
+        [PYRO_BIN, "workspace", "create", ...flags.split(" ").filter(Boolean), "--secret", "X=?", "--json"],
+        { env: { ...process.env, ...ctx.cliEnv }, encoding: "utf8", input: "" },
+      );
       expect(noTty.status).toBe(1);
       expect(JSON.parse(noTty.stdout).error.code).toBe("invalid_argument");
     },
@@ -189,7 +253,10 @@ export const SCENARIOS: Scenario[] = [
         process.stdout.write(w.workspace_id + "\\n");
         setInterval(() => {}, 1000);
       `;
-      const child = spawn(process.execPath, ["--input-type=module", "-e", script], { env: { ...process.env, ...ctx.cliEnv }, stdio: ["ignore", "pipe", "inherit"] });
+      const child = spawn(process.execPath, ["--input-type=module", "-e", script], {
+        env: { ...process.env, ...ctx.cliEnv },
+        stdio: ["ignore", "pipe", "inherit"],
+      });
       const id = await new Promise<string>((resolve, reject) => {
         let out = "";
         child.stdout.on("data", (d: Buffer) => {

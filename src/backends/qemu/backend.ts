@@ -1,5 +1,5 @@
 import { statSync } from "node:fs";
-import { mkdir, mkdtemp, rm, stat } from "node:fs/promises";
+import { copyFile, mkdir, mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
@@ -13,9 +13,9 @@ import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js"
 import { killAndWait, logTail, procStartTime, sameProcessAlive, spawnDetached } from "../common.js";
 import { probeKvm } from "../kvm.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
-import { qcow2Overlay, seedImage } from "../vm/disks.js";
+import { qcow2Overlay, seedImage, standaloneQcow2, treeId } from "../vm/disks.js";
 import { setupGuest } from "../vm/setup.js";
-import { GUEST } from "../vm/types.js";
+import { GUEST, type VmArtifacts } from "../vm/types.js";
 import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
 import { QmpClient } from "./qmp.js";
@@ -25,6 +25,8 @@ import { blankStateDisk, ensureTemplate } from "./template.js";
 export function qemuLayout(dir: string) {
   return {
     stateDisk: join(dir, "state.qcow2"),
+    /** Copy of the template's state disk the state disk is an overlay of. */
+    baseDisk: join(dir, "base.qcow2"),
     sockets: join(dir, "s"),
     log: join(dir, "qemu.log"),
     console: join(dir, "console.log"),
@@ -73,6 +75,7 @@ export class QemuBackend implements WorkspaceBackend {
   private accel: Promise<{ qemu: string; accel: Accel; why: string | null }> | undefined;
   /** Snapshot trees already pushed into a running VM: `<workspace_id>/<guest name>`. */
   private readonly exposed = new Set<string>();
+  private readonly artifactCache = new Map<string, Promise<VmArtifacts>>();
   lastStart: StartTiming | null = null;
 
   constructor(private readonly options: QemuBackendOptions = {}) {}
@@ -101,6 +104,22 @@ export class QemuBackend implements WorkspaceBackend {
     return this.accel;
   }
 
+  /** The VM's kernel and disks; checked once per environment per process (hashing the agent costs ~0.5 s). */
+  private artifacts(spec: SandboxSpec, sig: { signal?: AbortSignal }): Promise<VmArtifacts> {
+    const key = `${spec.rootfs}\0${spec.appDir}\0${spec.runtimeCacheDir}`;
+    let p = this.artifactCache.get(key);
+    if (!p) {
+      p = prepareVmArtifacts(spec, {
+        ...sig,
+        ...(this.options.onProgress ? { onProgress: this.options.onProgress } : {}),
+        ...(this.options.vsockBridge ? { vsockBridge: this.options.vsockBridge } : {}),
+      });
+      this.artifactCache.set(key, p);
+      p.catch(() => this.artifactCache.delete(key));
+    }
+    return p;
+  }
+
   agentRoot(): string {
     return GUEST.workspace;
   }
@@ -124,11 +143,7 @@ export class QemuBackend implements WorkspaceBackend {
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
     const { qemu, accel } = await this.runtime();
     const sig = options.signal ? { signal: options.signal } : {};
-    const artifacts = await prepareVmArtifacts(spec, {
-      ...sig,
-      ...(this.options.onProgress ? { onProgress: this.options.onProgress } : {}),
-      ...(this.options.vsockBridge ? { vsockBridge: this.options.vsockBridge } : {}),
-    });
+    const artifacts = await this.artifacts(spec, sig);
     const l = qemuLayout(spec.dir);
     await mkdir(spec.dir, { recursive: true, mode: 0o700 });
     await rm(l.sockets, { recursive: true, force: true });
@@ -149,10 +164,14 @@ export class QemuBackend implements WorkspaceBackend {
         ...(this.options.onProgress ? { onProgress: this.options.onProgress } : {}),
       });
       templateBuilt = template.built_ms;
-      await qcow2Overlay(l.stateDisk, template.stateDisk, "qcow2");
+      // The template's state disk is a self-contained qcow2 of a few MB: a private copy means
+      // the workspace never depends on the template (or anything shared) being kept.
+      await copyFile(template.stateDisk, l.baseDisk);
+      await qcow2Overlay(l.stateDisk, l.baseDisk, "qcow2");
       incoming = template.vmState;
     } else if (fresh) {
-      await qcow2Overlay(l.stateDisk, await blankStateDisk(vmCacheDir(spec)), "raw");
+      await standaloneQcow2(await blankStateDisk(vmCacheDir(spec)), "raw", l.baseDisk);
+      await qcow2Overlay(l.stateDisk, l.baseDisk, "qcow2");
     }
 
     const argv = qemuArgv({
@@ -184,7 +203,8 @@ export class QemuBackend implements WorkspaceBackend {
     try {
       if (!startTime)
         throw new PyroError("backend_unavailable", `QEMU exited at once: ${await logTail(l.log)}`);
-      if (incoming) await this.resume(l.sockets, pid, startTime, l.log);
+      // QMP answering means QEMU has created every socket (cold boots too).
+      await this.resume(l.sockets, pid, startTime, l.log, Boolean(incoming));
       const running = Math.round(performance.now() - started);
       const setup = await setupGuest(() => this.connectChecked(state, 10_000), {
         timeoutMs: incoming ? 60_000 : 300_000,
@@ -210,10 +230,17 @@ export class QemuBackend implements WorkspaceBackend {
     return state;
   }
 
-  /** Waits for the incoming state to load, then lets the restored VM run. */
-  private async resume(sockets: string, pid: number, startTime: string, log: string): Promise<void> {
+  /** Waits until QEMU answers on QMP; a restored VM: until its state is loaded, then lets it run. */
+  private async resume(
+    sockets: string,
+    pid: number,
+    startTime: string,
+    log: string,
+    incoming: boolean,
+  ): Promise<void> {
     const qmp = await QmpClient.connect(qmpSocket(sockets), 30_000);
     try {
+      if (!incoming) return;
       const deadline = Date.now() + 120_000;
       for (;;) {
         if (!(await sameProcessAlive(pid, startTime)))
@@ -286,7 +313,9 @@ export class QemuBackend implements WorkspaceBackend {
   }
 
   async discardChanges(spec: SandboxSpec): Promise<void> {
-    await rm(qemuLayout(spec.dir).stateDisk, { force: true });
+    const l = qemuLayout(spec.dir);
+    await rm(l.stateDisk, { force: true });
+    await rm(l.baseDisk, { force: true });
     for (const k of [...this.exposed]) if (k.startsWith(`${spec.workspace_id}/`)) this.exposed.delete(k);
   }
 
@@ -299,7 +328,7 @@ export class QemuBackend implements WorkspaceBackend {
 /** Guest directory name of a snapshot tree: its name plus the host tree's inode (re-created snapshots differ). */
 function guestSnapshotName(spec: SandboxSpec, name: string): string {
   try {
-    return `${name}-${statSync(join(spec.snapshotsDir, name)).ino}`;
+    return `${name}-${treeId(statSync(join(spec.snapshotsDir, name)))}`;
   } catch {
     return name;
   }

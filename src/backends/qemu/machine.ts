@@ -37,10 +37,15 @@ export function portSocket(socketDir: string, i: number): string {
  * the guest's hardware must be identical between a template and the VMs restored from it:
  * only host-side paths (files, sockets) differ.
  */
+/** A value inside a QEMU option list: commas are separators there, so they are doubled. */
+export function qemuOpt(value: string): string {
+  return value.replace(/,/g, ",,");
+}
+
 export function qemuArgv(m: MachineSpec): string[] {
   const drive = (id: string, file: string, format: string, ro: boolean, serial: string) => [
     "-drive",
-    `id=${id},file=${file},format=${format},if=none,cache=writeback${ro ? ",readonly=on" : ""}`,
+    `id=${id},file=${qemuOpt(file)},format=${format},if=none,cache=writeback${ro ? ",readonly=on" : ""}`,
     "-device",
     `virtio-blk-device,drive=${id},serial=${serial}`,
   ];
@@ -68,8 +73,10 @@ export function qemuArgv(m: MachineSpec): string[] {
     m.artifacts.image.initrd,
     "-append",
     [...m.artifacts.cmdline, "pyro.channel=serial"].join(" "),
+    "-chardev",
+    `file,id=console,path=${qemuOpt(join(m.socketDir, "..", "console.log"))}`,
     "-serial",
-    `file:${join(m.socketDir, "..", "console.log")}`,
+    "chardev:console",
     ...drive("env", m.artifacts.envDisk, "raw", true, DISK_SERIAL.env),
     ...drive("agent", m.artifacts.agentDisk, "raw", true, DISK_SERIAL.agent),
     ...drive("state", m.stateDisk, "qcow2", false, DISK_SERIAL.state),
@@ -77,12 +84,12 @@ export function qemuArgv(m: MachineSpec): string[] {
     "-device",
     `virtio-serial-device,max_ports=${SERIAL_PORTS + 1}`,
     "-qmp",
-    `unix:${qmpSocket(m.socketDir)},server=on,wait=off`,
+    `unix:${qemuOpt(qmpSocket(m.socketDir))},server=on,wait=off`,
   ];
   for (let i = 0; i < SERIAL_PORTS; i++) {
     argv.push(
       "-chardev",
-      `socket,id=p${i},path=${portSocket(m.socketDir, i)},server=on,wait=off`,
+      `socket,id=p${i},path=${qemuOpt(portSocket(m.socketDir, i))},server=on,wait=off`,
       "-device",
       `virtserialport,chardev=p${i},name=${SERIAL_PORT_PREFIX}${i}`,
     );

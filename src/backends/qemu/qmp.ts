@@ -53,8 +53,13 @@ export class QmpClient {
           s.once("error", reject);
         });
         const c = new QmpClient(sock);
-        await c.next(Math.max(1000, deadline - Date.now())); // greeting
-        await c.execute("qmp_capabilities");
+        try {
+          await c.next(Math.max(1000, deadline - Date.now())); // greeting
+          await c.execute("qmp_capabilities", undefined, Math.max(1000, deadline - Date.now()));
+        } catch (err) {
+          c.close();
+          throw err;
+        }
         return c;
       } catch (err) {
         lastErr = err;
@@ -75,6 +80,8 @@ export class QmpClient {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.waiters = this.waiters.filter((w) => w !== waiter);
+        // A late reply would be taken for the next command's: this client is done.
+        this.close();
         reject(new PyroError("timeout", `QEMU did not answer within ${timeoutMs} ms`));
       }, timeoutMs);
       const waiter = (msg: Record<string, unknown> | null) => {

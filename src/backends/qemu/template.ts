@@ -1,12 +1,12 @@
 import { createHash } from "node:crypto";
-import { mkdir, open, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, open, readdir, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../core/errors.js";
 import { acquireLock } from "../../util/lock.js";
 import { killAndWait, logTail, procStartTime, spawnDetached } from "../common.js";
-import { blankExt4, qcow2Overlay, SEED_DISK_BYTES, STATE_DISK_MIB } from "../vm/disks.js";
+import { blankExt4, qcow2Overlay, SEED_DISK_BYTES, STATE_DISK_MIB, standaloneQcow2 } from "../vm/disks.js";
 import { SERIAL_PORTS, type VmArtifacts } from "../vm/types.js";
 import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
@@ -15,7 +15,7 @@ import { QmpClient } from "./qmp.js";
 /** A saved, paused VM that new workspaces start from. */
 export interface Template {
   dir: string;
-  /** The template's frozen state disk: each workspace's state disk is a qcow2 overlay of it. */
+  /** The template's frozen state disk, self-contained (a few MB); each workspace copies it. */
   stateDisk: string;
   /** The saved VM state (RAM and devices), restored with `-incoming`. */
   vmState: string;
@@ -24,7 +24,7 @@ export interface Template {
 }
 
 /** Bumped when the VM's hardware or the guest's pre-save state changes shape. */
-const TEMPLATE_VERSION = 1;
+const TEMPLATE_VERSION = 2;
 
 export interface TemplateInputs {
   qemu: string;
@@ -76,7 +76,7 @@ export async function ensureTemplate(t: TemplateInputs): Promise<Template> {
     vmState: join(dir, "vm.state"),
     built_ms,
   });
-  if (await exists(join(dir, "ready"))) return result(null);
+  if (await touch(join(dir, "ready"))) return result(null);
   await mkdir(root, { recursive: true });
   const release = await acquireLock(join(root, `${key}.lock`), t.signal ? { signal: t.signal } : {});
   try {
@@ -84,6 +84,7 @@ export async function ensureTemplate(t: TemplateInputs): Promise<Template> {
     t.onProgress?.("booting the VM template (once per environment and VM size)");
     const started = performance.now();
     await buildTemplate(t, dir);
+    await removeUnusedTemplates(root, key);
     return result(Math.round(performance.now() - started));
   } finally {
     await release();
@@ -156,9 +157,42 @@ async function buildTemplate(t: TemplateInputs, dir: string): Promise<void> {
   }
   await killAndWait(pid, startTime, 30_000);
   await rm(sockets, { recursive: true, force: true });
+  // Flattened: workspaces copy it, and then depend on nothing shared.
+  await standaloneQcow2(stateDisk, "qcow2", `${stateDisk}.flat`);
+  await rename(`${stateDisk}.flat`, stateDisk);
   await writeFile(join(tmp, "ready"), `${JSON.stringify({ created_at: new Date().toISOString() })}\n`);
   await rm(dir, { recursive: true, force: true });
   await rename(tmp, dir);
+}
+
+/** Templates not used for this long are removed when another one is built. */
+export const TEMPLATE_MAX_IDLE_MS = 24 * 3600 * 1000;
+
+/**
+ * Removes templates unused for TEMPLATE_MAX_IDLE_MS (their `ready` file is touched on every
+ * use). Workspaces never depend on a template after they start: they copy its small
+ * state disk (see QemuBackend.start), so this only costs a rebuild if one is needed again.
+ */
+export async function removeUnusedTemplates(root: string, keep: string, now = Date.now()): Promise<string[]> {
+  const removed: string[] = [];
+  for (const d of await readdir(root).catch(() => [] as string[])) {
+    if (d === keep || d.includes(".")) continue;
+    const st = await stat(join(root, d, "ready")).catch(() => null);
+    if (st && now - st.mtimeMs < TEMPLATE_MAX_IDLE_MS) continue;
+    // A template without `ready` is a failed or interrupted build (building ones are `<key>.building-<pid>`).
+    await rm(join(root, d), { recursive: true, force: true });
+    removed.push(d);
+  }
+  return removed;
+}
+
+/** Marks a file as used now; false when it does not exist. */
+async function touch(p: string): Promise<boolean> {
+  const now = new Date();
+  return utimes(p, now, now).then(
+    () => true,
+    () => false,
+  );
 }
 
 async function exists(p: string): Promise<boolean> {

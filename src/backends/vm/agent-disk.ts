@@ -1,5 +1,5 @@
 import { createHash, type Hash } from "node:crypto";
-import { cp, link, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { cp, link, mkdir, mkdtemp, readdir, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
 import type { NodeRuntime } from "../runtime.js";
 import { mkfsExt4 } from "./disks.js";
@@ -109,8 +109,10 @@ export async function prepareAgentDisk(
   for (const f of [inputs.busybox, inputs.bridge]) if (f) h.update(await readFile(f));
   const key = h.digest("hex").slice(0, 16);
   const out = join(cacheDir, `agent-${key}.ext4`);
+  const now = new Date();
+  // Touched on every use: agent disks idle for a day are removed when a new one is built.
   if (
-    await stat(out).then(
+    await utimes(out, now, now).then(
       () => true,
       () => false,
     )
@@ -136,6 +138,11 @@ export async function prepareAgentDisk(
     }
     await writeFile(join(stage, "stage2.sh"), script, { mode: 0o755 });
     await mkfsExt4(out, { dir: stage, label: "pyro-agent", readOnly: true, ...(signal ? { signal } : {}) });
+    for (const f of await readdir(cacheDir)) {
+      if (!/^agent-[0-9a-f]{16}\.ext4$/.test(f) || join(cacheDir, f) === out) continue;
+      const st = await stat(join(cacheDir, f)).catch(() => null);
+      if (st && now.getTime() - st.mtimeMs > 24 * 3600 * 1000) await rm(join(cacheDir, f), { force: true });
+    }
     return out;
   } finally {
     await rm(stage, { recursive: true, force: true });

@@ -103,6 +103,25 @@ export async function qcow2Overlay(
   await rename(tmp, path);
 }
 
+/**
+ * A self-contained qcow2 copy of `src` (its backing chain flattened; only allocated data
+ * is copied: a few MB for a fresh state disk), so nothing else has to be kept for it.
+ */
+export async function standaloneQcow2(src: string, srcFormat: "raw" | "qcow2", out: string): Promise<void> {
+  const tmp = `${out}.tmp-${process.pid}`;
+  const r = await run(["qemu-img", "convert", "-f", srcFormat, "-O", "qcow2", src, tmp], {
+    timeoutMs: 5 * 60_000,
+  });
+  if (r.exitCode !== 0) {
+    await rm(tmp, { force: true });
+    throw new PyroError(
+      "internal",
+      `qemu-img convert ${src} failed: ${firstLine(r.stderr) || `exit ${r.exitCode}`}`,
+    );
+  }
+  await rename(tmp, out);
+}
+
 /** A blank, sparse raw ext4 image of `sizeMib` at `path` (a writable state disk). */
 export async function blankExt4(path: string, sizeMib: number): Promise<void> {
   await mkfsExt4(path, { sizeMib, label: "pyro-state", readOnly: false });
@@ -118,6 +137,14 @@ export async function padTo(path: string, bytes: number): Promise<void> {
   }
 }
 
+/**
+ * Identity of a snapshot tree: inode plus birth time, so a snapshot deleted and re-created
+ * under the same name (which may reuse the inode) is a different tree.
+ */
+export function treeId(st: { ino: number; birthtimeMs: number; ctimeMs: number }): string {
+  return `${st.ino}-${Math.round(st.birthtimeMs || st.ctimeMs)}`;
+}
+
 /** Where a workspace keeps the seed images of its snapshots. */
 export function seedsDir(spec: SandboxSpec): string {
   return join(spec.dir, "seeds");
@@ -126,15 +153,15 @@ export function seedsDir(spec: SandboxSpec): string {
 /**
  * Raw ext4 image of snapshot `name` of the workspace (the read-only seed disk), built with
  * `mkfs.ext4 -d` on first use and cached beside the workspace. Named by the snapshot
- * directory's inode, so a snapshot deleted and re-created under the same name gets a new
- * image; images of other inodes of that name are removed.
+ * tree's identity (treeId), so a snapshot deleted and re-created under the same name gets
+ * a new image; older images of that name are removed.
  */
 export async function seedImage(spec: SandboxSpec, name: string, signal?: AbortSignal): Promise<string> {
   const tree = join(spec.snapshotsDir, name);
   const st = await stat(tree).catch(() => null);
   if (!st?.isDirectory()) throw new PyroError("not_found", `snapshot tree ${tree} is missing`);
   const dir = seedsDir(spec);
-  const out = join(dir, `${name}-${st.ino}.ext4`);
+  const out = join(dir, `${name}-${treeId(st)}.ext4`);
   if (
     await stat(out).then(
       () => true,
@@ -143,7 +170,9 @@ export async function seedImage(spec: SandboxSpec, name: string, signal?: AbortS
   )
     return out;
   await mkdir(dir, { recursive: true, mode: 0o700 });
-  for (const f of await readdir(dir)) if (f.startsWith(`${name}-`)) await rm(join(dir, f), { force: true });
+  // Older images of this name (the snapshot was re-created); not other names sharing the prefix.
+  const mine = new RegExp(`^${name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}-\\d+-\\d+\\.ext4$`);
+  for (const f of await readdir(dir)) if (mine.test(f)) await rm(join(dir, f), { force: true });
   await mkfsExt4(out, { dir: tree, label: "pyro-seed", readOnly: true, ...(signal ? { signal } : {}) });
   await padTo(out, SEED_DISK_BYTES);
   return out;

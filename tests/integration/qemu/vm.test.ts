@@ -1,0 +1,210 @@
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { readdir } from "node:fs/promises";
+import { release } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { QemuBackend } from "../../../src/backends/qemu/backend.js";
+import { pyro } from "../../helpers/cli.js";
+import {
+  errorOf,
+  type Harness,
+  hostProcesses,
+  openHarness,
+  processAlive,
+  qemuSkipReason,
+  suiteTitle,
+  waitUntil,
+} from "../../helpers/sandbox.js";
+
+/**
+ * The qemu backend on this machine (TCG: KVM does not run guests here). Every fresh
+ * workspace is restored from one template VM, built on first use and cached beside the
+ * environments; restarts of a workspace whose disk holds writes cold-boot.
+ */
+const skip = qemuSkipReason();
+const SLOW = { timeout: 300_000 };
+
+function qemuProcessesOf(id: string) {
+  return hostProcesses(
+    (argv) => argv[0]?.endsWith("qemu-system-x86_64") === true && argv.some((a) => a.includes(id)),
+  );
+}
+
+describe.skipIf(skip !== "")(suiteTitle("qemu backend (microVM)", skip), () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await openHarness("qemu", { backend: "qemu" });
+  }, 600_000);
+  afterAll(async () => {
+    await h?.cleanup();
+  }, 120_000);
+
+  it(
+    "`pyro run debian:12 --backend qemu -- uname -r` prints the guest's kernel, not the host's",
+    SLOW,
+    async () => {
+      const r = pyro(["run", "debian:12", "--backend", "qemu", "--", "uname", "-r"], h.cliEnv, 280_000);
+      expect(r.stderr).toBe("");
+      expect(r.code).toBe(0);
+      expect(r.stdout.trim()).toMatch(/^\d+\.\d+\.\d+-\d+-cloud-amd64$/);
+      expect(r.stdout.trim()).not.toBe(release());
+    },
+  );
+
+  it(
+    "a workspace is a VM: own kernel, the seed under /workspace, no network but lo, limits from the spec",
+    SLOW,
+    async () => {
+      const seed = await h.tempDir("qemu-seed");
+      execFileSync("sh", ["-c", `mkdir -p "${seed}/src" && echo hello > "${seed}/src/a.txt"`]);
+      const w = await h.create({ seed_path: seed, memory_mib: 1024, vcpus: 1 });
+      expect(w).toMatchObject({ backend: "qemu", execution_mode: "guest_agent", state: "running" });
+      const r = await h.pyro.execWorkspace(
+        w.workspace_id,
+        "uname -r; cat src/a.txt; pwd; ls /sys/class/net; nproc; awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo",
+      );
+      const [kernel, content, cwd, net, cpus, memMib] = r.stdout.trim().split("\n");
+      expect(kernel).not.toBe(release());
+      expect(content).toBe("hello");
+      expect(cwd).toBe("/workspace");
+      expect(net).toBe("lo");
+      expect(cpus).toBe("1");
+      expect(Number(memMib)).toBeGreaterThan(700);
+      expect(Number(memMib)).toBeLessThanOrEqual(1024);
+      // The host's files are not there: the guest's root is the environment disk.
+      expect((await h.pyro.execWorkspace(w.workspace_id, `test -e ${h.home}; echo $?`)).stdout).toBe("1\n");
+    },
+  );
+
+  it(
+    "writes to /workspace and to the root survive stop/start (a cold boot on the kept disk)",
+    SLOW,
+    async () => {
+      const w = await h.create();
+      await h.pyro.execWorkspace(
+        w.workspace_id,
+        "echo kept > /workspace/k.txt && echo rootfs > /etc/pyro-test",
+      );
+      expect((await h.pyro.stopWorkspace(w.workspace_id)).state).toBe("stopped");
+      expect(qemuProcessesOf(w.workspace_id)).toEqual([]);
+      expect((await errorOf(h.pyro.execWorkspace(w.workspace_id, "true"))).code).toBe("workspace_stopped");
+      await h.pyro.startWorkspace(w.workspace_id);
+      expect((await h.pyro.execWorkspace(w.workspace_id, "cat /workspace/k.txt /etc/pyro-test")).stdout).toBe(
+        "kept\nrootfs\n",
+      );
+    },
+  );
+
+  it(
+    "a killed QEMU fails the request in flight with a clear error, and the next request restarts the VM with its files",
+    SLOW,
+    async () => {
+      const w = await h.create();
+      await h.pyro.execWorkspace(w.workspace_id, "echo before > /workspace/b.txt && sync");
+      const [vm] = qemuProcessesOf(w.workspace_id);
+      expect(vm).toBeDefined();
+      const started = Date.now();
+      const inFlight = errorOf(h.pyro.execWorkspace(w.workspace_id, "sleep 60"));
+      await new Promise((r) => setTimeout(r, 2000));
+      process.kill(vm!.pid, "SIGKILL");
+      const err = await inFlight;
+      expect(err.code).toBe("backend_unavailable");
+      expect(err.message).toMatch(/died during the request/);
+      expect(Date.now() - started).toBeLessThan(30_000);
+      await waitUntil(() => !processAlive(vm!.pid), 10_000);
+      expect((await h.pyro.execWorkspace(w.workspace_id, "cat /workspace/b.txt")).stdout).toBe("before\n");
+    },
+  );
+
+  it(
+    "diff sees a snapshot created while the VM runs; reset restores it from its seed disk",
+    SLOW,
+    async () => {
+      const w = await h.create();
+      await h.pyro.execWorkspace(w.workspace_id, "echo one > f.txt");
+      await h.pyro.createSnapshot(w.workspace_id, "s1");
+      await h.pyro.execWorkspace(w.workspace_id, "echo two > f.txt && echo new > g.txt");
+      const d = await h.pyro.diffWorkspace(w.workspace_id, { snapshot: "s1" });
+      expect(d.entries).toEqual([
+        { path: "f.txt", status: "modified" },
+        { path: "g.txt", status: "added" },
+      ]);
+      await h.pyro.resetWorkspace(w.workspace_id, { snapshot: "s1" });
+      expect((await h.pyro.execWorkspace(w.workspace_id, "cat f.txt; test -e g.txt; echo $?")).stdout).toBe(
+        "one\n1\n",
+      );
+      // Against the baseline now: the current snapshot is s1, the baseline is pushed on demand.
+      expect((await h.pyro.diffWorkspace(w.workspace_id)).entries).toEqual([
+        { path: "f.txt", status: "added" },
+      ]);
+    },
+  );
+
+  it(
+    "the guest's clock and RNG are not the template's: clones differ and follow the host",
+    SLOW,
+    async () => {
+      const a = await h.create();
+      const b = await h.create();
+      const probe = "date +%s; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'";
+      const [ta, ra] = (await h.pyro.execWorkspace(a.workspace_id, probe)).stdout.trim().split("\n");
+      const [tb, rb] = (await h.pyro.execWorkspace(b.workspace_id, probe)).stdout.trim().split("\n");
+      expect(Math.abs(Number(ta) - Date.now() / 1000)).toBeLessThan(30);
+      expect(Math.abs(Number(tb) - Date.now() / 1000)).toBeLessThan(30);
+      expect(ra).not.toBe(rb);
+    },
+  );
+
+  it("delete leaves no QEMU process, socket, disk or directory behind", SLOW, async () => {
+    const w = await h.create();
+    const dir = join(h.home, "workspaces", w.workspace_id);
+    expect(qemuProcessesOf(w.workspace_id)).toHaveLength(1);
+    expect(existsSync(join(dir, "sandbox", "state.qcow2"))).toBe(true);
+    await h.pyro.deleteWorkspace(w.workspace_id);
+    expect(qemuProcessesOf(w.workspace_id)).toEqual([]);
+    expect(existsSync(dir)).toBe(false);
+    expect((await readdir(join(h.home, "workspaces"))).filter((d) => d === w.workspace_id)).toEqual([]);
+  });
+
+  it(
+    "`pyro doctor` explains qemu's accelerator and why KVM and Firecracker are or are not used",
+    SLOW,
+    async () => {
+      const r = pyro(["doctor", "--json"], h.cliEnv, 60_000);
+      const report = JSON.parse(r.stdout) as {
+        kvm: { usable: boolean; reason: string | null };
+        backends: {
+          name: string;
+          available: boolean;
+          reason: string | null;
+          opt_in: boolean;
+          details: Record<string, unknown>;
+        }[];
+      };
+      const qemu = report.backends.find((b) => b.name === "qemu")!;
+      const fc = report.backends.find((b) => b.name === "firecracker")!;
+      expect(qemu.available).toBe(true);
+      expect(qemu.details.accel).toBe(report.kvm.usable ? "kvm" : "tcg");
+      if (!report.kvm.usable) {
+        expect(qemu.opt_in).toBe(true);
+        expect(qemu.reason).toMatch(/KVM not usable/);
+        expect(fc.available).toBe(false);
+        expect(fc.reason).toMatch(/KVM not usable|firecracker binary/);
+      }
+    },
+  );
+
+  it(
+    "the template serves every fresh workspace: a restore is much faster than the cold boot it replaces",
+    SLOW,
+    async () => {
+      const backend = h.pyro.engine.backend("qemu") as QemuBackend;
+      const w = await h.create();
+      expect(backend.lastStart?.mode).toBe("restore");
+      await h.pyro.stopWorkspace(w.workspace_id);
+      await h.pyro.startWorkspace(w.workspace_id);
+      expect(backend.lastStart?.mode).toBe("cold");
+    },
+  );
+});
