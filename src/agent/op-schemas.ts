@@ -134,6 +134,9 @@ export const vmSetupResult = z.strictObject({
   /** True when this call mounted /workspace (false: it was already mounted). */
   mounted: z.boolean(),
   kernel: z.string(),
+  /** Time spent in the guest: the whole op, and the one shell that sets the clock and mounts. */
+  duration_ms: z.number().min(0),
+  shell_ms: z.number().min(0),
 });
 
 /** VM guests only: extracts an uploaded snapshot tree under the guest's snapshot directory. */

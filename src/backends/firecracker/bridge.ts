@@ -11,12 +11,9 @@ import { firstLine, run, which } from "../../util/run.js";
  * vsock device. It is compiled on the host with the host's `cc` (a Firecracker guest has
  * the host's architecture) and statically linked, so it runs on any guest root.
  *
- * The source lives here as a string because tsc does not copy .c files into dist/;
- * vsock-bridge.c beside this file is the same text for reading (a unit test keeps them equal).
+ * The source lives here as a string because tsc does not copy .c files into dist/.
  */
-export const VSOCK_BRIDGE_SOURCE = String.raw`/* Reference copy for reading and review; the build uses the identical text embedded in
- * bridge.ts (tsc does not copy .c files into dist/). A unit test keeps the two equal. */
-/*
+export const VSOCK_BRIDGE_SOURCE = String.raw`/*
  * pyro-vsock-bridge: runs in a Firecracker guest. Listens on AF_VSOCK port PORT and,
  * for every accepted connection, connects to the unix socket PATH (the guest agent's)
  * and copies bytes both ways until both directions have ended.

@@ -50,6 +50,9 @@ export interface StartTiming {
   running_ms: number;
   /** The agent finished its handshake. */
   answered_ms: number;
+  /** Inside the guest: vm_setup as a whole, and its one shell (clock, mounts). */
+  setup_guest_ms: number;
+  setup_shell_ms: number;
   /** The agent set the clock and entropy and mounted /workspace. */
   ready_ms: number;
   template_built_ms: number | null;
@@ -215,6 +218,8 @@ export class QemuBackend implements WorkspaceBackend {
         mode: incoming ? "restore" : "cold",
         running_ms: running,
         answered_ms: running + setup.answered_ms,
+        setup_guest_ms: setup.guest_ms,
+        setup_shell_ms: setup.shell_ms,
         ready_ms: Math.round(performance.now() - started),
         template_built_ms: templateBuilt,
       };

@@ -11,7 +11,7 @@ import { AgentClient } from "../../agent/client.js";
 export async function setupGuest(
   connect: () => Promise<Duplex>,
   options: { timeoutMs: number; hostname?: string; signal?: AbortSignal },
-): Promise<{ kernel: string; answered_ms: number }> {
+): Promise<{ kernel: string; answered_ms: number; guest_ms: number; shell_ms: number }> {
   const started = performance.now();
   const client = await AgentClient.connect(await connect(), { timeoutMs: options.timeoutMs });
   const answered_ms = Math.round(performance.now() - started);
@@ -25,7 +25,7 @@ export async function setupGuest(
       },
       { timeoutMs: 60_000, ...(options.signal ? { signal: options.signal } : {}) },
     );
-    return { kernel: r.kernel, answered_ms };
+    return { kernel: r.kernel, answered_ms, guest_ms: r.duration_ms, shell_ms: r.shell_ms };
   } finally {
     await client.close();
   }

@@ -18,14 +18,6 @@ const protocols = await readFile("/proc/net/protocols", "utf8").catch(() => "");
 const hasVsock = /^AF_VSOCK\b/m.test(protocols);
 
 describe("vsock bridge source", () => {
-  it("embeds exactly the reviewed vsock-bridge.c (tsc does not ship .c files)", async () => {
-    const file = await readFile(
-      new URL("../../../src/backends/firecracker/vsock-bridge.c", import.meta.url),
-      "utf8",
-    );
-    expect(VSOCK_BRIDGE_SOURCE).toBe(file);
-  });
-
   it("names the cached binary by a hash of the source", () => {
     expect(bridgeFileName()).toMatch(/^pyro-vsock-bridge-[0-9a-f]{16}$/);
     expect(bridgeFileName(`${VSOCK_BRIDGE_SOURCE}\n`)).not.toBe(bridgeFileName());
@@ -88,20 +80,23 @@ describe.skipIf(!cc)("vsock bridge binary (skipped: no C compiler `cc` on this h
     }
   });
 
-  it.skipIf(!hasVsock)("listens on a vsock port (skipped: this host's kernel has no AF_VSOCK)", async () => {
-    const child = spawn(bin, ["47123", "/nonexistent/agent.sock"], { stdio: ["ignore", "ignore", "pipe"] });
-    children.push(child);
-    let stderr = "";
-    child.stderr?.on("data", (c) => {
-      stderr += c.toString();
-    });
-    const exited = await new Promise<number | null>((resolve) => {
-      child.once("exit", (code) => resolve(code));
-      setTimeout(() => resolve(null), 500);
-    });
-    // Still running: socket(AF_VSOCK), bind and listen succeeded.
-    expect(exited, stderr).toBeNull();
-  });
+  it.skipIf(!hasVsock)(
+    `listens on a vsock port${hasVsock ? "" : " (skipped: this host's kernel has no AF_VSOCK)"}`,
+    async () => {
+      const child = spawn(bin, ["47123", "/nonexistent/agent.sock"], { stdio: ["ignore", "ignore", "pipe"] });
+      children.push(child);
+      let stderr = "";
+      child.stderr?.on("data", (c) => {
+        stderr += c.toString();
+      });
+      const exited = await new Promise<number | null>((resolve) => {
+        child.once("exit", (code) => resolve(code));
+        setTimeout(() => resolve(null), 500);
+      });
+      // Still running: socket(AF_VSOCK), bind and listen succeeded.
+      expect(exited, stderr).toBeNull();
+    },
+  );
 
   describe("relay (unix listening mode: no vsock loopback needed)", () => {
     let dir: string;

@@ -54,7 +54,7 @@ describe("setupGuest", () => {
     const calls: { args: OpParsedArgs<"vm_setup">; vmDir: string | null }[] = [];
     const guest = await fakeGuest(async (args, ctx) => {
       calls.push({ args, vmDir: ctx.vmDir });
-      return { mounted: true, kernel: "6.1.0-42-cloud-amd64" };
+      return { mounted: true, kernel: "6.1.0-42-cloud-amd64", duration_ms: 12, shell_ms: 7 };
     });
     const before = Date.now();
     const r = await setupGuest(guest.connect, { timeoutMs: 5000, hostname: "ws-one" });
@@ -82,7 +82,7 @@ describe("setupGuest", () => {
       const guest = await fakeGuest(async (args) => {
         entropy.push(args.entropy);
         hostnames.push(args.hostname);
-        return { mounted: false, kernel: "k" };
+        return { mounted: false, kernel: "k", duration_ms: 1, shell_ms: 1 };
       });
       expect((await setupGuest(guest.connect, { timeoutMs: 5000 })).kernel).toBe("k");
     }

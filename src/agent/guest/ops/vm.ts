@@ -59,6 +59,7 @@ async function isMountPoint(p: string): Promise<boolean> {
 
 export const vmSetup: OpHandler<"vm_setup"> = async (args, ctx) => {
   const vmDir = vmOnly(ctx);
+  const started = performance.now();
   const entropy = Buffer.from(args.entropy, "base64");
   if (entropy.length > 0) await writeFile("/dev/urandom", entropy);
   await writeFile("/proc/sys/kernel/hostname", args.hostname);
@@ -87,8 +88,15 @@ export const vmSetup: OpHandler<"vm_setup"> = async (args, ctx) => {
     );
     mounted = true;
   }
+  const shellStarted = performance.now();
   await busybox(vmDir, "sh", "-euc", steps.join("\n"));
-  return { mounted, kernel: (await readFile("/proc/sys/kernel/osrelease", "utf8")).trim() };
+  const shell_ms = Math.round(performance.now() - shellStarted);
+  return {
+    mounted,
+    kernel: (await readFile("/proc/sys/kernel/osrelease", "utf8")).trim(),
+    duration_ms: Math.round(performance.now() - started),
+    shell_ms,
+  };
 };
 
 export const vmSnapshotIn: OpHandler<"vm_snapshot_in"> = async (args, ctx) => {
