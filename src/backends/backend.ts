@@ -123,6 +123,7 @@ export interface WorkspaceBackend {
    */
   exposeSnapshot?(
     spec: SandboxSpec,
+    state: SandboxState,
     name: string,
     agent: import("../agent/client.js").AgentClient,
   ): Promise<void>;

@@ -36,7 +36,7 @@ export async function qemuRows(
   await copyFile(await staticBusybox(), join(floorDir, "root", "bin", "busybox"));
   await chmod(join(floorDir, "root", "bin", "busybox"), 0o755);
   await symlink("busybox", join(floorDir, "root", "bin", "sh"));
-  await writeFile(join(floorDir, "root", "init"), "#!/bin/sh\n/bin/busybox reboot -f\n", { mode: 0o755 });
+  await writeFile(join(floorDir, "root", "init"), "#!/bin/sh\n/bin/busybox poweroff -f\n", { mode: 0o755 });
   const cpio = join(floorDir, "floor.cpio");
   await run([
     "sh",

@@ -4,7 +4,10 @@ import type { SecretPrompt } from "../core/secrets.js";
  * Reads a secret from the terminal without echoing it. Returns undefined when stdin is
  * not a terminal: the core then refuses `NAME=?` with a clear error instead of hanging.
  */
-export function terminalSecretPrompt(stdin: NodeJS.ReadStream = process.stdin, out: NodeJS.WriteStream = process.stderr): SecretPrompt | undefined {
+export function terminalSecretPrompt(
+  stdin: NodeJS.ReadStream = process.stdin,
+  out: NodeJS.WriteStream = process.stderr,
+): SecretPrompt | undefined {
   if (!stdin.isTTY) return undefined;
   return (name) =>
     new Promise((resolve, reject) => {

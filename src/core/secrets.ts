@@ -1,8 +1,8 @@
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { SecretRef } from "../state/types.js";
 import { redactor } from "../state/redact.js";
+import type { SecretRef } from "../state/types.js";
 import { atomicWriteFile } from "../util/fs.js";
 import { PyroError } from "./errors.js";
 
@@ -34,16 +34,30 @@ export async function resolveSecrets(
   const refs: SecretRef[] = [];
   const values = new Map<string, string>();
   for (const [name, spec] of Object.entries(specs)) {
-    if (!NAME.test(name)) throw new PyroError("invalid_argument", `invalid secret name '${name}'`, "use letters, digits and _; not starting with a digit");
+    if (!NAME.test(name))
+      throw new PyroError(
+        "invalid_argument",
+        `invalid secret name '${name}'`,
+        "use letters, digits and _; not starting with a digit",
+      );
     const hostVar = /^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$/.exec(spec)?.[1];
     if (hostVar) {
       const v = env[hostVar];
-      if (v === undefined) throw new PyroError("invalid_argument", `secret ${name}: host variable ${hostVar} is not set`, `export ${hostVar} first, or pass the value`);
+      if (v === undefined)
+        throw new PyroError(
+          "invalid_argument",
+          `secret ${name}: host variable ${hostVar} is not set`,
+          `export ${hostVar} first, or pass the value`,
+        );
       refs.push({ name, kind: "host_env", host_var: hostVar });
       values.set(name, v);
     } else if (spec === "?") {
       if (!prompt) {
-        throw new PyroError("invalid_argument", `secret ${name} asks to be prompted, but there is no terminal`, `pass ${name}=\${HOST_VAR} or a literal instead`);
+        throw new PyroError(
+          "invalid_argument",
+          `secret ${name} asks to be prompted, but there is no terminal`,
+          `pass ${name}=\${HOST_VAR} or a literal instead`,
+        );
       }
       refs.push({ name, kind: "prompt" });
       values.set(name, await prompt(name));
@@ -60,7 +74,11 @@ export function parseSecretOptions(items: readonly string[] | undefined): Record
   const out: Record<string, string> = {};
   for (const item of items ?? []) {
     const i = item.indexOf("=");
-    if (i <= 0) throw new PyroError("invalid_argument", "--secret must look like NAME=VALUE, NAME=${HOST_VAR} or NAME=?");
+    if (i <= 0)
+      throw new PyroError(
+        "invalid_argument",
+        "--secret must look like NAME=VALUE, NAME=${HOST_VAR} or NAME=?",
+      );
     out[item.slice(0, i)] = item.slice(i + 1);
   }
   return out;
@@ -86,8 +104,16 @@ export async function saveSecrets(home: string, file: string, values: Map<string
   const key = await homeKey(home);
   const iv = randomBytes(12);
   const cipher = createCipheriv("aes-256-gcm", key, iv);
-  const ct = Buffer.concat([cipher.update(JSON.stringify(Object.fromEntries(values)), "utf8"), cipher.final()]);
-  const blob = { v: 1, iv: iv.toString("base64"), tag: cipher.getAuthTag().toString("base64"), ct: ct.toString("base64") };
+  const ct = Buffer.concat([
+    cipher.update(JSON.stringify(Object.fromEntries(values)), "utf8"),
+    cipher.final(),
+  ]);
+  const blob = {
+    v: 1,
+    iv: iv.toString("base64"),
+    tag: cipher.getAuthTag().toString("base64"),
+    ct: ct.toString("base64"),
+  };
   await atomicWriteFile(file, JSON.stringify(blob), 0o600);
 }
 
@@ -105,7 +131,11 @@ export async function loadSecrets(home: string, file: string): Promise<Map<strin
     const text = Buffer.concat([d.update(Buffer.from(blob.ct, "base64")), d.final()]).toString("utf8");
     return new Map(Object.entries(JSON.parse(text) as Record<string, string>));
   } catch {
-    throw new PyroError("internal", "cannot decrypt this workspace's secrets", "the key file under PYRO_HOME was changed or removed; recreate the workspace");
+    throw new PyroError(
+      "internal",
+      "cannot decrypt this workspace's secrets",
+      "the key file under PYRO_HOME was changed or removed; recreate the workspace",
+    );
   }
 }
 

@@ -70,7 +70,8 @@ export class Workspaces {
 
   /** Makes a snapshot tree visible to the agent where the backend cannot share host trees (VMs). */
   async exposeSnapshot(w: WorkspaceRow, name: string, agent: AgentClient): Promise<void> {
-    await this.engine.backend(w.backend).exposeSnapshot?.(this.sandboxSpec(w), name, agent);
+    const state = sandboxState(w);
+    if (state) await this.engine.backend(w.backend).exposeSnapshot?.(this.sandboxSpec(w), state, name, agent);
   }
 
   secretsFile(id: string): string {
@@ -365,7 +366,8 @@ export class Workspaces {
         client = await this.client(w, backend);
         // A cached connection whose sandbox went away (restarted by another process, or
         // died): reconnect before sending anything.
-        if (client.closed) throw new PyroError("backend_unavailable", "the cached agent connection is closed");
+        if (client.closed)
+          throw new PyroError("backend_unavailable", "the cached agent connection is closed");
       } catch (err) {
         await this.dropClient(w.workspace_id);
         if (attempt > 0) throw toPyroError(err);

@@ -159,10 +159,19 @@ export class Pyro {
   diffWorkspace(workspaceId: string, options: { snapshot?: string } = {}) {
     return diffWorkspace(this.ws, workspaceId, options);
   }
-  exportWorkspace(workspaceId: string, path: string, outputPath: string, options: { signal?: AbortSignal } = {}) {
+  exportWorkspace(
+    workspaceId: string,
+    path: string,
+    outputPath: string,
+    options: { signal?: AbortSignal } = {},
+  ) {
     return exportFromWorkspace(this.ws, workspaceId, path, outputPath, options.signal);
   }
-  syncPushWorkspace(workspaceId: string, source: string, options: { dest?: string; signal?: AbortSignal } = {}) {
+  syncPushWorkspace(
+    workspaceId: string,
+    source: string,
+    options: { dest?: string; signal?: AbortSignal } = {},
+  ) {
     return syncPush(this.ws, workspaceId, source, options.dest, options.signal);
   }
   resetWorkspace(workspaceId: string, options: { snapshot?: string } = {}) {

@@ -18,12 +18,70 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { AgentError } from "../errors.js";
 
 /**
- * How often an idle port checks whether a host connected: often right after a session
- * (clients tend to come back soon), backing off to IDLE_POLL_MAX_MS so an idle VM costs
- * almost no CPU (each check is a guest timer wake-up, expensive under emulation).
+ * Idle ports are checked together, by one timer: each check is a guest timer wake-up,
+ * expensive under emulation, so one wake-up covers every port. Quick (IDLE_POLL_MIN_MS)
+ * while a session started or ended in the last BUSY_WINDOW_MS (clients tend to come back
+ * at once, on another port: the one they released is resting, see
+ * src/backends/qemu/ports.ts), backing off to IDLE_POLL_MAX_MS when idle.
  */
-const IDLE_POLL_MIN_MS = 5;
-const IDLE_POLL_MAX_MS = 150;
+const IDLE_POLL_MIN_MS = 10;
+const IDLE_POLL_MAX_MS = 100;
+const BUSY_WINDOW_MS = 2000;
+
+/** Monotonic time of the last session start or end on any port (the wall clock jumps after a restore). */
+let lastActivity = performance.now();
+
+interface Waiter {
+  fd: number;
+  resolve: (host: { fd: number; first: Buffer | null }) => void;
+  reject: (err: Error) => void;
+}
+
+const waiting = new Map<string, Waiter>();
+let timer: NodeJS.Timeout | null = null;
+let delay = IDLE_POLL_MIN_MS;
+const readBuf = Buffer.alloc(64 * 1024);
+
+/** One pass over every waiting port; reschedules itself while any port waits. */
+function pollAll(): void {
+  timer = null;
+  for (const [dev, w] of waiting) {
+    try {
+      const n = readSync(w.fd, readBuf, 0, readBuf.length, null);
+      if (n === 0) continue; // no host on the other end yet
+      waiting.delete(dev);
+      w.resolve({ fd: w.fd, first: Buffer.from(readBuf.subarray(0, n)) });
+    } catch (err) {
+      waiting.delete(dev);
+      if ((err as NodeJS.ErrnoException).code === "EAGAIN") w.resolve({ fd: w.fd, first: null });
+      else {
+        closeSync(w.fd);
+        w.reject(err as Error);
+      }
+    }
+  }
+  delay =
+    performance.now() - lastActivity < BUSY_WINDOW_MS
+      ? IDLE_POLL_MIN_MS
+      : Math.min(IDLE_POLL_MAX_MS, Math.ceil(delay * 1.25));
+  schedule();
+}
+
+function schedule(): void {
+  if (timer || waiting.size === 0) return;
+  timer = setTimeout(pollAll, delay);
+}
+
+/** Marks session activity: idle ports poll quickly for a while. */
+function active(): void {
+  lastActivity = performance.now();
+  delay = IDLE_POLL_MIN_MS;
+  if (timer && waiting.size > 0) {
+    clearTimeout(timer);
+    timer = null;
+    schedule();
+  }
+}
 
 /** Device paths of the virtio-serial ports whose name starts with `prefix`, sorted by name. */
 export async function findPorts(prefix: string, sysDir = "/sys/class/virtio-ports"): Promise<string[]> {
@@ -56,29 +114,31 @@ function socketOverFd(fd: number): net.Socket {
  * Waits until a host is connected to the port, returning its fd and any bytes already
  * read. Resolves null when `signal` aborts.
  */
-async function waitForHost(
-  dev: string,
-  signal: AbortSignal,
-): Promise<{ fd: number; first: Buffer | null } | null> {
-  const buf = Buffer.alloc(64 * 1024);
+function waitForHost(dev: string, signal: AbortSignal): Promise<{ fd: number; first: Buffer | null } | null> {
+  if (signal.aborted) return Promise.resolve(null);
   // Kept open while polling: every open and close of a port is a message to the host.
   const fd = openSync(dev, constants.O_RDWR | constants.O_NONBLOCK);
-  let delay = IDLE_POLL_MIN_MS;
-  while (!signal.aborted) {
-    try {
-      const n = readSync(fd, buf, 0, buf.length, null);
-      if (n > 0) return { fd, first: Buffer.from(buf.subarray(0, n)) };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === "EAGAIN") return { fd, first: null };
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      if (waiting.get(dev)?.fd !== fd) return;
+      waiting.delete(dev);
       closeSync(fd);
-      throw err;
-    }
-    // 0: no host on the other end yet.
-    await sleep(delay, undefined, { signal }).catch(() => {});
-    delay = Math.min(IDLE_POLL_MAX_MS, Math.ceil(delay * 1.25));
-  }
-  closeSync(fd);
-  return null;
+      resolve(null);
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    waiting.set(dev, {
+      fd,
+      resolve: (host) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(host);
+      },
+      reject: (err) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(err);
+      },
+    });
+    schedule();
+  });
 }
 
 /**
@@ -96,17 +156,30 @@ export async function servePort(
     for (const s of live) s.destroy();
   });
   while (!signal.aborted) {
-    const host = await waitForHost(dev, signal);
+    let host: Awaited<ReturnType<typeof waitForHost>>;
+    try {
+      host = await waitForHost(dev, signal);
+    } catch (err) {
+      // One port failing must not take the others (or the agent) down: retry it later.
+      log?.(`${dev}: ${(err as Error).message}`);
+      await sleep(1000, undefined, { signal }).catch(() => {});
+      continue;
+    }
     if (!host) return;
     const sock = socketOverFd(host.fd);
     if (host.first) sock.unshift(host.first);
+    // The host hung up: release the port at once, even while ops are still winding down,
+    // so the next host's first bytes go to a fresh session (not a closing one).
+    sock.once("end", () => sock.destroy());
     live.add(sock);
+    active();
     log?.(`session on ${dev}`);
     try {
       await serve(sock);
     } finally {
       live.delete(sock);
       sock.destroy();
+      active();
     }
   }
 }

@@ -1,6 +1,7 @@
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
+import type { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../core/errors.js";
 import { removeTree } from "../../util/mounts.js";
 import { firstLine, run, which } from "../../util/run.js";
@@ -9,6 +10,7 @@ import { sameProcessAlive } from "../common.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
 import { blankExt4, STATE_DISK_MIB, seedImage } from "../vm/disks.js";
 import { setupGuest } from "../vm/setup.js";
+import { GuestSnapshots } from "../vm/snapshots.js";
 import { AGENT_VSOCK_PORT, GUEST, type VmArtifacts } from "../vm/types.js";
 import { prepareVsockBridge } from "./bridge.js";
 import { ensureTemplate, markTemplateFailed, type TemplateFiles, templateKey } from "./template.js";
@@ -111,6 +113,7 @@ export class FirecrackerBackend implements WorkspaceBackend {
   readonly executionMode = "guest_agent" as const;
 
   private readonly deps: FirecrackerDeps;
+  private readonly snapshots = new GuestSnapshots();
 
   constructor(private readonly options: FirecrackerOptions = {}) {
     this.deps = {
@@ -145,8 +148,13 @@ export class FirecrackerBackend implements WorkspaceBackend {
     return GUEST.workspace;
   }
 
+  /** The current snapshot is the seed disk; others are pushed on demand (exposeSnapshot). */
   agentSnapshotPath(spec: SandboxSpec, name: string): string {
-    return name === spec.snapshot ? GUEST.seedDir : `${GUEST.snapshotsDir}/${name}`;
+    return this.snapshots.path(spec, name);
+  }
+
+  exposeSnapshot(spec: SandboxSpec, state: SandboxState, name: string, agent: AgentClient): Promise<void> {
+    return this.snapshots.expose(spec, state, name, agent);
   }
 
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {

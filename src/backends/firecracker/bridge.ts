@@ -1,8 +1,4 @@
-import { createHash } from "node:crypto";
-import { constants } from "node:fs";
-import { access, chmod, mkdir, mkdtemp, rename, rm, writeFile } from "node:fs/promises";
-import { join } from "node:path";
-import { firstLine, run, which } from "../../util/run.js";
+import { buildStaticBinary, type StaticBuild, staticBinaryName } from "../vm/static-binary.js";
 
 /**
  * The guest half of the vsock channel: a tiny static C program that listens on a vsock
@@ -246,60 +242,23 @@ int main(int argc, char **argv) {
 `;
 
 /** Compiler flags; part of the cache key. */
-const CFLAGS = ["-static", "-O2"] as const;
-const COMPILE_TIMEOUT_MS = 120_000;
-
-export type BridgeBuild = { path: string; reason: null } | { path: null; reason: string };
+export type BridgeBuild = StaticBuild;
 
 /** Cache file name of the bridge built from `source`: keyed by the source and the flags. */
 export function bridgeFileName(source = VSOCK_BRIDGE_SOURCE): string {
-  const hash = createHash("sha256").update(CFLAGS.join(" ")).update("\0").update(source).digest("hex");
-  return `pyro-vsock-bridge-${hash.slice(0, 16)}`;
+  return staticBinaryName("pyro-vsock-bridge", source);
 }
 
 /**
  * Builds the bridge into `cacheDir` (once per source version) and returns its path, or
  * `null` with the reason when it cannot be built here (no C compiler, no static libc).
- * Concurrent builders are safe: each compiles in its own temp directory and renames the
- * result into place atomically.
  */
-export async function prepareVsockBridge(
+export function prepareVsockBridge(
   cacheDir: string,
   options: { cc?: string; signal?: AbortSignal; source?: string } = {},
 ): Promise<BridgeBuild> {
-  const source = options.source ?? VSOCK_BRIDGE_SOURCE;
-  const target = join(cacheDir, bridgeFileName(source));
-  try {
-    await access(target, constants.X_OK);
-    return { path: target, reason: null };
-  } catch {
-    // not built yet
-  }
-  const cc = options.cc ?? (await which("cc"));
-  if (!cc) return { path: null, reason: "no C compiler (cc) on PATH to build the vsock bridge" };
-  await mkdir(cacheDir, { recursive: true });
-  const tmp = await mkdtemp(join(cacheDir, ".vsock-bridge-"));
-  try {
-    const src = join(tmp, "vsock-bridge.c");
-    const out = join(tmp, "pyro-vsock-bridge");
-    await writeFile(src, source);
-    const r = await run([cc, ...CFLAGS, "-o", out, src], {
-      timeoutMs: COMPILE_TIMEOUT_MS,
-      ...(options.signal ? { signal: options.signal } : {}),
-    });
-    if (r.spawnError) return { path: null, reason: `cannot run ${cc}: ${r.spawnError.message}` };
-    if (r.exitCode !== 0) {
-      const why = r.timedOut
-        ? `timed out after ${COMPILE_TIMEOUT_MS} ms`
-        : firstLine(r.stderr) || `exit ${r.exitCode}`;
-      return { path: null, reason: `compiling the vsock bridge with ${cc} failed: ${why}` };
-    }
-    await chmod(out, 0o755);
-    await rename(out, target);
-    return { path: target, reason: null };
-  } finally {
-    await rm(tmp, { recursive: true, force: true });
-  }
+  const { source, ...rest } = options;
+  return buildStaticBinary(cacheDir, "pyro-vsock-bridge", source ?? VSOCK_BRIDGE_SOURCE, rest);
 }
 
 /** {@link prepareVsockBridge} as a path or `null`; the reason goes to `onUnavailable`. */

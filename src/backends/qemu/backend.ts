@@ -1,5 +1,5 @@
-import { statSync } from "node:fs";
-import { copyFile, mkdir, mkdtemp, rm, stat } from "node:fs/promises";
+import { closeSync, openSync, statSync } from "node:fs";
+import { copyFile, mkdir, mkdtemp, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
@@ -8,13 +8,14 @@ import { AgentClient } from "../../agent/client.js";
 import { packTree } from "../../agent/tarsafe.js";
 import { PyroError } from "../../core/errors.js";
 import { removeTree } from "../../util/mounts.js";
-import { which } from "../../util/run.js";
+import { firstLine, run, which } from "../../util/run.js";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { killAndWait, logTail, procStartTime, sameProcessAlive, spawnDetached } from "../common.js";
 import { probeKvm } from "../kvm.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
 import { qcow2Overlay, seedImage, standaloneQcow2, treeId } from "../vm/disks.js";
 import { setupGuest } from "../vm/setup.js";
+import { GuestSnapshots } from "../vm/snapshots.js";
 import { GUEST, type VmArtifacts } from "../vm/types.js";
 import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
@@ -29,8 +30,17 @@ export function qemuLayout(dir: string) {
     baseDisk: join(dir, "base.qcow2"),
     sockets: join(dir, "s"),
     log: join(dir, "qemu.log"),
-    console: join(dir, "console.log"),
+    /** `<pid> <start time>` of the VM's QEMU, written as soon as it is spawned. */
+    pidFile: join(dir, "qemu.pid"),
   };
+}
+
+export interface QemuRuntime {
+  qemu: string;
+  version: string;
+  accel: Accel;
+  /** Why KVM is not used, when it is not. */
+  why: string | null;
 }
 
 export interface QemuBackendOptions {
@@ -75,16 +85,15 @@ export class QemuBackend implements WorkspaceBackend {
   readonly name = "qemu" as const;
   readonly executionMode = "guest_agent" as const;
 
-  private accel: Promise<{ qemu: string; accel: Accel; why: string | null }> | undefined;
-  /** Snapshot trees already pushed into a running VM: `<workspace_id>/<guest name>`. */
-  private readonly exposed = new Set<string>();
+  private accel: Promise<QemuRuntime> | undefined;
+  private readonly snapshots = new GuestSnapshots();
   private readonly artifactCache = new Map<string, Promise<VmArtifacts>>();
   lastStart: StartTiming | null = null;
 
   constructor(private readonly options: QemuBackendOptions = {}) {}
 
-  /** QEMU's path and the accelerator: KVM only when a probe guest actually ran on it. */
-  runtime(): Promise<{ qemu: string; accel: Accel; why: string | null }> {
+  /** QEMU's path, version and the accelerator: KVM only when a probe guest actually ran on it. */
+  runtime(): Promise<QemuRuntime> {
     this.accel ??= (async () => {
       const qemu = await which("qemu-system-x86_64");
       if (!qemu)
@@ -93,10 +102,11 @@ export class QemuBackend implements WorkspaceBackend {
           "qemu-system-x86_64 is not installed",
           "install the Debian package qemu-system-x86 (npm run setup)",
         );
+      const version = firstLine((await run([qemu, "--version"], { timeoutMs: 10_000 })).stdout);
       const scratch = await mkdtemp(join(tmpdir(), "pyro-kvm-"));
       try {
         const kvm = await probeKvm(process.env, scratch, this.options.probeTimeoutMs ?? 10_000);
-        return { qemu, accel: kvm.usable ? "kvm" : "tcg", why: kvm.reason };
+        return { qemu, version, accel: kvm.usable ? "kvm" : "tcg", why: kvm.reason };
       } finally {
         await rm(scratch, { recursive: true, force: true });
       }
@@ -129,26 +139,22 @@ export class QemuBackend implements WorkspaceBackend {
 
   /** The current snapshot is the seed disk; others are pushed on demand (exposeSnapshot). */
   agentSnapshotPath(spec: SandboxSpec, name: string): string {
-    if (name === spec.snapshot) return GUEST.seedDir;
-    return `${GUEST.snapshotsDir}/${guestSnapshotName(spec, name)}`;
+    return this.snapshots.path(spec, name);
   }
 
-  async exposeSnapshot(spec: SandboxSpec, name: string, agent: AgentClient): Promise<void> {
-    if (name === spec.snapshot) return;
-    const guestName = guestSnapshotName(spec, name);
-    const key = `${spec.workspace_id}/${guestName}`;
-    if (this.exposed.has(key)) return;
-    const { stream } = await packTree(join(spec.snapshotsDir, name), ["."]);
-    await agent.request("vm_snapshot_in", { name: guestName }, { upload: stream, timeoutMs: 30 * 60_000 });
-    this.exposed.add(key);
+  exposeSnapshot(spec: SandboxSpec, state: SandboxState, name: string, agent: AgentClient): Promise<void> {
+    return this.snapshots.expose(spec, state, name, agent);
   }
 
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
-    const { qemu, accel } = await this.runtime();
+    const { qemu, version, accel } = await this.runtime();
     const sig = options.signal ? { signal: options.signal } : {};
     const artifacts = await this.artifacts(spec, sig);
     const l = qemuLayout(spec.dir);
     await mkdir(spec.dir, { recursive: true, mode: 0o700 });
+    // A QEMU left by a process that died in the middle of a start would hold the state
+    // disk's write lock: end it first.
+    await killRecorded(l.pidFile);
     await rm(l.sockets, { recursive: true, force: true });
     await mkdir(l.sockets, { mode: 0o700 });
     const seedDisk = await seedImage(spec, spec.snapshot, options.signal);
@@ -158,6 +164,7 @@ export class QemuBackend implements WorkspaceBackend {
     if (fresh && !this.options.coldBoot) {
       const template = await ensureTemplate({
         qemu,
+        qemuVersion: version,
         accel,
         vcpus: spec.limits.vcpus,
         memoryMib: spec.limits.memory_mib,
@@ -186,11 +193,20 @@ export class QemuBackend implements WorkspaceBackend {
       stateDisk: l.stateDisk,
       seedDisk,
       socketDir: l.sockets,
-      ...(incoming ? { incoming } : {}),
+      ...(incoming ? { incomingFd: 3 } : {}),
     });
     const started = performance.now();
-    const { pid } = spawnDetached(argv, { logFile: l.log });
+    // The saved state is handed over as an open file (fd 3), so QEMU needs to start no
+    // program to read it and runs with spawning denied.
+    const stateFd = incoming ? openSync(incoming, "r") : null;
+    let pid: number;
+    try {
+      pid = spawnDetached(argv, { logFile: l.log, ...(stateFd !== null ? { extraFds: [stateFd] } : {}) }).pid;
+    } finally {
+      if (stateFd !== null) closeSync(stateFd);
+    }
     const startTime = await procStartTime(pid);
+    if (startTime) await writeFile(l.pidFile, `${pid} ${startTime}\n`, { mode: 0o600 });
     const state: SandboxState = {
       backend: "qemu",
       pid,
@@ -199,7 +215,6 @@ export class QemuBackend implements WorkspaceBackend {
       sockets: l.sockets,
       accel,
       log: l.log,
-      console: l.console,
       kernel: artifacts.image.kernelRelease,
       restored: Boolean(incoming),
     };
@@ -209,6 +224,8 @@ export class QemuBackend implements WorkspaceBackend {
       // QMP answering means QEMU has created every socket (cold boots too).
       await this.resume(l.sockets, pid, startTime, l.log, Boolean(incoming));
       const running = Math.round(performance.now() - started);
+      // The shared disks this VM opened are in use: keep them from idle clean-up.
+      await touch(artifacts.agentDisk);
       const setup = await setupGuest(() => this.connectChecked(state, 10_000), {
         timeoutMs: incoming ? 60_000 : 300_000,
         hostname: `pyro-${spec.workspace_id.replace(/^ws_/, "").slice(0, 12)}`,
@@ -224,12 +241,15 @@ export class QemuBackend implements WorkspaceBackend {
         template_built_ms: templateBuilt,
       };
     } catch (err) {
+      const consoleText = await consoleTail(l.sockets);
       await this.stop(state);
+      // The cached artifacts may be what failed (a disk removed under us): check them again next time.
+      this.artifactCache.clear();
       if (err instanceof PyroError && err.code !== "backend_unavailable" && err.code !== "timeout") throw err;
       const why = err instanceof Error ? err.message : String(err);
       throw new PyroError(
         "backend_unavailable",
-        `the VM did not start: ${why} (console: ${await logTail(l.console)}; qemu: ${await logTail(l.log)})`,
+        `the VM did not start: ${why} (console: ${consoleText}; qemu: ${await logTail(l.log)})`,
       );
     }
     return state;
@@ -304,6 +324,7 @@ export class QemuBackend implements WorkspaceBackend {
       await killAndWait(pid, startTime);
     }
     if (typeof state.sockets === "string") await rm(state.sockets, { recursive: true, force: true });
+    if (typeof state.dir === "string") await rm(qemuLayout(state.dir).pidFile, { force: true });
   }
 
   private async syncGuest(state: SandboxState): Promise<void> {
@@ -321,22 +342,43 @@ export class QemuBackend implements WorkspaceBackend {
     const l = qemuLayout(spec.dir);
     await rm(l.stateDisk, { force: true });
     await rm(l.baseDisk, { force: true });
-    for (const k of [...this.exposed]) if (k.startsWith(`${spec.workspace_id}/`)) this.exposed.delete(k);
   }
 
   async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
     if (state) await this.stop(state);
+    await killRecorded(qemuLayout(spec.dir).pidFile);
     await removeTree(spec.dir);
   }
 }
 
-/** Guest directory name of a snapshot tree: its name plus the host tree's inode (re-created snapshots differ). */
-function guestSnapshotName(spec: SandboxSpec, name: string): string {
+/** Ends the QEMU recorded in `pidFile` if it still runs (pid and start time must match). */
+async function killRecorded(pidFile: string): Promise<void> {
+  const [pid, startTime] = (await readFile(pidFile, "utf8").catch(() => "")).trim().split(" ");
+  if (pid && startTime) await killAndWait(Number(pid), startTime);
+  await rm(pidFile, { force: true });
+}
+
+/** The end of the guest's console (kept in QEMU's ring buffer), or why it cannot be read. */
+async function consoleTail(sockets: string): Promise<string> {
   try {
-    return `${name}-${treeId(statSync(join(spec.snapshotsDir, name)))}`;
+    const qmp = await QmpClient.connect(qmpSocket(sockets), 1000);
+    try {
+      const text = String(
+        await qmp.execute("ringbuf-read", { device: "console", size: 65536, format: "utf8" }, 2000),
+      );
+      const lines = text.trim().split("\n").slice(-5);
+      return lines.join(" | ") || "(empty)";
+    } finally {
+      qmp.close();
+    }
   } catch {
-    return name;
+    return "(QEMU is gone)";
   }
+}
+
+async function touch(p: string): Promise<void> {
+  const now = new Date();
+  await utimes(p, now, now).catch(() => {});
 }
 
 async function exists(p: string): Promise<boolean> {

@@ -17,8 +17,13 @@ export interface MachineSpec {
   seedDisk: string;
   /** Directory for the VM's sockets (QMP and one per serial port). */
   socketDir: string;
-  /** Restore this saved VM state instead of booting. */
-  incoming?: string;
+  /** Restore the saved VM state readable on this fd of QEMU's (passed as an extra fd). */
+  incomingFd?: number;
+  /**
+   * Let QEMU start programs (only the template VM, whose state is saved with
+   * `migrate exec:`); workspace VMs run with spawning denied by QEMU's seccomp sandbox.
+   */
+  allowSpawn?: boolean;
 }
 
 export function qmpSocket(socketDir: string): string {
@@ -72,11 +77,21 @@ export function qemuArgv(m: MachineSpec): string[] {
     "-initrd",
     m.artifacts.image.initrd,
     "-append",
-    [...m.artifacts.cmdline, "pyro.channel=serial"].join(" "),
+    [
+      ...m.artifacts.cmdline,
+      ...(m.accel === "tcg" ? m.artifacts.tcgCmdline : []),
+      "pyro.channel=serial",
+    ].join(" "),
+    // The guest's console in a 64 KiB ring in QEMU (read over QMP when a start fails):
+    // a file would let the guest fill the host's disk.
     "-chardev",
-    `file,id=console,path=${qemuOpt(join(m.socketDir, "..", "console.log"))}`,
+    "ringbuf,id=console,size=65536",
     "-serial",
     "chardev:console",
+    // QEMU's own seccomp filter: no obsolete syscalls, no privilege changes, no
+    // resource-control calls, and no spawning programs unless this VM must.
+    "-sandbox",
+    `on,obsolete=deny,elevateprivileges=deny,resourcecontrol=deny,spawn=${m.allowSpawn ? "allow" : "deny"}`,
     ...drive("env", m.artifacts.envDisk, "raw", true, DISK_SERIAL.env),
     ...drive("agent", m.artifacts.agentDisk, "raw", true, DISK_SERIAL.agent),
     ...drive("state", m.stateDisk, "qcow2", false, DISK_SERIAL.state),
@@ -94,7 +109,6 @@ export function qemuArgv(m: MachineSpec): string[] {
       `virtserialport,chardev=p${i},name=${SERIAL_PORT_PREFIX}${i}`,
     );
   }
-  // The state file is read by a shell QEMU runs: quote it.
-  if (m.incoming) argv.push("-incoming", `exec:cat '${m.incoming.replace(/'/g, "'\\''")}'`);
+  if (m.incomingFd !== undefined) argv.push("-incoming", `fd:${m.incomingFd}`);
   return argv;
 }

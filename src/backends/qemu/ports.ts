@@ -21,11 +21,16 @@ import { portSocket } from "./machine.js";
  */
 const COOL_MS = 1000;
 
-export async function connectPort(socketDir: string, timeoutMs: number): Promise<Socket> {
+export async function connectPort(
+  socketDir: string,
+  timeoutMs: number,
+  options: { fromLast?: boolean } = {},
+): Promise<Socket> {
   const deadline = Date.now() + timeoutMs;
   const me = `${process.pid} ${await procStartTime(process.pid)} ${randomBytes(6).toString("hex")}`;
   for (;;) {
-    for (let i = 0; i < SERIAL_PORTS; i++) {
+    for (let n = 0; n < SERIAL_PORTS; n++) {
+      const i = options.fromLast ? SERIAL_PORTS - 1 - n : n;
       const lock = `${portSocket(socketDir, i)}.lock`;
       if (!(await takeLock(lock, me))) continue;
       let sock: Socket;

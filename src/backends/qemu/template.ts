@@ -1,12 +1,19 @@
 import { createHash } from "node:crypto";
-import { mkdir, open, readdir, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { link, mkdir, open, readdir, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../core/errors.js";
 import { acquireLock } from "../../util/lock.js";
 import { killAndWait, logTail, procStartTime, spawnDetached } from "../common.js";
-import { blankExt4, qcow2Overlay, SEED_DISK_BYTES, STATE_DISK_MIB, standaloneQcow2 } from "../vm/disks.js";
+import {
+  blankExt4,
+  qcow2Overlay,
+  SEED_DISK_BYTES,
+  STATE_DISK_MIB,
+  standaloneQcow2,
+  tmpName,
+} from "../vm/disks.js";
 import { SERIAL_PORTS, type VmArtifacts } from "../vm/types.js";
 import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
@@ -28,6 +35,8 @@ const TEMPLATE_VERSION = 2;
 
 export interface TemplateInputs {
   qemu: string;
+  /** `qemu --version`: a saved state loads only into the QEMU that wrote it. */
+  qemuVersion: string;
   accel: Accel;
   vcpus: number;
   memoryMib: number;
@@ -45,6 +54,7 @@ export function templateKey(t: Omit<TemplateInputs, "cacheDir" | "signal" | "onP
       JSON.stringify([
         TEMPLATE_VERSION,
         t.qemu,
+        t.qemuVersion,
         t.accel,
         t.vcpus,
         t.memoryMib,
@@ -91,26 +101,57 @@ export async function ensureTemplate(t: TemplateInputs): Promise<Template> {
   }
 }
 
-/** The blank ext4 image every state disk starts from (built once per cache). */
+/**
+ * The blank ext4 image every state disk starts from, built once per cache and never
+ * replaced afterwards (overlays of it may be in use: a replaced blank would corrupt them).
+ */
 export async function blankStateDisk(cacheDir: string): Promise<string> {
   const blank = join(cacheDir, `state-blank-${STATE_DISK_MIB}.ext4`);
-  if (!(await exists(blank))) {
-    await mkdir(cacheDir, { recursive: true });
-    await blankExt4(blank, STATE_DISK_MIB);
-  }
+  await publishOnce(cacheDir, blank, (tmp) => blankExt4(tmp, STATE_DISK_MIB));
   return blank;
+}
+
+/** The seed disk the template runs with: sparse zeros of the seed size, never mounted. */
+async function seedPlaceholder(cacheDir: string): Promise<string> {
+  const placeholder = join(cacheDir, `seed-placeholder-${SEED_DISK_BYTES}.raw`);
+  await publishOnce(cacheDir, placeholder, async (tmp) => {
+    const fh = await open(tmp, "w");
+    await fh.truncate(SEED_DISK_BYTES);
+    await fh.close();
+  });
+  return placeholder;
+}
+
+/**
+ * Creates `path` with `make(tmp)` unless it exists, under a lock, publishing with link()
+ * (which never replaces an existing file).
+ */
+async function publishOnce(
+  cacheDir: string,
+  path: string,
+  make: (tmp: string) => Promise<void>,
+): Promise<void> {
+  if (await exists(path)) return;
+  await mkdir(cacheDir, { recursive: true });
+  const release = await acquireLock(`${path}.lock`);
+  try {
+    if (await exists(path)) return;
+    const tmp = tmpName(path);
+    try {
+      await make(tmp);
+      await link(tmp, path);
+    } finally {
+      await rm(tmp, { force: true });
+    }
+  } finally {
+    await release();
+  }
 }
 
 async function buildTemplate(t: TemplateInputs, dir: string): Promise<void> {
   const blank = await blankStateDisk(t.cacheDir);
-  const placeholder = join(t.cacheDir, "seed-placeholder.raw");
-  if (!(await exists(placeholder))) {
-    const fh = await open(`${placeholder}.tmp`, "w");
-    await fh.truncate(SEED_DISK_BYTES);
-    await fh.close();
-    await rename(`${placeholder}.tmp`, placeholder);
-  }
-  const tmp = `${dir}.building-${process.pid}`;
+  const placeholder = await seedPlaceholder(t.cacheDir);
+  const tmp = `${dir}.building-${process.pid}-${Date.now()}`;
   await rm(tmp, { recursive: true, force: true });
   const sockets = join(tmp, "s");
   await mkdir(sockets, { recursive: true, mode: 0o700 });
@@ -125,6 +166,8 @@ async function buildTemplate(t: TemplateInputs, dir: string): Promise<void> {
     stateDisk,
     seedDisk: placeholder,
     socketDir: sockets,
+    // Its state is saved with `migrate exec:cat > file`: QEMU starts that program.
+    allowSpawn: true,
   });
   const logFile = join(tmp, "qemu.log");
   const { pid } = spawnDetached(argv, { logFile });
@@ -133,7 +176,11 @@ async function buildTemplate(t: TemplateInputs, dir: string): Promise<void> {
   try {
     qmp = await QmpClient.connect(qmpSocket(sockets), 30_000);
     // The agent answering is the end of the boot.
-    const client = await AgentClient.connect(await connectPort(sockets, 10_000), { timeoutMs: 300_000 });
+    // Probe on the last port: a restored workspace's first connections take the first
+    // ones, which no host has ever opened (no half-closed session can be frozen there).
+    const client = await AgentClient.connect(await connectPort(sockets, 10_000, { fromLast: true }), {
+      timeoutMs: 300_000,
+    });
     await client.request("ping", {});
     await client.close();
     // Let the guest see the hang-up and go back to waiting before it is frozen.
@@ -144,9 +191,9 @@ async function buildTemplate(t: TemplateInputs, dir: string): Promise<void> {
     await qmp.waitMigration(120_000);
     await qmp.execute("quit").catch(() => {});
   } catch (err) {
+    const consoleTail = await readConsole(qmp);
     await killAndWait(pid, startTime);
     const tail = await logTail(logFile);
-    const consoleTail = await logTail(join(tmp, "console.log"));
     await rm(tmp, { recursive: true, force: true });
     throw new PyroError(
       "backend_unavailable",
@@ -193,6 +240,14 @@ async function touch(p: string): Promise<boolean> {
     () => true,
     () => false,
   );
+}
+
+async function readConsole(qmp: QmpClient | null): Promise<string> {
+  if (!qmp) return "(no QMP)";
+  const text = await qmp
+    .execute("ringbuf-read", { device: "console", size: 65536, format: "utf8" }, 2000)
+    .then(String, () => "");
+  return text.trim().split("\n").slice(-5).join(" | ") || "(empty)";
 }
 
 async function exists(p: string): Promise<boolean> {

@@ -28,6 +28,9 @@ $B ln -sf pts/ptmx /dev/ptmx
 $B mount -t tmpfs -o nosuid,nodev tmpfs /dev/shm
 $B hostname pyro
 $B ip link set lo up 2>/dev/null
+# Dirty pages reach the state disk within a second (the host may stop the VM any time).
+echo 100 > /proc/sys/vm/dirty_expire_centisecs
+echo 100 > /proc/sys/vm/dirty_writeback_centisecs
 channel=serial
 for a in $($B cat /proc/cmdline); do
   case "$a" in pyro.channel=*) channel="\${a#pyro.channel=}" ;; esac
@@ -81,6 +84,8 @@ export interface AgentDiskInputs {
   busybox: string;
   /** Static vsock→unix bridge for Firecracker guests, when one could be built. */
   bridge: string | null;
+  /** Static RNG reseeder for restored clones (bin/pyro-reseed), when one could be built. */
+  reseed: string | null;
 }
 
 /**
@@ -106,7 +111,7 @@ export async function prepareAgentDisk(
   await hashTree(h, inputs.appDir, "dist");
   // Packages by name and version: hashing their contents costs seconds (zod alone is thousands of files).
   for (const p of packages) h.update(await readFile(join(inputs.appDir, "node_modules", p, "package.json")));
-  for (const f of [inputs.busybox, inputs.bridge]) if (f) h.update(await readFile(f));
+  for (const f of [inputs.busybox, inputs.bridge, inputs.reseed]) h.update(f ? await readFile(f) : "-");
   const key = h.digest("hex").slice(0, 16);
   const out = join(cacheDir, `agent-${key}.ext4`);
   const now = new Date();
@@ -125,6 +130,7 @@ export async function prepareAgentDisk(
     await mkdir(join(stage, "bin"));
     await cp(inputs.busybox, join(stage, "bin", "busybox"));
     if (inputs.bridge) await cp(inputs.bridge, join(stage, "bin", "pyro-vsock-bridge"));
+    if (inputs.reseed) await cp(inputs.reseed, join(stage, "bin", "pyro-reseed"));
     await linkOrCopy(inputs.runtime.dir, join(stage, "runtime"));
     await mkdir(join(stage, "app", "node_modules"), { recursive: true });
     await writeFile(join(stage, "app", "package.json"), '{"type":"module"}\n');

@@ -7,6 +7,7 @@ import { prepareAgentDisk } from "./agent-disk.js";
 import { mkfsExt4 } from "./disks.js";
 import { prepareInitramfs, staticBusybox } from "./initramfs.js";
 import { prepareKernel } from "./kernel.js";
+import { prepareReseed } from "./reseed.js";
 import type { VmArtifacts } from "./types.js";
 
 export interface PrepareOptions {
@@ -43,6 +44,11 @@ export async function prepareVmArtifacts(
   const runtime = await prepareNodeRuntime(spec.runtimeCacheDir, sig);
   const busybox = await staticBusybox();
   const bridge = options.vsockBridge ? await options.vsockBridge(cache) : null;
+  const reseed = await prepareReseed(cache, options.signal);
+  if (!reseed.path)
+    options.onProgress?.(
+      `warning: ${reseed.reason}; restored VMs reseed their RNG only on the kernel's schedule`,
+    );
   const release = await acquireLock(join(cache, "images.lock"), sig);
   try {
     const initrd = await prepareInitramfs(cache, kernel, options.signal);
@@ -53,7 +59,7 @@ export async function prepareVmArtifacts(
     }
     const agentDisk = await prepareAgentDisk(
       cache,
-      { appDir: spec.appDir, runtime, busybox, bridge },
+      { appDir: spec.appDir, runtime, busybox, bridge, reseed: reseed.path },
       options.signal,
     );
     return {
@@ -66,7 +72,8 @@ export async function prepareVmArtifacts(
       },
       envDisk,
       agentDisk,
-      cmdline: await kernelCmdline(),
+      cmdline: kernelCmdline(),
+      tcgCmdline: await tcgCmdline(),
     };
   } finally {
     await release();
@@ -74,11 +81,10 @@ export async function prepareVmArtifacts(
 }
 
 /**
- * Kernel arguments that boot this kernel fast under emulation (see MACHINE.md): the TSC
- * rate from the host (calibration hangs `-M microvm` under TCG otherwise), no
- * self-tests, one UART, no keyboard controller, and a panic powers the VM off.
+ * Kernel arguments that boot this kernel fast (see MACHINE.md): no self-tests, one UART,
+ * no keyboard controller, and a panic ends the VM.
  */
-export async function kernelCmdline(): Promise<string[]> {
+export function kernelCmdline(): string[] {
   return [
     "console=ttyS0",
     "quiet",
@@ -91,15 +97,32 @@ export async function kernelCmdline(): Promise<string[]> {
     "i8042.noaux",
     "i8042.nokbd",
     "i8042.nopnp",
-    `tsc_early_khz=${await hostTscKhz()}`,
-    "tsc=reliable",
     "panic=-1",
+    // microvm has no reset device the kernel's default reboot methods find: a reboot (and
+    // so a panic) would spin forever. A triple fault resets, and -no-reboot turns that
+    // into QEMU exiting.
+    "reboot=t",
     "rdinit=/init",
   ];
 }
 
-/** The host's TSC rate in kHz (from /proc/cpuinfo; 2 GHz when it cannot be read). */
+/**
+ * Under TCG `-M microvm` hangs at TSC calibration unless the kernel is told the rate: the
+ * host's. Not used with KVM, where the kernel measures the real TSC.
+ */
+export async function tcgCmdline(): Promise<string[]> {
+  return [`tsc_early_khz=${await hostTscKhz()}`, "tsc=reliable"];
+}
+
+/**
+ * The host's TSC rate in kHz: the kernel's own figure where it exports one, else the
+ * boot-time "cpu MHz" (stable on VMs; varies with frequency scaling on bare metal), else 2 GHz.
+ */
 export async function hostTscKhz(): Promise<number> {
+  const sys = Number(
+    (await readFile("/sys/devices/system/cpu/cpu0/tsc_freq_khz", "utf8").catch(() => "")).trim(),
+  );
+  if (Number.isFinite(sys) && sys > 0) return sys;
   const text = await readFile("/proc/cpuinfo", "utf8").catch(() => "");
   const mhz = Number(/^cpu MHz\s*:\s*([\d.]+)/m.exec(text)?.[1]);
   return Number.isFinite(mhz) && mhz > 0 ? Math.round(mhz * 1000) : 2_000_000;

@@ -1,7 +1,7 @@
-import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import { lstat, mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { PyroError } from "../../core/errors.js";
-import { treeSize } from "../../util/fs.js";
 import { firstLine, run } from "../../util/run.js";
 import type { SandboxSpec } from "../backend.js";
 
@@ -27,16 +27,24 @@ export const STATE_DISK_MIB = 32 * 1024;
  */
 export async function mkfsExt4(
   out: string,
-  options: { dir?: string; sizeMib?: number; label: string; readOnly: boolean; signal?: AbortSignal },
+  options: {
+    dir?: string;
+    sizeMib?: number;
+    label: string;
+    readOnly: boolean;
+    /** Grow the image file (sparsely) to this many bytes before it is published. */
+    padTo?: number;
+    signal?: AbortSignal;
+  },
 ): Promise<void> {
   let sizeMib = options.sizeMib ?? 0;
   let inodes: number | null = null;
   if (options.dir && !options.sizeMib) {
-    const t = await treeSize(options.dir);
-    inodes = Math.ceil(t.files * 1.3) + 4096;
-    sizeMib = Math.ceil((t.bytes * 1.15 + t.files * 6144) / 1024 ** 2) + 64;
+    const t = await countTree(options.dir);
+    inodes = Math.ceil(t.entries * 1.3) + 4096;
+    sizeMib = Math.ceil((t.bytes * 1.15 + t.entries * 6144) / 1024 ** 2) + 64;
   }
-  const tmp = `${out}.tmp-${process.pid}`;
+  const tmp = tmpName(out);
   await rm(tmp, { force: true });
   const fh = await open(tmp, "w", 0o644);
   await fh.truncate(sizeMib * 1024 ** 2);
@@ -77,7 +85,29 @@ export async function mkfsExt4(
       `mkfs.ext4 ${out} failed: ${firstLine(r.stderr) || `exit ${r.exitCode}`}`,
     );
   }
+  if (options.padTo) await padTo(tmp, options.padTo);
   await rename(tmp, out);
+}
+
+/** A temp name beside `path`, unique across processes and concurrent calls in one. */
+export function tmpName(path: string): string {
+  return `${path}.tmp-${process.pid}-${randomBytes(4).toString("hex")}`;
+}
+
+/** Every entry (files, directories, links: each takes an inode) and the bytes of regular files. */
+async function countTree(root: string): Promise<{ entries: number; bytes: number }> {
+  let entries = 0;
+  let bytes = 0;
+  const stack = [root];
+  for (let dir = stack.pop(); dir !== undefined; dir = stack.pop()) {
+    for (const e of await readdir(dir, { withFileTypes: true })) {
+      entries++;
+      const p = join(dir, e.name);
+      if (e.isDirectory()) stack.push(p);
+      else if (e.isFile()) bytes += (await lstat(p)).size;
+    }
+  }
+  return { entries, bytes };
 }
 
 /** A qcow2 overlay at `path` whose reads fall through to `backing` until written. */
@@ -86,7 +116,7 @@ export async function qcow2Overlay(
   backing: string,
   backingFormat: "raw" | "qcow2",
 ): Promise<void> {
-  const tmp = `${path}.tmp-${process.pid}`;
+  const tmp = tmpName(path);
   const r = await run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", backing, "-F", backingFormat, tmp], {
     timeoutMs: 60_000,
   });
@@ -108,7 +138,7 @@ export async function qcow2Overlay(
  * is copied: a few MB for a fresh state disk), so nothing else has to be kept for it.
  */
 export async function standaloneQcow2(src: string, srcFormat: "raw" | "qcow2", out: string): Promise<void> {
-  const tmp = `${out}.tmp-${process.pid}`;
+  const tmp = tmpName(out);
   const r = await run(["qemu-img", "convert", "-f", srcFormat, "-O", "qcow2", src, tmp], {
     timeoutMs: 5 * 60_000,
   });
@@ -173,7 +203,19 @@ export async function seedImage(spec: SandboxSpec, name: string, signal?: AbortS
   // Older images of this name (the snapshot was re-created); not other names sharing the prefix.
   const mine = new RegExp(`^${name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}-\\d+-\\d+\\.ext4$`);
   for (const f of await readdir(dir)) if (mine.test(f)) await rm(join(dir, f), { force: true });
-  await mkfsExt4(out, { dir: tree, label: "pyro-seed", readOnly: true, ...(signal ? { signal } : {}) });
-  await padTo(out, SEED_DISK_BYTES);
+  await mkfsExt4(out, {
+    dir: tree,
+    label: "pyro-seed",
+    readOnly: true,
+    padTo: SEED_DISK_BYTES,
+    ...(signal ? { signal } : {}),
+  });
+  if ((await stat(out)).size > SEED_DISK_BYTES) {
+    await rm(out, { force: true });
+    throw new PyroError(
+      "invalid_argument",
+      `snapshot '${name}' is too big for a VM seed disk (limit ${SEED_DISK_BYTES / 1024 ** 3} GiB)`,
+    );
+  }
   return out;
 }

@@ -39,4 +39,6 @@ export interface VmArtifacts {
   agentDisk: string;
   /** Kernel command line (without the channel switch, which the backend adds). */
   cmdline: string[];
+  /** Added under emulation (TCG) only: the host's TSC rate, so the kernel skips calibration. */
+  tcgCmdline: string[];
 }

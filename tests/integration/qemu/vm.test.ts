@@ -117,6 +117,17 @@ describe.skipIf(skip !== "")(suiteTitle("qemu backend (microVM)", skip), () => {
     },
   );
 
+  it("a guest kernel panic ends the VM (never a spinning, hung one) and is reported", SLOW, async () => {
+    const w = await h.create();
+    const [vm] = qemuProcessesOf(w.workspace_id);
+    expect(vm).toBeDefined();
+    const err = await errorOf(h.pyro.execWorkspace(w.workspace_id, "echo c > /proc/sysrq-trigger; sleep 30"));
+    expect(err.code).toBe("backend_unavailable");
+    await waitUntil(() => !processAlive(vm!.pid), 30_000);
+    // The next request cold-boots it again.
+    expect((await h.pyro.execWorkspace(w.workspace_id, "echo back")).stdout).toBe("back\n");
+  });
+
   it(
     "diff sees a snapshot created while the VM runs; reset restores it from its seed disk",
     SLOW,

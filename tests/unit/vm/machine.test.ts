@@ -29,6 +29,7 @@ function spec(over: Partial<MachineSpec> = {}): MachineSpec {
       envDisk: "/cache/env.ext4",
       agentDisk: "/cache/agent.ext4",
       cmdline: ["console=ttyS0", "quiet"],
+      tcgCmdline: ["tsc_early_khz=2000000", "tsc=reliable"],
     },
     stateDisk: "/var/lib/pyro/ws/ws-1/vm/state.qcow2",
     seedDisk: "/var/lib/pyro/ws/ws-1/seeds/baseline-12.ext4",
@@ -74,7 +75,9 @@ describe("qemuArgv", () => {
     expect(argv).toContain("-no-reboot");
     expect(one(argv, "-kernel")).toBe("/cache/vmlinuz");
     expect(one(argv, "-initrd")).toBe("/cache/initrd.cpio");
-    expect(one(argv, "-append")).toBe("console=ttyS0 quiet pyro.channel=serial");
+    expect(one(argv, "-append")).toBe(
+      "console=ttyS0 quiet tsc_early_khz=2000000 tsc=reliable pyro.channel=serial",
+    );
     // No network device of any kind.
     expect(argv.some((a) => /netdev|virtio-net/.test(a))).toBe(false);
   });
@@ -138,30 +141,29 @@ describe("qemuArgv", () => {
     expect(portSocket(SOCKETS, 3)).toBe(`${SOCKETS}/p3`);
     expect(one(argv, "-qmp")).toBe(`unix:${qmpSocket(SOCKETS)},server=on,wait=off`);
     expect(qmpSocket(SOCKETS)).toBe(`${SOCKETS}/qmp`);
-    expect(one(argv, "-serial")).toBe("chardev:console");
-    const console = values(argv, "-chardev")
-      .map(opts)
-      .find((c) => c.get("id") === "console");
-    expect(console?.get("file")).toBe("");
-    expect(console?.get("path")).toBe("/var/lib/pyro/ws/ws-1/vm/console.log");
   });
 
-  it("restores from a state file only when asked", () => {
-    expect(qemuArgv(spec())).not.toContain("-incoming");
-    const argv = qemuArgv(spec({ incoming: "/cache/template/state.bin" }));
-    expect(one(argv, "-incoming")).toBe("exec:cat '/cache/template/state.bin'");
+  it("restores from a state file passed as an fd only when asked, and denies spawning unless allowed", () => {
+    const plain = qemuArgv(spec());
+    expect(plain).not.toContain("-incoming");
+    expect(one(plain, "-sandbox")).toBe(
+      "on,obsolete=deny,elevateprivileges=deny,resourcecontrol=deny,spawn=deny",
+    );
+    const argv = qemuArgv(spec({ incomingFd: 3 }));
+    expect(one(argv, "-incoming")).toBe("fd:3");
     expect(argv.at(-2)).toBe("-incoming");
+    expect(one(qemuArgv(spec({ allowSpawn: true })), "-sandbox")).toContain("spawn=allow");
   });
 
-  it("quotes the state file for the shell QEMU runs it through", () => {
-    for (const path of ["/tmp/it's here/state", "/tmp/a'b'c", '/tmp/$(touch x) `y` "z"', "/tmp/'"]) {
-      const incoming = one(qemuArgv(spec({ incoming: path })), "-incoming");
-      expect(incoming.startsWith("exec:cat ")).toBe(true);
-      const word = incoming.slice("exec:cat ".length);
-      const r = spawnSync("sh", ["-c", `printf %s ${word}`], { encoding: "utf8" });
-      expect(r.status).toBe(0);
-      expect(r.stdout).toBe(path);
-    }
+  it("adds the TSC rate only under TCG", () => {
+    expect(one(qemuArgv(spec()), "-append")).toContain("tsc_early_khz=2000000 tsc=reliable");
+    expect(one(qemuArgv(spec({ accel: "kvm" })), "-append")).not.toContain("tsc_early_khz");
+  });
+
+  it("keeps the guest's console in a bounded ring buffer, not a host file", () => {
+    const argv = qemuArgv(spec());
+    expect(one(argv, "-serial")).toBe("chardev:console");
+    expect(values(argv, "-chardev")).toContain("ringbuf,id=console,size=65536");
   });
 
   it("differs between machines only in host paths, never in guest hardware", () => {
@@ -171,7 +173,7 @@ describe("qemuArgv", () => {
         stateDisk: "/other/state.qcow2",
         seedDisk: "/other/seed.ext4",
         socketDir: "/other/sock",
-        incoming: "/other/state.bin",
+        incomingFd: 3,
       }),
     );
     const strip = (argv: string[]) =>

@@ -11,6 +11,7 @@
  * - `vm_sync`: flushes the guest's page cache to its disks before the host stops the VM.
  */
 import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { promisify } from "node:util";
@@ -61,11 +62,18 @@ export const vmSetup: OpHandler<"vm_setup"> = async (args, ctx) => {
   const vmDir = vmOnly(ctx);
   const started = performance.now();
   const entropy = Buffer.from(args.entropy, "base64");
-  if (entropy.length > 0) await writeFile("/dev/urandom", entropy);
   await writeFile("/proc/sys/kernel/hostname", args.hostname);
-  // One shell for the clock and the mounts: every process start is slow under emulation.
+  // One shell for the RNG, the clock and the mounts: every process start is slow under emulation.
   const bb = path.join(vmDir, "bin", "busybox");
   const steps = [`${bb} date -u -s @${Math.floor(args.time_ms / 1000)} >/dev/null`];
+  const reseed = path.join(vmDir, "bin", "pyro-reseed");
+  if (entropy.length >= 32 && (await exists(reseed))) {
+    // Credit the host's bytes and reseed the CRNG now (a plain write to /dev/urandom
+    // would leave the template's CRNG key in use until the kernel's next reseed).
+    steps.push(`echo ${entropy.toString("base64")} | ${bb} base64 -d | ${reseed}`);
+  } else if (entropy.length > 0) {
+    await writeFile("/dev/urandom", entropy);
+  }
   let mounted = false;
   if (!(await isMountPoint(GUEST.workspace))) {
     const seed = await diskBySerial(DISK_SERIAL.seed, "seed");
@@ -102,22 +110,34 @@ export const vmSetup: OpHandler<"vm_setup"> = async (args, ctx) => {
 export const vmSnapshotIn: OpHandler<"vm_snapshot_in"> = async (args, ctx) => {
   vmOnly(ctx);
   const final = path.join(GUEST.snapshotsDir, args.name);
-  const partial = path.join(GUEST.snapshotsDir, `.partial-${args.name}`);
-  if (
-    await stat(final).then(
-      () => true,
-      () => false,
-    )
-  ) {
+  if (await exists(final)) {
     ctx.upload?.resume();
     return { path: final, files: 0, bytes: 0 };
   }
-  await rm(partial, { recursive: true, force: true });
+  // A private partial directory per request: two uploads of one snapshot never mix.
+  const partial = path.join(GUEST.snapshotsDir, `.partial-${args.name}-${randomBytes(6).toString("hex")}`);
   await mkdir(partial, { recursive: true });
-  const r = await tarIn({ dest: "." }, { ...ctx, workspace: await Workspace.open(partial) });
-  await rename(partial, final);
-  return { path: final, files: r.files, bytes: r.bytes };
+  try {
+    const r = await tarIn({ dest: "." }, { ...ctx, workspace: await Workspace.open(partial) });
+    try {
+      await rename(partial, final);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      // Someone else finished the same snapshot first: theirs is as good.
+      if (code !== "ENOTEMPTY" && code !== "EEXIST") throw err;
+    }
+    return { path: final, files: r.files, bytes: r.bytes };
+  } finally {
+    await rm(partial, { recursive: true, force: true });
+  }
 };
+
+async function exists(p: string): Promise<boolean> {
+  return stat(p).then(
+    () => true,
+    () => false,
+  );
+}
 
 export const vmSync: OpHandler<"vm_sync"> = async (_args, ctx) => {
   const vmDir = vmOnly(ctx);

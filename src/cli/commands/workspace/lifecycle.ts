@@ -1,10 +1,10 @@
 import type { Command } from "commander";
 import { parseSecretOptions } from "../../../core/secrets.js";
 import type { WorkspaceView } from "../../../core/views.js";
-import { terminalSecretPrompt } from "../../prompt.js";
 import { backendName, collect, keyValues, positiveNumber } from "../../args.js";
 import type { CliContext } from "../../main.js";
 import { act, table } from "../../output.js";
+import { terminalSecretPrompt } from "../../prompt.js";
 
 export function renderWorkspace(w: WorkspaceView): string {
   return [
@@ -32,7 +32,11 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
     .option("--label <K=V>", "label (repeatable)", collect)
     .option("--network <policy>", "network policy: off (default)")
     .option("--env <K=V>", "environment variable for every command (repeatable)", collect)
-    .option("--secret <NAME=SPEC>", "secret for every command: NAME=value, NAME=${HOST_VAR} or NAME=? to be prompted (repeatable)", collect)
+    .option(
+      "--secret <NAME=SPEC>",
+      "secret for every command: NAME=value, NAME=${HOST_VAR} or NAME=? to be prompted (repeatable)",
+      collect,
+    )
     .option("--backend <name>", "isolation backend (default: strongest that works)")
     .option("--allow-host-compat", "allow the host backend (no isolation)")
     .option("--vcpus <n>", "virtual CPUs (default 1)", positiveNumber("--vcpus"))
