@@ -216,7 +216,10 @@ describe.skipIf(!cc)("vsock bridge binary (skipped: no C compiler `cc` on this h
       withDir(async () => {
         await startBridge(join(dir, "agent.sock"));
         const host = await dial();
-        const got = await collect(host);
+        // Closed either way: an orderly end, or a reset when the bridge closed before reading.
+        const got = await collect(host).catch((err: NodeJS.ErrnoException) =>
+          err.code === "ECONNRESET" ? Buffer.alloc(0) : Promise.reject(err),
+        );
         expect(got.length).toBe(0);
       }));
 
