@@ -133,6 +133,22 @@ export function spawnDetached(
   }
 }
 
+/** SIGTERM a process (it may close its files cleanly), then SIGKILL if it is still there after `graceMs`. */
+export async function terminateAndWait(pid: number, startTime: string, graceMs: number): Promise<void> {
+  if (!(await sameProcessAlive(pid, startTime))) return;
+  try {
+    process.kill(pid, "SIGTERM");
+  } catch {
+    return;
+  }
+  const until = Date.now() + graceMs;
+  while (Date.now() < until) {
+    if (!(await sameProcessAlive(pid, startTime))) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  await killAndWait(pid, startTime);
+}
+
 /** SIGKILL a process and wait (bounded) until it is gone. */
 export async function killAndWait(pid: number, startTime: string, timeoutMs = 5000): Promise<void> {
   if (!(await sameProcessAlive(pid, startTime))) return;

@@ -1,7 +1,6 @@
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
-import type { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../core/errors.js";
 import { removeTree } from "../../util/mounts.js";
 import { firstLine, run, which } from "../../util/run.js";
@@ -10,8 +9,8 @@ import { sameProcessAlive } from "../common.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
 import { blankExt4, STATE_DISK_MIB, seedImage } from "../vm/disks.js";
 import { setupGuest } from "../vm/setup.js";
-import { GuestSnapshots } from "../vm/snapshots.js";
-import { AGENT_VSOCK_PORT, GUEST, type VmArtifacts } from "../vm/types.js";
+import { MicroVmBackend } from "../vm/snapshots.js";
+import { AGENT_VSOCK_PORT, type VmArtifacts } from "../vm/types.js";
 import { prepareVsockBridge } from "./bridge.js";
 import { ensureTemplate, markTemplateFailed, type TemplateFiles, templateKey } from "./template.js";
 import {
@@ -108,14 +107,14 @@ export async function copySparse(from: string, to: string): Promise<void> {
  * Firecracker runs without the jailer, as the invoking user, with the VM directory as
  * its working directory.
  */
-export class FirecrackerBackend implements WorkspaceBackend {
+export class FirecrackerBackend extends MicroVmBackend implements WorkspaceBackend {
   readonly name = "firecracker" as const;
   readonly executionMode = "guest_agent" as const;
 
   private readonly deps: FirecrackerDeps;
-  private readonly snapshots = new GuestSnapshots();
 
   constructor(private readonly options: FirecrackerOptions = {}) {
+    super();
     this.deps = {
       prepareVmArtifacts: options.prepareVmArtifacts ?? prepareVmArtifacts,
       seedImage: options.seedImage ?? seedImage,
@@ -142,19 +141,6 @@ export class FirecrackerBackend implements WorkspaceBackend {
         "set PYRO_FIRECRACKER_BIN or put firecracker on PATH (and run `pyro doctor`)",
       );
     return bin;
-  }
-
-  agentRoot(): string {
-    return GUEST.workspace;
-  }
-
-  /** The current snapshot is the seed disk; others are pushed on demand (exposeSnapshot). */
-  agentSnapshotPath(spec: SandboxSpec, name: string): string {
-    return this.snapshots.path(spec, name);
-  }
-
-  exposeSnapshot(spec: SandboxSpec, state: SandboxState, name: string, agent: AgentClient): Promise<void> {
-    return this.snapshots.expose(spec, state, name, agent);
   }
 
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {

@@ -5,7 +5,14 @@ import type { Duplex } from "node:stream";
 import { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../core/errors.js";
 import type { SandboxSpec } from "../backend.js";
-import { killAndWait, logTail, procStartTime, sameProcessAlive, spawnDetached } from "../common.js";
+import {
+  killAndWait,
+  logTail,
+  procStartTime,
+  sameProcessAlive,
+  spawnDetached,
+  terminateAndWait,
+} from "../common.js";
 import { AGENT_VSOCK_PORT, DISK_SERIAL, type VmArtifacts } from "../vm/types.js";
 import { type Drive, FirecrackerApi } from "./api.js";
 import { connectVsock } from "./vsock.js";
@@ -265,17 +272,6 @@ export async function waitForAgent(
 }
 
 /** Stops a VM: SIGTERM, then SIGKILL if it is still there after `graceMs`. */
-export async function killVm(pid: number, startTime: string, graceMs = 1000): Promise<void> {
-  if (!(await sameProcessAlive(pid, startTime))) return;
-  try {
-    process.kill(pid, "SIGTERM");
-  } catch {
-    return;
-  }
-  const until = Date.now() + graceMs;
-  while (Date.now() < until) {
-    if (!(await sameProcessAlive(pid, startTime))) return;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  await killAndWait(pid, startTime);
+export function killVm(pid: number, startTime: string, graceMs = 1000): Promise<void> {
+  return terminateAndWait(pid, startTime, graceMs);
 }

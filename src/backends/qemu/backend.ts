@@ -1,22 +1,28 @@
-import { closeSync, openSync, statSync } from "node:fs";
+import { closeSync, openSync } from "node:fs";
 import { copyFile, mkdir, mkdtemp, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentClient } from "../../agent/client.js";
-import { packTree } from "../../agent/tarsafe.js";
 import { PyroError } from "../../core/errors.js";
 import { removeTree } from "../../util/mounts.js";
 import { firstLine, run, which } from "../../util/run.js";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { killAndWait, logTail, procStartTime, sameProcessAlive, spawnDetached } from "../common.js";
+import {
+  killAndWait,
+  logTail,
+  procStartTime,
+  sameProcessAlive,
+  spawnDetached,
+  terminateAndWait,
+} from "../common.js";
 import { probeKvm } from "../kvm.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
-import { qcow2Overlay, seedImage, standaloneQcow2, treeId } from "../vm/disks.js";
+import { qcow2Overlay, seedImage, standaloneQcow2 } from "../vm/disks.js";
 import { setupGuest } from "../vm/setup.js";
-import { GuestSnapshots } from "../vm/snapshots.js";
-import { GUEST, type VmArtifacts } from "../vm/types.js";
+import { MicroVmBackend } from "../vm/snapshots.js";
+import type { VmArtifacts } from "../vm/types.js";
 import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
 import { QmpClient } from "./qmp.js";
@@ -81,16 +87,17 @@ export interface StartTiming {
  * disk holds writes (stopped, or its QEMU died) cold-boots on that disk: restoring the
  * template's memory over a disk that has diverged would corrupt it.
  */
-export class QemuBackend implements WorkspaceBackend {
+export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
   readonly name = "qemu" as const;
   readonly executionMode = "guest_agent" as const;
 
   private accel: Promise<QemuRuntime> | undefined;
-  private readonly snapshots = new GuestSnapshots();
   private readonly artifactCache = new Map<string, Promise<VmArtifacts>>();
   lastStart: StartTiming | null = null;
 
-  constructor(private readonly options: QemuBackendOptions = {}) {}
+  constructor(private readonly options: QemuBackendOptions = {}) {
+    super();
+  }
 
   /** QEMU's path, version and the accelerator: KVM only when a probe guest actually ran on it. */
   runtime(): Promise<QemuRuntime> {
@@ -131,19 +138,6 @@ export class QemuBackend implements WorkspaceBackend {
       p.catch(() => this.artifactCache.delete(key));
     }
     return p;
-  }
-
-  agentRoot(): string {
-    return GUEST.workspace;
-  }
-
-  /** The current snapshot is the seed disk; others are pushed on demand (exposeSnapshot). */
-  agentSnapshotPath(spec: SandboxSpec, name: string): string {
-    return this.snapshots.path(spec, name);
-  }
-
-  exposeSnapshot(spec: SandboxSpec, state: SandboxState, name: string, agent: AgentClient): Promise<void> {
-    return this.snapshots.expose(spec, state, name, agent);
   }
 
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
@@ -314,14 +308,7 @@ export class QemuBackend implements WorkspaceBackend {
       (await sameProcessAlive(pid, startTime))
     ) {
       await this.syncGuest(state).catch(() => {});
-      try {
-        process.kill(pid, "SIGTERM");
-      } catch {
-        // already gone
-      }
-      const deadline = Date.now() + 5000;
-      while (Date.now() < deadline && (await sameProcessAlive(pid, startTime))) await sleep(20);
-      await killAndWait(pid, startTime);
+      await terminateAndWait(pid, startTime, 5000);
     }
     if (typeof state.sockets === "string") await rm(state.sockets, { recursive: true, force: true });
     if (typeof state.dir === "string") await rm(qemuLayout(state.dir).pidFile, { force: true });

@@ -51,3 +51,23 @@ function guestSnapshotName(spec: SandboxSpec, name: string): string {
     return name;
   }
 }
+
+/**
+ * What the microVM backends share about the guest's view: /workspace, and snapshot trees
+ * (the current one is the seed disk; others are pushed on demand).
+ */
+export abstract class MicroVmBackend {
+  private readonly snapshots = new GuestSnapshots();
+
+  agentRoot(): string {
+    return GUEST.workspace;
+  }
+
+  agentSnapshotPath(spec: SandboxSpec, name: string): string {
+    return this.snapshots.path(spec, name);
+  }
+
+  exposeSnapshot(spec: SandboxSpec, state: SandboxState, name: string, agent: AgentClient): Promise<void> {
+    return this.snapshots.expose(spec, state, name, agent);
+  }
+}
