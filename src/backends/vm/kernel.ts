@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { PyroError } from "../../core/errors.js";
 import { acquireLock } from "../../util/lock.js";
@@ -77,6 +77,8 @@ export async function prepareKernel(
     options.onProgress?.(`fetching ${pkg} ${version}`);
     const tmp = await mkdtemp(join(cacheDir, ".kernel-"));
     try {
+      // mkdtemp makes it 0700; QEMU run by another user of a shared cache must read it.
+      await chmod(tmp, 0o755);
       const manifest = await unpack(tmp, pkg, version, options.signal);
       await writeFile(join(tmp, "manifest.json"), `${JSON.stringify(manifest, null, 2)}\n`);
       await rm(dir, { recursive: true, force: true });
