@@ -75,7 +75,9 @@ export async function qemuRows(
   const floor = await medianMs(quick ? 2 : 3, async () => {
     const r = await run(floorArgv, { timeoutMs: 120_000 });
     if (r.exitCode !== 0)
-      throw new Error(`qemu floor boot failed: ${r.timedOut ? "timed out" : r.stderr || `exit ${r.exitCode}`}`);
+      throw new Error(
+        `qemu floor boot failed: ${r.timedOut ? "timed out" : r.stderr || `exit ${r.exitCode}`}`,
+      );
   });
   const floorName = `qemu boot to busybox /init (${accel})`;
   log(`bench: floor ${floorName} ${round(floor)} ms`);

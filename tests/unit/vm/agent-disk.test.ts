@@ -50,7 +50,10 @@ async function runStage2(script: string, cmdline: string, shell: string[]): Prom
     .replace("/proc/cmdline", `"${cmdlineFile}"`)
     // Every background job, not only the last: the bridge's stub must have logged too.
     .replace(/^wait \$!$/m, "wait")
-    .replace(/^keep\(\) \{.*\}$/m, `keep() { l=$(printf '<%s>' keep "$@"); printf '%s\\n' "$l" >>"${log}"; }`);
+    .replace(
+      /^keep\(\) \{.*\}$/m,
+      `keep() { l=$(printf '<%s>' keep "$@"); printf '%s\\n' "$l" >>"${log}"; }`,
+    );
   expect(stubbed).toContain("B=fakebb");
   expect(stubbed).toContain(cmdlineFile);
   expect(stubbed).toContain(log);
