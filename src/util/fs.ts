@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { lstat, open, readdir, rename, rm } from "node:fs/promises";
+import { lstat, open, readdir, rename, rm, stat, utimes } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 
 /**
@@ -87,4 +87,21 @@ export function pidAlive(pid: number): boolean {
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === "EPERM";
   }
+}
+
+/** True when `path` exists (follows symlinks; anything stat can see). */
+export async function exists(path: string): Promise<boolean> {
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
+}
+
+/** Sets a file's times to now (marks it as used); false when it does not exist. */
+export async function touch(path: string): Promise<boolean> {
+  const now = new Date();
+  return utimes(path, now, now).then(
+    () => true,
+    () => false,
+  );
 }

@@ -1,7 +1,8 @@
 import { constants } from "node:fs";
-import { access, mkdir, readFile, rmdir, stat, writeFile } from "node:fs/promises";
+import { access, mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { exists } from "../../util/fs.js";
 
 /**
  * Per-sandbox resource limits through cgroups, on both layouts found in the wild:
@@ -376,15 +377,6 @@ async function readText(path: string): Promise<string | null> {
     return await readFile(path, "utf8");
   } catch {
     return null;
-  }
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await stat(path);
-    return true;
-  } catch {
-    return false;
   }
 }
 

@@ -2,6 +2,7 @@ import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { PyroError } from "../../core/errors.js";
+import { exists } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import { firstLine, run, which } from "../../util/run.js";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
@@ -18,7 +19,6 @@ import {
   coldBoot,
   DRIVE_FILES,
   driveId,
-  exists,
   type FirecrackerSpawner,
   type GuestSync,
   helloAgent,

@@ -1,5 +1,4 @@
-import { constants } from "node:fs";
-import { access, rm, symlink } from "node:fs/promises";
+import { rm, symlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { AgentClient } from "../../agent/client.js";
@@ -96,15 +95,6 @@ export async function linkDrive(dir: string, role: DiskRole, target: string): Pr
   const link = join(dir, DRIVE_FILES[role]);
   await rm(link, { force: true });
   await symlink(target, link);
-}
-
-export async function exists(path: string): Promise<boolean> {
-  try {
-    await access(path, constants.F_OK);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** Starts a detached Firecracker process; resolves with its pid and start time. */

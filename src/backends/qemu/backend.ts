@@ -1,11 +1,12 @@
 import { closeSync, openSync } from "node:fs";
-import { copyFile, mkdir, mkdtemp, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../core/errors.js";
+import { exists, touch } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import { firstLine, run, which } from "../../util/run.js";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
@@ -361,16 +362,4 @@ async function consoleTail(sockets: string): Promise<string> {
   } catch {
     return "(QEMU is gone)";
   }
-}
-
-async function touch(p: string): Promise<void> {
-  const now = new Date();
-  await utimes(p, now, now).catch(() => {});
-}
-
-async function exists(p: string): Promise<boolean> {
-  return stat(p).then(
-    () => true,
-    () => false,
-  );
 }

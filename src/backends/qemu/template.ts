@@ -1,9 +1,10 @@
 import { createHash } from "node:crypto";
-import { link, mkdir, open, readdir, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { link, mkdir, open, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../core/errors.js";
+import { exists, touch } from "../../util/fs.js";
 import { acquireLock } from "../../util/lock.js";
 import { killAndWait, logTail, procStartTime, spawnDetached } from "../common.js";
 import {
@@ -233,26 +234,10 @@ export async function removeUnusedTemplates(root: string, keep: string, now = Da
   return removed;
 }
 
-/** Marks a file as used now; false when it does not exist. */
-async function touch(p: string): Promise<boolean> {
-  const now = new Date();
-  return utimes(p, now, now).then(
-    () => true,
-    () => false,
-  );
-}
-
 async function readConsole(qmp: QmpClient | null): Promise<string> {
   if (!qmp) return "(no QMP)";
   const text = await qmp
     .execute("ringbuf-read", { device: "console", size: 65536, format: "utf8" }, 2000)
     .then(String, () => "");
   return text.trim().split("\n").slice(-5).join(" | ") || "(empty)";
-}
-
-async function exists(p: string): Promise<boolean> {
-  return stat(p).then(
-    () => true,
-    () => false,
-  );
 }

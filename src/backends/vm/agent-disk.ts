@@ -1,6 +1,7 @@
 import { createHash, type Hash } from "node:crypto";
-import { cp, link, mkdir, mkdtemp, readdir, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { cp, link, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
+import { touch } from "../../util/fs.js";
 import type { NodeRuntime } from "../runtime.js";
 import { mkfsExt4 } from "./disks.js";
 import { AGENT_VSOCK_PORT, GUEST } from "./types.js";
@@ -114,15 +115,8 @@ export async function prepareAgentDisk(
   for (const f of [inputs.busybox, inputs.bridge, inputs.reseed]) h.update(f ? await readFile(f) : "-");
   const key = h.digest("hex").slice(0, 16);
   const out = join(cacheDir, `agent-${key}.ext4`);
-  const now = new Date();
   // Touched on every use: agent disks idle for a day are removed when a new one is built.
-  if (
-    await utimes(out, now, now).then(
-      () => true,
-      () => false,
-    )
-  )
-    return out;
+  if (await touch(out)) return out;
 
   await mkdir(cacheDir, { recursive: true });
   const stage = await mkdtemp(join(cacheDir, ".agent-"));
@@ -147,7 +141,7 @@ export async function prepareAgentDisk(
     for (const f of await readdir(cacheDir)) {
       if (!/^agent-[0-9a-f]{16}\.ext4$/.test(f) || join(cacheDir, f) === out) continue;
       const st = await stat(join(cacheDir, f)).catch(() => null);
-      if (st && now.getTime() - st.mtimeMs > 24 * 3600 * 1000) await rm(join(cacheDir, f), { force: true });
+      if (st && Date.now() - st.mtimeMs > 24 * 3600 * 1000) await rm(join(cacheDir, f), { force: true });
     }
     return out;
   } finally {

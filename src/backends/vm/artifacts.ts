@@ -1,5 +1,6 @@
-import { readFile, stat } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import { exists } from "../../util/fs.js";
 import { acquireLock } from "../../util/lock.js";
 import type { SandboxSpec } from "../backend.js";
 import { prepareNodeRuntime } from "../runtime.js";
@@ -126,11 +127,4 @@ export async function hostTscKhz(): Promise<number> {
   const text = await readFile("/proc/cpuinfo", "utf8").catch(() => "");
   const mhz = Number(/^cpu MHz\s*:\s*([\d.]+)/m.exec(text)?.[1]);
   return Number.isFinite(mhz) && mhz > 0 ? Math.round(mhz * 1000) : 2_000_000;
-}
-
-async function exists(p: string): Promise<boolean> {
-  return stat(p).then(
-    () => true,
-    () => false,
-  );
 }

@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { lstat, mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { PyroError } from "../../core/errors.js";
+import { exists } from "../../util/fs.js";
 import { firstLine, run } from "../../util/run.js";
 import type { SandboxSpec } from "../backend.js";
 
@@ -192,13 +193,7 @@ export async function seedImage(spec: SandboxSpec, name: string, signal?: AbortS
   if (!st?.isDirectory()) throw new PyroError("not_found", `snapshot tree ${tree} is missing`);
   const dir = seedsDir(spec);
   const out = join(dir, `${name}-${treeId(st)}.ext4`);
-  if (
-    await stat(out).then(
-      () => true,
-      () => false,
-    )
-  )
-    return out;
+  if (await exists(out)) return out;
   await mkdir(dir, { recursive: true, mode: 0o700 });
   // Older images of this name (the snapshot was re-created); not other names sharing the prefix.
   const mine = new RegExp(`^${name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}-\\d+-\\d+\\.ext4$`);

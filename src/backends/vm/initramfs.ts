@@ -1,18 +1,8 @@
 import { createHash } from "node:crypto";
-import {
-  chmod,
-  copyFile,
-  mkdir,
-  mkdtemp,
-  readFile,
-  rename,
-  rm,
-  stat,
-  symlink,
-  writeFile,
-} from "node:fs/promises";
+import { chmod, copyFile, mkdir, mkdtemp, readFile, rename, rm, symlink, writeFile } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { PyroError } from "../../core/errors.js";
+import { exists } from "../../util/fs.js";
 import { firstLine, run, which } from "../../util/run.js";
 import type { UnpackedKernel } from "./kernel.js";
 import { DISK_SERIAL, GUEST } from "./types.js";
@@ -96,13 +86,7 @@ export async function prepareInitramfs(
     .digest("hex")
     .slice(0, 16);
   const out = join(cacheDir, `initrd-${key}.cpio`);
-  if (
-    await stat(out).then(
-      () => true,
-      () => false,
-    )
-  )
-    return out;
+  if (await exists(out)) return out;
   await mkdir(cacheDir, { recursive: true });
   const tmp = await mkdtemp(join(cacheDir, ".initrd-"));
   try {
