@@ -351,11 +351,7 @@ async function consoleTail(sockets: string): Promise<string> {
   try {
     const qmp = await QmpClient.connect(qmpSocket(sockets), 1000);
     try {
-      const text = String(
-        await qmp.execute("ringbuf-read", { device: "console", size: 65536, format: "utf8" }, 2000),
-      );
-      const lines = text.trim().split("\n").slice(-5);
-      return lines.join(" | ") || "(empty)";
+      return await qmp.consoleTail();
     } finally {
       qmp.close();
     }

@@ -128,6 +128,19 @@ export class QmpClient {
     throw new PyroError("timeout", `saving the VM state took longer than ${timeoutMs} ms`);
   }
 
+  /**
+   * The last lines of the guest's console, kept in the `console` ring-buffer chardev (see
+   * machine.ts), joined on one line for error messages.
+   */
+  async consoleTail(lines = 5): Promise<string> {
+    const text = await this.execute(
+      "ringbuf-read",
+      { device: "console", size: 65536, format: "utf8" },
+      2000,
+    ).then(String, () => "");
+    return text.trim().split("\n").slice(-lines).join(" | ") || "(empty)";
+  }
+
   close(): void {
     this.sock.destroy();
   }

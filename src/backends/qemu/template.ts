@@ -192,7 +192,7 @@ async function buildTemplate(t: TemplateInputs, dir: string): Promise<void> {
     await qmp.waitMigration(120_000);
     await qmp.execute("quit").catch(() => {});
   } catch (err) {
-    const consoleTail = await readConsole(qmp);
+    const consoleTail = qmp ? await qmp.consoleTail() : "(no QMP)";
     await killAndWait(pid, startTime);
     const tail = await logTail(logFile);
     await rm(tmp, { recursive: true, force: true });
@@ -232,12 +232,4 @@ export async function removeUnusedTemplates(root: string, keep: string, now = Da
     removed.push(d);
   }
   return removed;
-}
-
-async function readConsole(qmp: QmpClient | null): Promise<string> {
-  if (!qmp) return "(no QMP)";
-  const text = await qmp
-    .execute("ringbuf-read", { device: "console", size: 65536, format: "utf8" }, 2000)
-    .then(String, () => "");
-  return text.trim().split("\n").slice(-5).join(" | ") || "(empty)";
 }
