@@ -36,10 +36,14 @@ export async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-/** Apparent size and file count of a tree, not following symlinks. */
-export async function treeSize(root: string): Promise<{ bytes: number; files: number }> {
+/**
+ * Apparent size of a tree, not following symlinks: bytes of regular files, entries that
+ * are not directories (`files`), and directories below the root (`dirs`).
+ */
+export async function treeSize(root: string): Promise<{ bytes: number; files: number; dirs: number }> {
   let bytes = 0;
   let files = 0;
+  let dirs = 0;
   const stack = [root];
   while (stack.length > 0) {
     const dir = stack.pop()!;
@@ -52,6 +56,7 @@ export async function treeSize(root: string): Promise<{ bytes: number; files: nu
     for (const e of entries) {
       const p = join(dir, e.name);
       if (e.isDirectory()) {
+        dirs++;
         stack.push(p);
         continue;
       }
@@ -64,7 +69,7 @@ export async function treeSize(root: string): Promise<{ bytes: number; files: nu
       }
     }
   }
-  return { bytes, files };
+  return { bytes, files, dirs };
 }
 
 export function formatBytes(n: number): string {

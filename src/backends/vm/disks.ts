@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
-import { lstat, mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
+import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { PyroError } from "../../core/errors.js";
-import { exists } from "../../util/fs.js";
+import { exists, treeSize } from "../../util/fs.js";
 import { firstLine, run } from "../../util/run.js";
 import type { SandboxSpec } from "../backend.js";
 
@@ -41,9 +41,12 @@ export async function mkfsExt4(
   let sizeMib = options.sizeMib ?? 0;
   let inodes: number | null = null;
   if (options.dir && !options.sizeMib) {
-    const t = await countTree(options.dir);
-    inodes = Math.ceil(t.entries * 1.3) + 4096;
-    sizeMib = Math.ceil((t.bytes * 1.15 + t.entries * 6144) / 1024 ** 2) + 64;
+    // Every entry takes an inode: directories too (a tree of many empty directories
+    // would otherwise run out of them).
+    const t = await treeSize(options.dir);
+    const entries = t.files + t.dirs;
+    inodes = Math.ceil(entries * 1.3) + 4096;
+    sizeMib = Math.ceil((t.bytes * 1.15 + entries * 6144) / 1024 ** 2) + 64;
   }
   const tmp = tmpName(out);
   await rm(tmp, { force: true });
@@ -93,22 +96,6 @@ export async function mkfsExt4(
 /** A temp name beside `path`, unique across processes and concurrent calls in one. */
 export function tmpName(path: string): string {
   return `${path}.tmp-${process.pid}-${randomBytes(4).toString("hex")}`;
-}
-
-/** Every entry (files, directories, links: each takes an inode) and the bytes of regular files. */
-async function countTree(root: string): Promise<{ entries: number; bytes: number }> {
-  let entries = 0;
-  let bytes = 0;
-  const stack = [root];
-  for (let dir = stack.pop(); dir !== undefined; dir = stack.pop()) {
-    for (const e of await readdir(dir, { withFileTypes: true })) {
-      entries++;
-      const p = join(dir, e.name);
-      if (e.isDirectory()) stack.push(p);
-      else if (e.isFile()) bytes += (await lstat(p)).size;
-    }
-  }
-  return { entries, bytes };
 }
 
 /** A qcow2 overlay at `path` whose reads fall through to `backing` until written. */

@@ -78,9 +78,10 @@ describe("mkfsExt4", () => {
     expect(await lsImage(out, "/")).toEqual(["hello.txt", "link", "lost+found", "sub", "with space.txt"]);
     expect(await lsImage(out, "/sub/deeper")).toEqual(["data.bin"]);
     expect(await debugfs(out, "cat /hello.txt")).toBe("hello\n");
-    // Sized from the tree: its bytes plus per-file overhead, plus 64 MiB to spare.
+    // Sized from the tree: its bytes plus per-entry overhead (directories too), plus 64 MiB to spare.
     const t = await treeSize(tree);
-    const expectedMib = Math.ceil((t.bytes * 1.15 + t.files * 6144) / MiB) + 64;
+    expect(t.dirs).toBe(2);
+    const expectedMib = Math.ceil((t.bytes * 1.15 + (t.files + t.dirs) * 6144) / MiB) + 64;
     expect((await stat(out)).size).toBe(expectedMib * MiB);
     const sb = await superblock(out);
     expect(sb.label).toBe("pyro-test");
@@ -88,6 +89,17 @@ describe("mkfsExt4", () => {
     // Written atomically: no temp file left beside it.
     expect((await readdir(dir)).filter((f) => f.startsWith("tree1.ext4"))).toEqual(["tree1.ext4"]);
   });
+
+  it.skipIf(noE2fs)(
+    `counts directories as inodes: a tree of 6000 empty directories fits${skipped(noE2fs)}`,
+    async () => {
+      const tree = join(dir, "many-dirs");
+      for (let i = 0; i < 6000; i++) await mkdir(join(tree, `d${i}`), { recursive: true });
+      const out = join(dir, "many-dirs.ext4");
+      await mkfsExt4(out, { dir: tree, label: "pyro-test", readOnly: true });
+      expect((await lsImage(out, "/")).length).toBe(6001); // plus lost+found
+    },
+  );
 
   it.skipIf(noE2fs)(
     `builds a blank writable image of a given size, with a journal${skipped(noE2fs)}`,
