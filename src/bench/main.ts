@@ -7,7 +7,7 @@ import type { BackendName } from "../backends/backend.js";
 import { Pyro } from "../sdk/pyro.js";
 import { run } from "../util/run.js";
 import { qemuRows } from "./qemu.js";
-import { type BenchRow, medianMs, printTable, round, row } from "./stats.js";
+import { type BenchRow, median, medianMs, printTable, round, row } from "./stats.js";
 
 const pexec = promisify(execFile);
 
@@ -141,11 +141,10 @@ async function main(): Promise<void> {
       await pyro.resetWorkspace(big.workspace_id);
       resetOnly.push(performance.now() - t);
     }
-    resetOnly.sort((a, b) => a - b);
     rows.push(
       row(
         "reset 10k files / 100 MB",
-        resetOnly[Math.floor(resetOnly.length / 2)]!,
+        median(resetOnly),
         "cp -a of the tree",
         cpMs,
         { max: 0.2 },

@@ -5,7 +5,7 @@ import { prepareVmArtifacts } from "../backends/vm/artifacts.js";
 import { staticBusybox } from "../backends/vm/initramfs.js";
 import { Pyro } from "../sdk/pyro.js";
 import { run } from "../util/run.js";
-import { type BenchRow, medianMs, round, row } from "./stats.js";
+import { type BenchRow, median, medianMs, round, row } from "./stats.js";
 
 /**
  * qemu rows: cold boot and restore-from-template to agent ready, warm exec and agent
@@ -186,10 +186,4 @@ export async function qemuRows(
     await pyro.deleteWorkspace(ws.workspace_id);
   }
   return rows;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }

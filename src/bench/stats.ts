@@ -7,9 +7,14 @@ export async function medianMs(runs: number, fn: () => Promise<unknown>, warmup 
     await fn();
     times.push(performance.now() - t);
   }
-  times.sort((a, b) => a - b);
-  const mid = Math.floor(times.length / 2);
-  return times.length % 2 ? times[mid]! : (times[mid - 1]! + times[mid]!) / 2;
+  return median(times);
+}
+
+/** Median of a list of numbers (the mean of the middle two for an even count). */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 }
 
 export interface BenchRow {
