@@ -1,7 +1,9 @@
 import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { closeSync, openSync } from "node:fs";
-import { readFile } from "node:fs/promises";
+import { link, lstat, mkdir, open, readFile, unlink } from "node:fs/promises";
 import { connect as netConnect, type Socket } from "node:net";
+import { basename, dirname, join } from "node:path";
 import { PyroError } from "../core/errors.js";
 
 /** Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat), or null. */
@@ -53,6 +55,54 @@ export function connectUnix(path: string, timeoutMs: number): Promise<Socket> {
 }
 
 /**
+ * The directory beside a sandbox's socket directory where the host links the agent's
+ * socket before connecting: `<dir>/sock/agent.sock` → `<dir>/hostlink/`. It is never
+ * mounted into the sandbox.
+ */
+export function hostLinkDir(socketPath: string): string {
+  return join(dirname(dirname(socketPath)), "hostlink");
+}
+
+/**
+ * Connects to an agent socket that lives in a directory the sandbox can write, without
+ * ever following a path the sandbox controls. The sandbox could replace `agent.sock` by a
+ * symlink to any host socket (a Docker socket, another workspace's agent) and make the
+ * host connect there. So the socket is hard-linked into a host-only directory first
+ * (link(2) does not follow a symlink: a symlink is linked as a symlink, and a link
+ * cannot cross the sandbox's mount), checked to be a socket there, and connected through
+ * that link, which the sandbox cannot touch. What answers is still treated as hostile:
+ * the protocol client bounds every frame.
+ */
+export async function connectSandboxSocket(path: string, timeoutMs: number): Promise<Socket> {
+  const dir = hostLinkDir(path);
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  const linked = join(dir, `${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}`);
+  try {
+    await link(path, linked);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    // ENOENT: nothing there yet. Anything else (EXDEV, EPERM on a directory): not a socket.
+    if (code === "ENOENT") throw err;
+    throw tampered(path, `cannot link it (${code})`);
+  }
+  try {
+    const st = await lstat(linked);
+    if (!st.isSocket()) throw tampered(path, st.isSymbolicLink() ? "it is a symlink" : "it is not a socket");
+    return await connectUnix(linked, timeoutMs);
+  } finally {
+    await unlink(linked).catch(() => {});
+  }
+}
+
+function tampered(path: string, why: string): PyroError {
+  return new PyroError(
+    "backend_unavailable",
+    `refusing the sandbox's agent socket ${path}: ${why}`,
+    "something in the sandbox replaced the agent's socket; stop and start the workspace",
+  );
+}
+
+/**
  * Waits until the agent's socket accepts a connection, failing early (with the log tail)
  * if the sandbox process dies first.
  */
@@ -65,11 +115,12 @@ export async function waitForSocket(
   let delay = 5;
   for (;;) {
     try {
-      const s = await connectUnix(path, 1000);
+      const s = await connectSandboxSocket(path, 1000);
       s.destroy();
       return;
-    } catch {
-      // not yet
+    } catch (err) {
+      // Not yet; a tampered socket is final.
+      if (err instanceof PyroError && err.code === "backend_unavailable") throw err;
     }
     if (options.signal?.aborted) throw new PyroError("cancelled", `${options.what} start was cancelled`);
     if (!(await alive())) {
@@ -89,15 +140,39 @@ export async function waitForSocket(
   }
 }
 
+/** Bytes read from the end of a log for {@link logTail}: sandbox logs are sandbox-written. */
+const LOG_TAIL_BYTES = 4096;
+
+/** The last lines of a log file (at most its last 4 KiB), for error messages. */
 export async function logTail(file: string | undefined, lines = 5): Promise<string> {
   if (!file) return "(no log)";
   try {
-    const text = (await readFile(file, "utf8")).trim();
-    return text ? text.split("\n").slice(-lines).join(" | ") : "(empty log)";
+    const fh = await open(file, "r");
+    try {
+      const { size } = await fh.stat();
+      const start = Math.max(0, size - LOG_TAIL_BYTES);
+      const buf = Buffer.alloc(size - start);
+      await fh.read(buf, 0, buf.length, start);
+      const text = buf.toString("utf8").trim();
+      return text ? text.split("\n").slice(-lines).join(" | ") : "(empty log)";
+    } finally {
+      await fh.close();
+    }
   } catch {
     return "(no log)";
   }
 }
+
+/**
+ * The environment of every process pyro starts on the host's behalf (sandbox launchers,
+ * VMMs, the host-compat agent): nothing of the caller's environment, which holds API
+ * keys and tokens. A sandbox's pid 1 (bwrap's init) keeps the environment it was started
+ * with, readable inside from /proc/1/environ.
+ */
+export const LAUNCH_ENV: Readonly<NodeJS.ProcessEnv> = Object.freeze({
+  PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+  LANG: "C.UTF-8",
+});
 
 /**
  * Spawns a process that outlives its parent: own session, stdio to a log file, unref'd.
@@ -120,8 +195,9 @@ export function spawnDetached(
     const child = spawn(file, args, {
       detached: true,
       stdio: [options.stdinPipe ? "pipe" : "ignore", log, log, ...(options.extraFds ?? [])],
-      env: options.env ?? process.env,
-      ...(options.cwd ? { cwd: options.cwd } : {}),
+      env: options.env ?? { ...LAUNCH_ENV },
+      // Not the caller's directory: a shell in the launch step would export it as PWD.
+      cwd: options.cwd ?? "/",
     });
     if (child.pid === undefined) throw new PyroError("backend_unavailable", `cannot start ${file}`);
     child.unref();

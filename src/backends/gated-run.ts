@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { PyroError } from "../core/errors.js";
 import type { OneShotResult } from "./backend.js";
 import type { CgroupLimits } from "./bwrap/cgroups.js";
-import { killAndWait, procStartTime, spawnDetached } from "./common.js";
+import { killAndWait, LAUNCH_ENV, procStartTime, spawnDetached } from "./common.js";
 
 /**
  * Runs a launch argv (see bwrap/launch.ts: it waits for one stdin line) as a one-shot:
@@ -25,6 +25,8 @@ export function runGatedOneShot(
   const started = performance.now();
   return new Promise<OneShotResult>((resolve, reject) => {
     const child = spawn(argv[0]!, argv.slice(1), {
+      env: { ...LAUNCH_ENV },
+      cwd: "/",
       stdio: ["pipe", "pipe", "pipe", ...(options.extraFds ?? [])],
     });
     const out = new Capture(options.maxOutputBytes);

@@ -95,20 +95,21 @@ export async function exportFromWorkspace(
         { path },
         { onData: (c: Buffer) => writer.write(c), timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
       );
-      await writer.commit(r.artifact_type);
+      // Sizes are what the host wrote, never what the agent claimed.
+      const got = await writer.commit(r.artifact_type);
       ws.store.recordEvent(w.workspace_id, "export", {
         path,
         output_path: output,
         artifact_type: r.artifact_type,
-        bytes: r.bytes,
+        bytes: got.bytes,
       });
       return {
         workspace_id: w.workspace_id,
         path,
         output_path: output,
         artifact_type: r.artifact_type,
-        bytes: r.bytes,
-        entries: r.entries,
+        bytes: got.bytes,
+        entries: got.entries,
       };
     } catch (err) {
       await writer.abort();

@@ -2,15 +2,16 @@ import { createWriteStream, type WriteStream } from "node:fs";
 import { lstat, mkdir, mkdtemp, readdir, rename, rm, stat } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import type { Readable } from "node:stream";
-import { extractArchive, packTree, validateArchive } from "../agent/tarsafe.js";
+import { packTree } from "../agent/tarsafe.js";
 import { PyroError, toPyroError } from "./errors.js";
+import { type Extracted, extractUntrusted } from "./untrusted-tar.js";
 
 /**
  * Host-side halves of the tar streams: packing a host path for `sync push`, and
  * extracting an agent's export or snapshot. The agent is not trusted: its archive is
- * spooled to a file, validated in full (no absolute names, no `..`, no hard links, no
- * symlinks pointing out, nothing extracted through a symlink), extracted in a private
- * temp directory and moved into place only when complete.
+ * spooled to a file, then checked and extracted entry by entry by one parser into a
+ * private temp directory (untrusted-tar.ts has the rules), and moved into place only
+ * when complete.
  */
 
 /** A tar stream of a host directory's contents (or one file), without following symlinks. */
@@ -66,33 +67,31 @@ export class ExportWriter {
     this.spool?.write(chunk);
   }
 
-  /** Validates the whole archive, extracts it, and moves the result into place. */
-  async commit(artifactType: "file" | "directory"): Promise<void> {
+  /**
+   * Extracts the received archive under the rules of untrusted-tar.ts into a private
+   * directory and moves the result into place. The counts returned are what the host
+   * wrote, not what the agent claimed.
+   */
+  async commit(artifactType: "file" | "directory"): Promise<Extracted> {
     try {
       await this.closeSpool();
       if (this.spoolError) throw this.spoolError;
       const archive = join(this.tmp, "archive.tar");
       const tree = join(this.tmp, "tree");
-      await validateArchive(archive, {
-        allowAbsoluteSymlinks: this.mode === "snapshot",
-        destLabel: this.output,
-      }).catch((err: unknown) => {
+      const got = await extractUntrusted(archive, tree, this.mode, this.output).catch((err: unknown) => {
         throw toPyroError(err);
-      });
-      await extractArchive(archive, tree, {
-        sameOwner: this.mode === "snapshot",
-        preserveAbsoluteLinks: this.mode === "snapshot",
       });
       const out = resolve(this.output);
       if (artifactType === "file") {
-        const names = await readdir(tree);
-        if (names.length !== 1 || !names[0])
-          throw new PyroError("internal", "a file export did not contain exactly one file");
-        await rename(join(tree, names[0]), out);
+        const only = got.top[0];
+        if (got.top.length !== 1 || !only || only.type !== "file")
+          throw new PyroError("internal", "a file export did not contain exactly one regular file");
+        await rename(join(tree, only.name), out);
       } else {
         await rm(out, { recursive: true, force: true }); // only an empty directory can be here
         await rename(tree, out);
       }
+      return got;
     } finally {
       await this.abort();
     }

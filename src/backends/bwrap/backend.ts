@@ -5,7 +5,7 @@ import type { Duplex } from "node:stream";
 import { PyroError } from "../../core/errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { connectUnix, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
+import { connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
 import { prepareNodeRuntime } from "../runtime.js";
 import { CgroupLimits, detectCgroups } from "./cgroups.js";
@@ -166,6 +166,7 @@ export class BwrapBackend implements WorkspaceBackend {
       ],
       this.bwrapArgv(spec, l, runtime.dir, agentArgv),
       await this.launchTools(),
+      { cappedLog: true },
     );
     const fd = openSync(seccompFile, "r");
     let started: { pid: number; startTime: string };
@@ -198,7 +199,7 @@ export class BwrapBackend implements WorkspaceBackend {
   }
 
   connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
-    return connectUnix(String(state.socket), options.timeoutMs ?? 5000);
+    return connectSandboxSocket(String(state.socket), options.timeoutMs ?? 5000);
   }
 
   isRunning(state: SandboxState): Promise<boolean> {

@@ -38,16 +38,28 @@ export async function detectLaunchTools(): Promise<LaunchTools> {
 }
 
 /**
+ * Bytes of a sandbox's own stdout and stderr kept in its host log file. Whatever runs in
+ * the sandbox can write to the descriptors it inherited (through /proc/1/fd/1 if nothing
+ * else), so the log is fed through a pipe by a reader outside the sandbox that keeps the
+ * first LOG_CAP_BYTES (start-up errors land there) and discards the rest: a sandbox
+ * cannot grow a host file.
+ */
+export const LOG_CAP_BYTES = 64 * 1024;
+
+/**
  * argv that runs `command` in a private mount namespace after mounting `overlays`:
  * `unshare --mount --propagation private -- bash -c SCRIPT ...`. The script waits for
  * one line on stdin (the parent places it in its cgroup first), closes every inherited
- * descriptor but stdio and fd 3 (the seccomp program), mounts, then becomes `command`.
+ * descriptor but stdio and fd 3 (the seccomp program), mounts, then becomes `command`, or
+ * with `cappedLog` (detached sandboxes) runs it with its stdout and stderr in a pipe to a
+ * capped log reader (see {@link LOG_CAP_BYTES}).
  * Values arrive as positional arguments, never spliced into the script text.
  */
 export function launchArgv(
   overlays: readonly Overlay[],
   command: readonly string[],
   tools: LaunchTools = BASH_TOOLS,
+  options: { cappedLog?: boolean } = {},
 ): string[] {
   const script = [
     "set -eu",
@@ -57,7 +69,10 @@ export function launchArgv(
       () =>
         `${tools.mount} -t overlay pyro -o "lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}" "$4"; shift 4`,
     ),
-    'exec "$@"',
+    // The reader is outside the sandbox (this shell's mount namespace, not bwrap's or
+    // runsc's) and holds no descriptor but the pipe and the log. One-shots keep their
+    // stdio: the caller reads it through pipes with its own cap.
+    options.cappedLog ? `"$@" 2>&1 | { head -c ${LOG_CAP_BYTES}; cat >/dev/null; } 3<&-` : 'exec "$@"',
   ].join("\n");
   return [
     "unshare",
@@ -75,6 +90,16 @@ export function launchArgv(
 }
 
 export const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/**
+ * Host files under /proc that are not per-namespace and that uid 0 could write even
+ * with every capability dropped (their permission check is the file mode): sysctls
+ * (core_pattern alone is host root), the SysRq trigger, PSI triggers. bwrap 0.8 covers
+ * /proc/irq and /proc/bus itself but skips /proc/sys (its write probe on the directory
+ * fails). Bound read-only over the sandbox's /proc; the net sysctls below /proc/sys
+ * still show the reader's own network namespace.
+ */
+export const PROC_READ_ONLY = ["/proc/sys", "/proc/sysrq-trigger", "/proc/pressure"] as const;
 
 /**
  * The isolation flags every bwrap sandbox of pyro gets: its own pid, ipc, uts, net and
@@ -98,6 +123,8 @@ export function isolationArgs(hostname: string, env: Record<string, string> = {}
     hostname,
     "--proc",
     "/proc",
+    // /proc/sys exists on every kernel: a missing one is a failed start, not a skipped bind.
+    ...PROC_READ_ONLY.flatMap((p) => [p === "/proc/sys" ? "--ro-bind" : "--ro-bind-try", p, p]),
     "--dev",
     "/dev",
     "--clearenv",

@@ -29,10 +29,14 @@ import { writeFile } from "node:fs/promises";
  *   that BPF cannot read, and ENOSYS makes glibc (>= 2.34) fall back to `clone`,
  *   whose flags are in a register we can check.
  * - `io_uring_*` return ENOSYS so libuv and liburing users fall back to plain I/O.
+ * - `socket(AF_VSOCK, ...)` gets EAFNOSUPPORT: vsock is not network-namespaced, so a
+ *   sandbox could otherwise reach the hypervisor of the host (a host that is itself a
+ *   VM, as these machines are) or other guests on it. `AF_VSOCK` needs no device node.
  */
 
 /** x86_64 syscall numbers used by the filter (arch/x86/entry/syscalls/syscall_64.tbl). */
 export const X86_64_SYSCALLS = {
+  socket: 41,
   clone: 56,
   ptrace: 101,
   syslog: 103,
@@ -164,6 +168,9 @@ export const ENOSYS_SYSCALLS: readonly SyscallName[] = [
 export const CLONE_NEW_NAMESPACE_MASK =
   0x0002_0000 | 0x0200_0000 | 0x0400_0000 | 0x0800_0000 | 0x1000_0000 | 0x2000_0000 | 0x4000_0000;
 
+/** `AF_VSOCK` (linux/socket.h): socket families the filter refuses. */
+export const AF_VSOCK = 40;
+
 /** personality() bits that are harmless: PER_LINUX32, UNAME26, ADDR_NO_RANDOMIZE. */
 export const PERSONALITY_ALLOWED_BITS = 0x0008 | 0x0002_0000 | 0x0004_0000;
 
@@ -177,6 +184,7 @@ export const SECCOMP_RET_ERRNO = 0x0005_0000;
 export const SECCOMP_RET_ALLOW = 0x7fff_0000;
 const EPERM = 1;
 const ENOSYS = 38;
+const EAFNOSUPPORT = 97;
 
 /** Classic BPF opcodes (linux/filter.h) this generator emits. */
 export const BPF = {
@@ -197,7 +205,16 @@ export const SOCK_FILTER_SIZE = 8;
 /** Kernel limit on a filter's length (BPF_MAXINSNS). */
 export const BPF_MAXINSNS = 4096;
 
-type Label = "allow" | "eperm" | "enosys" | "kill" | "clone" | "personality" | "next";
+type Label =
+  | "allow"
+  | "eperm"
+  | "enosys"
+  | "eafnosupport"
+  | "kill"
+  | "clone"
+  | "personality"
+  | "socket"
+  | "next";
 interface Insn {
   code: number;
   k: number;
@@ -233,6 +250,7 @@ export function buildSeccompProgram(): Buffer {
     jset(X32_SYSCALL_BIT, "eperm"),
     jeq(X86_64_SYSCALLS.clone, "clone"),
     jeq(X86_64_SYSCALLS.personality, "personality"),
+    jeq(X86_64_SYSCALLS.socket, "socket"),
     ...ENOSYS_SYSCALLS.map((name) => jeq(X86_64_SYSCALLS[name], "enosys")),
     ...DENIED_SYSCALLS.map((name) => jeq(X86_64_SYSCALLS[name], "eperm")),
     ret(SECCOMP_RET_ALLOW),
@@ -243,9 +261,13 @@ export function buildSeccompProgram(): Buffer {
     { ...ld(OFF_ARG0_LO), label: "personality" },
     jeq(0xffff_ffff, "allow"),
     jset(~PERSONALITY_ALLOWED_BITS, "eperm", "allow"),
+    // socket(domain, ...): domain is an int, so the low word is the whole argument.
+    { ...ld(OFF_ARG0_LO), label: "socket" },
+    jeq(AF_VSOCK, "eafnosupport", "allow"),
     ret(SECCOMP_RET_ALLOW, "allow"),
     ret(SECCOMP_RET_ERRNO | EPERM, "eperm"),
     ret(SECCOMP_RET_ERRNO | ENOSYS, "enosys"),
+    ret(SECCOMP_RET_ERRNO | EAFNOSUPPORT, "eafnosupport"),
     ret(SECCOMP_RET_KILL_PROCESS, "kill"),
   ];
   return assemble(insns);

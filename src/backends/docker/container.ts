@@ -6,6 +6,7 @@
 import { PyroError } from "../../core/errors.js";
 import type { SandboxSpec } from "../backend.js";
 import { OVERLAY_OPTIONS } from "../bwrap/launch.js";
+import { seccompSecurityOpt } from "./seccomp.js";
 
 /** Mount points inside the container (the same as the bwrap backend's). */
 export const IN_CONTAINER = {
@@ -76,8 +77,8 @@ export interface VolumeBody {
 
 /**
  * Isolation and limits every pyro container gets: no network but loopback, an init as
- * pid 1 that reaps orphans, every capability dropped, no_new_privs, the engine's default
- * seccomp profile, memory without swap, CPU bandwidth, a pids limit, and no log capture
+ * pid 1 that reaps orphans, every capability dropped, no_new_privs, pyro's seccomp
+ * profile (docker/seccomp.ts: the bwrap policy, which also refuses AF_VSOCK), memory without swap, CPU bandwidth, a pids limit, and no log capture
  * (output reaches pyro through attach/exec streams only).
  */
 export function hostConfig(limits: SandboxSpec["limits"], mounts: MountBody[]): HostConfigBody {
@@ -90,7 +91,7 @@ export function hostConfig(limits: SandboxSpec["limits"], mounts: MountBody[]): 
     NanoCpus: Math.round(limits.vcpus * 1e9),
     PidsLimit: limits.pids_max,
     CapDrop: ["ALL"],
-    SecurityOpt: ["no-new-privileges"],
+    SecurityOpt: ["no-new-privileges", seccompSecurityOpt()],
     Privileged: false,
     ReadonlyRootfs: false,
     IpcMode: "private",
@@ -268,5 +269,7 @@ export function unappliedSettings(asked: HostConfigBody, got: InspectedHostConfi
   if ((got.CapAdd ?? []).length > 0) problems.push(`capabilities were added: ${got.CapAdd!.join(", ")}`);
   if (!(got.SecurityOpt ?? []).some((o) => /^no-new-privileges(:true|=true)?$/.test(o)))
     problems.push("no-new-privileges is not set");
+  if (!(got.SecurityOpt ?? []).some((o) => o.startsWith("seccomp=") && o !== "seccomp=unconfined"))
+    problems.push("pyro's seccomp profile is not set");
   return problems;
 }

@@ -8,7 +8,7 @@ import { which } from "../../util/run.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { CgroupLimits, detectCgroups } from "../bwrap/cgroups.js";
 import { detectLaunchTools, type LaunchTools, launchArgv } from "../bwrap/launch.js";
-import { connectUnix, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
+import { connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
 import { probeKvm } from "../kvm.js";
 import { prepareNodeRuntime } from "../runtime.js";
@@ -208,6 +208,7 @@ export class GvisorBackend implements WorkspaceBackend {
       ],
       runArgv(g, platform, l.bundle, id),
       await this.launchTools(),
+      { cappedLog: true },
     );
     const { pid, startTime } = await spawnGatedDetached(argv, { logFile, cgroups });
     const state: SandboxState = {
@@ -236,11 +237,12 @@ export class GvisorBackend implements WorkspaceBackend {
   }
 
   connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
-    return connectUnix(String(state.socket), options.timeoutMs ?? 5000);
+    return connectSandboxSocket(String(state.socket), options.timeoutMs ?? 5000);
   }
 
   /**
-   * The launch process became `runsc run`, which lives as long as the container. A sandbox
+   * The launch process runs `runsc run` (and the capped log reader), and lives as long as
+   * the container. A sandbox
    * killed by the host's OOM killer dies piecemeal (a platform stub first, the sentry
    * later), so a live `runsc run` whose agent socket refuses connections counts as dead:
    * the core then stops what is left and starts it again on the kept files.
@@ -248,7 +250,7 @@ export class GvisorBackend implements WorkspaceBackend {
   async isRunning(state: SandboxState): Promise<boolean> {
     if (!(await sameProcessAlive(state.pid, state.start_time))) return false;
     try {
-      (await connectUnix(String(state.socket), 1000)).destroy();
+      (await connectSandboxSocket(String(state.socket), 1000)).destroy();
       return true;
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;

@@ -3,8 +3,9 @@ import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import {
-  connectUnix,
+  connectSandboxSocket,
   killAndWait,
+  LAUNCH_ENV,
   procStartTime,
   sameProcessAlive,
   spawnDetached,
@@ -57,7 +58,8 @@ export class HostBackend implements WorkspaceBackend {
         "--tmp",
         join(spec.dir, "tmp"),
       ],
-      { logFile, cwd: root },
+      // No isolation here, but still nothing of the caller's environment (its keys and tokens).
+      { logFile, cwd: root, env: { ...LAUNCH_ENV, HOME: root } },
     );
     const startTime = (await procStartTime(pid)) ?? "";
     await waitForSocket(socket, () => sameProcessAlive(pid, startTime), {
@@ -70,7 +72,7 @@ export class HostBackend implements WorkspaceBackend {
   }
 
   connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
-    return connectUnix(String(state.socket), options.timeoutMs ?? 5000);
+    return connectSandboxSocket(String(state.socket), options.timeoutMs ?? 5000);
   }
 
   isRunning(state: SandboxState): Promise<boolean> {

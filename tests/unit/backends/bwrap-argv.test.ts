@@ -70,4 +70,17 @@ describe("bwrap launch argv", () => {
     );
     expect(args).not.toContain("--share-net");
   });
+
+  it("binds the host-global parts of /proc read-only over the sandbox's own /proc, /proc/sys strictly", () => {
+    const args = isolationArgs("pyro-abc").join(" ");
+    expect(args).toContain("--proc /proc --ro-bind /proc/sys /proc/sys");
+    expect(args).toContain("--ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger");
+    expect(args).toContain("--ro-bind-try /proc/pressure /proc/pressure");
+  });
+
+  it("feeds a detached sandbox's stdout and stderr to a capped log reader outside it; one-shots keep their stdio", () => {
+    const detached = launchArgv([], ["x"], BUSYBOX_TOOLS, { cappedLog: true });
+    expect(detached[8]).toMatch(/"\$@" 2>&1 \| \{ head -c 65536; cat >\/dev\/null; \} 3<&-$/);
+    expect(launchArgv([], ["x"], BUSYBOX_TOOLS)[8]).toMatch(/exec "\$@"$/);
+  });
 });

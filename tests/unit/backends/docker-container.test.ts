@@ -13,6 +13,7 @@ import {
   workspaceContainerBody,
   workspaceUser,
 } from "../../../src/backends/docker/container.js";
+import { dockerSeccompProfile, seccompSecurityOpt } from "../../../src/backends/docker/seccomp.js";
 import { imageRef } from "../../../src/backends/docker/image.js";
 
 const SPEC: SandboxSpec = {
@@ -61,7 +62,7 @@ describe("docker container bodies", () => {
         NanoCpus: 2_000_000_000,
         PidsLimit: 256,
         CapDrop: ["ALL"],
-        SecurityOpt: ["no-new-privileges"],
+        SecurityOpt: ["no-new-privileges", seccompSecurityOpt()],
         Privileged: false,
         ReadonlyRootfs: false,
         IpcMode: "private",
@@ -118,7 +119,7 @@ describe("docker container bodies", () => {
       NanoCpus: 500_000_000,
       PidsLimit: 1024,
       CapDrop: ["ALL"],
-      SecurityOpt: ["no-new-privileges"],
+      SecurityOpt: ["no-new-privileges", seccompSecurityOpt()],
       Mounts: [],
     });
   });
@@ -169,7 +170,7 @@ describe("docker limits check (fail closed)", () => {
     PidsLimit: asked.PidsLimit,
     CapDrop: ["ALL"],
     CapAdd: null,
-    SecurityOpt: ["no-new-privileges"],
+    SecurityOpt: ["no-new-privileges", seccompSecurityOpt()],
     Privileged: false,
   };
 
@@ -201,7 +202,37 @@ describe("docker limits check (fail closed)", () => {
       "capabilities were not dropped",
       "capabilities were added: SYS_ADMIN",
       "no-new-privileges is not set",
+      "pyro's seccomp profile is not set",
     ]);
+  });
+
+  it("refuses a container whose engine runs it unconfined", () => {
+    expect(
+      unappliedSettings(asked, { ...applied, SecurityOpt: ["no-new-privileges", "seccomp=unconfined"] }),
+    ).toEqual(["pyro's seccomp profile is not set"]);
+  });
+
+  it("encodes the bwrap policy for the engine: the denied calls, namespace clones and AF_VSOCK", () => {
+    const profile = dockerSeccompProfile();
+    expect(profile.defaultAction).toBe("SCMP_ACT_ALLOW");
+    expect(profile.architectures).toEqual(["SCMP_ARCH_X86_64"]);
+    const eperm = profile.syscalls.find((r) => r.errnoRet === 1 && !r.args);
+    expect(eperm?.names).toEqual(
+      expect.arrayContaining(["mount", "unshare", "setns", "keyctl", "bpf", "init_module"]),
+    );
+    expect(profile.syscalls.find((r) => r.errnoRet === 38)?.names).toEqual(
+      expect.arrayContaining(["clone3", "io_uring_setup"]),
+    );
+    const clone = profile.syscalls.filter((r) => r.names[0] === "clone");
+    expect(clone.map((r) => r.args?.[0]?.value)).toEqual([
+      0x0002_0000, 0x0200_0000, 0x0400_0000, 0x0800_0000, 0x1000_0000, 0x2000_0000, 0x4000_0000,
+    ]);
+    expect(profile.syscalls.find((r) => r.names[0] === "socket")).toEqual({
+      names: ["socket"],
+      action: "SCMP_ACT_ERRNO",
+      errnoRet: 97,
+      args: [{ index: 0, value: 40, op: "SCMP_CMP_EQ" }],
+    });
   });
 });
 

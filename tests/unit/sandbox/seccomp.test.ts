@@ -156,6 +156,16 @@ describe("seccomp program structure", () => {
     }
   });
 
+  it("refuses AF_VSOCK sockets (vsock is not network-namespaced) and allows other families", () => {
+    const EAFNOSUPPORT = SECCOMP_RET_ERRNO | 97;
+    expect(evaluate(prog, { nr: nr.socket, arg0: 40n })).toBe(EAFNOSUPPORT);
+    // High bits of an int argument are ignored by the kernel, so they must not hide the family.
+    expect(evaluate(prog, { nr: nr.socket, arg0: 0xffff_ffff_0000_0028n })).toBe(EAFNOSUPPORT);
+    for (const family of [1n, 2n, 10n, 16n, 17n]) {
+      expect(evaluate(prog, { nr: nr.socket, arg0: family }), String(family)).toBe(SECCOMP_RET_ALLOW);
+    }
+  });
+
   const header = "/usr/include/x86_64-linux-gnu/asm/unistd_64.h";
   it.skipIf(!existsSync(header))(
     "uses the same syscall numbers as the installed kernel headers (skipped: no asm/unistd_64.h)",
