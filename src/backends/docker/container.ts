@@ -25,6 +25,21 @@ export const LABELS = {
 export const CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const MiB = 1024 * 1024;
 
+/**
+ * Host-global /proc files a container sees read-only: the engine's own default list
+ * (setting the list replaces it) plus /proc/pressure, whose PSI triggers uid 0 could
+ * otherwise create on the host kernel.
+ */
+export const READONLY_PATHS = [
+  "/proc/asound",
+  "/proc/bus",
+  "/proc/fs",
+  "/proc/irq",
+  "/proc/sys",
+  "/proc/sysrq-trigger",
+  "/proc/pressure",
+];
+
 /** The subset of the Engine API's HostConfig pyro sets (field names as the API spells them). */
 export interface HostConfigBody {
   NetworkMode: "none";
@@ -35,6 +50,7 @@ export interface HostConfigBody {
   PidsLimit: number;
   CapDrop: string[];
   SecurityOpt: string[];
+  ReadonlyPaths: string[];
   Privileged: false;
   ReadonlyRootfs: false;
   IpcMode: "private";
@@ -92,6 +108,7 @@ export function hostConfig(limits: SandboxSpec["limits"], mounts: MountBody[]): 
     PidsLimit: limits.pids_max,
     CapDrop: ["ALL"],
     SecurityOpt: ["no-new-privileges", seccompSecurityOpt()],
+    ReadonlyPaths: [...READONLY_PATHS],
     Privileged: false,
     ReadonlyRootfs: false,
     IpcMode: "private",
@@ -245,6 +262,7 @@ export interface InspectedHostConfig {
   CapDrop?: string[] | null;
   CapAdd?: string[] | null;
   SecurityOpt?: string[] | null;
+  ReadonlyPaths?: string[] | null;
   Privileged?: boolean;
 }
 
@@ -271,5 +289,8 @@ export function unappliedSettings(asked: HostConfigBody, got: InspectedHostConfi
     problems.push("no-new-privileges is not set");
   if (!(got.SecurityOpt ?? []).some((o) => o.startsWith("seccomp=") && o !== "seccomp=unconfined"))
     problems.push("pyro's seccomp profile is not set");
+  const ro = new Set(got.ReadonlyPaths ?? []);
+  const notRo = asked.ReadonlyPaths.filter((p) => !ro.has(p));
+  if (notRo.length > 0) problems.push(`not read-only: ${notRo.join(", ")}`);
   return problems;
 }

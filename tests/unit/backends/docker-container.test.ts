@@ -6,6 +6,7 @@ import type { SandboxSpec } from "../../../src/backends/backend.js";
 import { idleCommand } from "../../../src/backends/docker/backend.js";
 import { clientOptions, resolveEndpoint } from "../../../src/backends/docker/client.js";
 import {
+  READONLY_PATHS,
   type InspectedHostConfig,
   oneShotContainerBody,
   overlayVolumeBody,
@@ -63,6 +64,7 @@ describe("docker container bodies", () => {
         PidsLimit: 256,
         CapDrop: ["ALL"],
         SecurityOpt: ["no-new-privileges", seccompSecurityOpt()],
+        ReadonlyPaths: READONLY_PATHS,
         Privileged: false,
         ReadonlyRootfs: false,
         IpcMode: "private",
@@ -171,6 +173,7 @@ describe("docker limits check (fail closed)", () => {
     CapDrop: ["ALL"],
     CapAdd: null,
     SecurityOpt: ["no-new-privileges", seccompSecurityOpt()],
+    ReadonlyPaths: READONLY_PATHS,
     Privileged: false,
   };
 
@@ -189,6 +192,7 @@ describe("docker limits check (fail closed)", () => {
       CapDrop: null,
       CapAdd: ["SYS_ADMIN"],
       SecurityOpt: null,
+      ReadonlyPaths: ["/proc/sys"],
       NetworkMode: "bridge",
       Init: null,
     });
@@ -203,6 +207,7 @@ describe("docker limits check (fail closed)", () => {
       "capabilities were added: SYS_ADMIN",
       "no-new-privileges is not set",
       "pyro's seccomp profile is not set",
+      "not read-only: /proc/asound, /proc/bus, /proc/fs, /proc/irq, /proc/sysrq-trigger, /proc/pressure",
     ]);
   });
 

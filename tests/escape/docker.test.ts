@@ -1,0 +1,4 @@
+import { escapeSuite } from "./suite.js";
+
+// Attempts and reasoning: tests/escape/suite.ts, probe.py; counts in docs/backends.md.
+escapeSuite("docker");

@@ -1,0 +1,423 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import {
+  lstat,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  readlink,
+  rm,
+  stat,
+  symlink,
+  writeFile,
+} from "node:fs/promises";
+import { createServer, type Server } from "node:net";
+import { networkInterfaces, tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { BackendName } from "../../src/backends/backend.js";
+import { Pyro } from "../../src/sdk/pyro.js";
+import { REPO_ROOT } from "../helpers/cli.js";
+import { ENV_CACHE } from "../helpers/sandbox.js";
+import { parityTargets } from "../parity/backends.js";
+
+/**
+ * The escape suite: attacks from inside a workspace and through pyro's own tools, one
+ * definition for every backend (one test file per backend, so they run in parallel). Each
+ * test is one attempt and fails if the attempt got through. In-sandbox attempts run in
+ * one python3 process (probe.py) and are judged from its report and from host state;
+ * host-side attempts go through the SDK the way a model's tool calls would.
+ *
+ * Where an attempt is contained by the backend's own kernel rather than refused (gVisor's
+ * user namespaces, raw sockets, mknod; anything inside a VM's guest kernel), it is
+ * skipped with that reason: docs/backends.md gives the reasoning per backend.
+ */
+
+type Where = "sandbox" | "gvisor-contained" | "guest-contained";
+
+/** In-sandbox attempts (probe.py's names) and where each one is a boundary question. */
+const PROBES: Record<string, Where> = {
+  "sysctl kernel.core_pattern written": "guest-contained",
+  "sysctl vm.swappiness written": "guest-contained",
+  "any /proc/sys file opens for writing": "gvisor-contained",
+  "/proc/sysrq-trigger opens for writing": "guest-contained",
+  "a host-global /proc file opens for writing": "guest-contained",
+  "a /sys file opens for writing": "gvisor-contained",
+  "cgroup limits writable": "guest-contained",
+  "kernel module loaded (finit_module reachable)": "guest-contained",
+  "kexec_load reachable": "guest-contained",
+  "host kernel keyring reachable (add_key)": "gvisor-contained",
+  "host kernel keyring readable (keyctl)": "gvisor-contained",
+  "kernel log readable (syslog)": "gvisor-contained",
+  "/dev/kmsg opens for writing": "guest-contained",
+  "host clock set (clock_settime)": "guest-contained",
+  "bpf reachable": "guest-contained",
+  "perf_event_open reachable": "gvisor-contained",
+  "userfaultfd reachable": "gvisor-contained",
+  "io_uring reachable": "gvisor-contained",
+  "open_by_handle_at reachable (shocker)": "gvisor-contained",
+  "mount a tmpfs": "guest-contained",
+  "remount /proc/sys read-write": "guest-contained",
+  "new user namespace": "gvisor-contained",
+  "new mount namespace": "gvisor-contained",
+  "join the host's namespaces (setns)": "guest-contained",
+  chroot: "gvisor-contained",
+  "mknod a memory device": "gvisor-contained",
+  "host devices present": "guest-contained",
+  "AF_VSOCK socket created": "guest-contained",
+  "raw packet socket created": "gvisor-contained",
+  "a network interface besides lo": "sandbox",
+  "host process visible": "sandbox",
+  "host process signalled": "sandbox",
+  "host environment readable": "sandbox",
+  "host file readable": "sandbox",
+  "host file written": "sandbox",
+  "host's pyro state visible": "sandbox",
+  "another workspace's files visible": "sandbox",
+  "another workspace's agent socket reachable": "sandbox",
+  "another workspace's secret readable": "sandbox",
+  "host service on loopback reachable": "sandbox",
+  "host service on the host's own addresses reachable": "sandbox",
+  "host log grown through inherited descriptors": "sandbox",
+};
+
+const GVISOR_WHY = "contained by gVisor's own kernel, which reaches no host state (docs/backends.md)";
+const GUEST_WHY = "contained by the VM's own guest kernel (docs/backends.md)";
+
+/** Why an in-sandbox attempt is not a boundary question on `backend`, or "". */
+function probeSkip(backend: BackendName, where: Where): string {
+  if (backend === "host") return "host-compat has no sandbox: commands run as the user on purpose";
+  if (where === "gvisor-contained" && backend === "gvisor") return GVISOR_WHY;
+  if (
+    (where === "gvisor-contained" || where === "guest-contained") &&
+    (backend === "qemu" || backend === "firecracker")
+  )
+    return GUEST_WHY;
+  return "";
+}
+
+type Report = Record<string, { escaped: boolean; detail: string }>;
+
+interface Ctx {
+  pyro: Pyro;
+  home: string;
+  a: string;
+  b: string;
+  aSocket: string | null;
+  scratch: string;
+  canary: string;
+  canaryContent: string;
+  writeTarget: string;
+  marker: ChildProcess;
+  markerText: string;
+  listener: Server;
+  connections: number;
+  port: number;
+  envValue: string;
+  otherSecret: string;
+  otherMarker: string;
+  sysctlsBefore: Record<string, string>;
+  report: Report;
+}
+
+const SYSCTLS = ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/swappiness", "/proc/sys/kernel/pid_max"];
+
+function hostIps(): string[] {
+  return Object.values(networkInterfaces())
+    .flat()
+    .filter((i) => i && i.family === "IPv4" && !i.internal)
+    .map((i) => i!.address);
+}
+
+async function sandboxState(home: string, id: string): Promise<Record<string, unknown> | null> {
+  const { default: Database } = await import("better-sqlite3");
+  const db = new Database(join(home, "state.db"), { readonly: true });
+  try {
+    const row = db.prepare("SELECT runtime FROM workspaces WHERE workspace_id = ?").get(id) as
+      | { runtime: string }
+      | undefined;
+    const sandbox = row ? (JSON.parse(row.runtime) as { sandbox?: unknown }).sandbox : null;
+    return sandbox && typeof sandbox === "object" ? (sandbox as Record<string, unknown>) : null;
+  } finally {
+    db.close();
+  }
+}
+
+async function expectRefused(
+  p: Promise<unknown>,
+  codes: string[] = ["path_outside_workspace"],
+): Promise<void> {
+  const got = await p.then(
+    () => "succeeded",
+    (e: { code?: string }) => e.code ?? String(e),
+  );
+  expect(codes, `expected a refusal, got ${got}`).toContain(got);
+}
+
+/** Defines the escape suite for one backend. */
+export function escapeSuite(backend: BackendName): void {
+  const target = parityTargets().find((t) => t.label === backend);
+  const skip = target?.skip ?? `no parity target for ${backend}`;
+  describe.skipIf(skip !== "")(`escape attempts on ${backend}${skip ? ` (skipped: ${skip})` : ""}`, () => {
+    const ctx = {} as Ctx;
+    const create = { backend, ...(backend === "host" ? { allowHostCompat: true } : {}) };
+    const sandboxed = backend !== "host";
+
+    beforeAll(async () => {
+      ctx.scratch = await mkdtemp(join(tmpdir(), `pyro-escape-${backend}-`));
+      const tag = randomBytes(6).toString("hex");
+      // Host state the attempts aim at.
+      ctx.canary = join(ctx.scratch, "host-canary", "secret.txt");
+      ctx.canaryContent = `host-canary-${tag}`;
+      await mkdir(join(ctx.scratch, "host-canary"));
+      await writeFile(ctx.canary, ctx.canaryContent);
+      ctx.writeTarget = join(ctx.scratch, `pwned-${tag}`);
+      ctx.markerText = `pyro-escape-marker-${tag}`;
+      ctx.marker = spawn("sleep", ["600"], { argv0: ctx.markerText, stdio: "ignore" });
+      ctx.connections = 0;
+      ctx.listener = createServer((s) => {
+        ctx.connections++;
+        s.destroy();
+      });
+      await new Promise<void>((r) => ctx.listener.listen(0, "0.0.0.0", () => r()));
+      ctx.port = (ctx.listener.address() as { port: number }).port;
+      ctx.envValue = `host-only-canary-${tag}`;
+      process.env.HOST_ONLY_CANARY = ctx.envValue;
+      ctx.sysctlsBefore = Object.fromEntries(SYSCTLS.map((p) => [p, readFileSync(p, "utf8")]));
+
+      const opened = await target!.open();
+      ctx.pyro = opened.pyro;
+      ctx.home = opened.home;
+      ctx.otherSecret = `other-secret-${tag}`;
+      ctx.otherMarker = `other-marker-${tag}`;
+      const b = await ctx.pyro.createWorkspace({
+        ...create,
+        name: "victim",
+        secrets: { TOKEN: ctx.otherSecret },
+      });
+      ctx.b = b.workspace_id;
+      await ctx.pyro.writeWorkspaceFile(ctx.b, ctx.otherMarker, "victim's file");
+      const a = await ctx.pyro.createWorkspace({ ...create, name: "attacker" });
+      ctx.a = a.workspace_id;
+      const stateB = await sandboxState(ctx.home, ctx.b);
+      const stateA = await sandboxState(ctx.home, ctx.a);
+      ctx.aSocket = typeof stateA?.socket === "string" ? stateA.socket : null;
+
+      if (!sandboxed) return;
+      const probe = readFileSync(join(REPO_ROOT, "tests", "escape", "probe.py"));
+      const args = {
+        // Reversed, so the probe's own command line does not contain it.
+        host_marker_reversed: [...ctx.markerText].reverse().join(""),
+        host_marker_pid: ctx.marker.pid,
+        host_env_values: [
+          ctx.envValue,
+          ctx.home,
+          ...(process.env.PYRO_ENV_CACHE ? [process.env.PYRO_ENV_CACHE] : []),
+        ],
+        host_canary: ctx.canary,
+        host_canary_content: ctx.canaryContent,
+        host_write_target: ctx.writeTarget,
+        host_paths: [join(ctx.home, "state.db"), ctx.home, ctx.scratch],
+        other_marker: ctx.otherMarker,
+        other_socket: typeof stateB?.socket === "string" ? stateB.socket : join(ctx.home, "nonexistent.sock"),
+        other_secret: ctx.otherSecret,
+        host_port: ctx.port,
+        host_ips: hostIps(),
+      };
+      await ctx.pyro.execWorkspace(ctx.a, `echo ${probe.toString("base64")} | base64 -d > /tmp/probe.py`);
+      const r = await ctx.pyro.execWorkspace(ctx.a, `python3 /tmp/probe.py '${JSON.stringify(args)}'`, {
+        timeoutSeconds: 240,
+      });
+      try {
+        ctx.report = JSON.parse(r.stdout) as Report;
+      } catch {
+        throw new Error(`probe.py did not report (exit ${r.exit_code}): ${r.stderr.slice(-2000)}`);
+      }
+    }, 600_000);
+
+    afterAll(async () => {
+      ctx.marker?.kill("SIGKILL");
+      ctx.listener?.close();
+      delete process.env.HOST_ONLY_CANARY;
+      if (ctx.pyro) {
+        for (const w of (await ctx.pyro.listWorkspaces()).workspaces)
+          await ctx.pyro.deleteWorkspace(w.workspace_id).catch(() => {});
+        await ctx.pyro.close();
+      }
+      if (ctx.home) await rm(ctx.home, { recursive: true, force: true });
+      if (ctx.scratch) await rm(ctx.scratch, { recursive: true, force: true });
+    });
+
+    // --- in-sandbox attempts -------------------------------------------------------------
+    for (const [name, where] of Object.entries(PROBES)) {
+      const why = probeSkip(backend, where);
+      it.skipIf(why !== "")(`${backend}: ${name}${why ? ` (skipped: ${why})` : ""}`, () => {
+        const r = ctx.report[name];
+        expect(r, `probe.py did not report '${name}'`).toBeDefined();
+        expect(r!.escaped, `${backend}: ${name}: ${r!.detail}`).toBe(false);
+      });
+    }
+
+    // --- host state after the in-sandbox attempts ---------------------------------------
+    it.skipIf(!sandboxed)(
+      `${backend}: host sysctls unchanged, marker process alive, no connection, nothing written`,
+      () => {
+        for (const p of SYSCTLS) expect(readFileSync(p, "utf8"), p).toBe(ctx.sysctlsBefore[p]);
+        expect(ctx.marker.exitCode).toBeNull();
+        expect(ctx.marker.signalCode).toBeNull();
+        expect(ctx.connections).toBe(0);
+        expect(existsSync(ctx.writeTarget)).toBe(false);
+        expect(readFileSync(ctx.canary, "utf8")).toBe(ctx.canaryContent);
+      },
+    );
+
+    it.skipIf(backend !== "bwrap" && backend !== "gvisor")(
+      `${backend}: the sandbox cannot grow its host log past the cap`,
+      async () => {
+        const logs = join(ctx.home, "workspaces", ctx.a, "sandbox", "logs");
+        for (const f of await readdir(logs))
+          expect((await stat(join(logs, f))).size, f).toBeLessThanOrEqual(64 * 1024);
+      },
+    );
+
+    it.skipIf(backend !== "bwrap")(`${backend}: cgroup limits unchanged on the host`, async () => {
+      const limit = await readFile(`/sys/fs/cgroup/memory/pyro/${ctx.a}/memory.limit_in_bytes`, "utf8").catch(
+        () => "",
+      );
+      if (limit === "") return expect(existsSync("/sys/fs/cgroup/memory/pyro")).toBe(false);
+      expect(Number(limit)).toBe(1024 * 1024 * 1024);
+    });
+
+    // --- through pyro's file tools --------------------------------------------------------
+    it(`${backend}: file tools refuse '..' out of /workspace, for reads and writes`, async () => {
+      await expectRefused(ctx.pyro.readWorkspaceFile(ctx.a, "../../../../../../etc/hostname"));
+      await expectRefused(ctx.pyro.writeWorkspaceFile(ctx.a, `../../../../../..${ctx.writeTarget}`, "x"));
+      expect(existsSync(ctx.writeTarget)).toBe(false);
+    });
+
+    it(`${backend}: file tools refuse absolute host paths`, async () => {
+      await expectRefused(ctx.pyro.readWorkspaceFile(ctx.a, ctx.canary));
+      await expectRefused(ctx.pyro.writeWorkspaceFile(ctx.a, ctx.writeTarget, "x"));
+      expect(existsSync(ctx.writeTarget)).toBe(false);
+    });
+
+    it(`${backend}: file tools do not follow a symlink out of /workspace`, async () => {
+      await ctx.pyro.execWorkspace(ctx.a, `ln -sfn ${ctx.canary} to-canary`);
+      const got = await ctx.pyro.readWorkspaceFile(ctx.a, "to-canary").then(
+        (r) => (r as { content: string }).content,
+        (e: { code?: string }) => e.code,
+      );
+      expect(got).not.toContain(ctx.canaryContent);
+    });
+
+    it(`${backend}: file tools do not write through a symlinked parent`, async () => {
+      await ctx.pyro.execWorkspace(ctx.a, `ln -sfn ${ctx.scratch} to-scratch`);
+      await ctx.pyro
+        .writeWorkspaceFile(ctx.a, `to-scratch/pwned-${randomBytes(3).toString("hex")}`, "x")
+        .catch(() => {});
+      expect((await readdir(ctx.scratch)).filter((n) => n.startsWith("pwned"))).toEqual([]);
+    });
+
+    it(`${backend}: a pushed host symlink stays a symlink and is not followed into the host`, async () => {
+      const src = join(ctx.scratch, "push-src");
+      await mkdir(src, { recursive: true });
+      await symlink(join(ctx.scratch, "host-canary"), join(src, "evil"));
+      await writeFile(join(src, "plain.txt"), "plain");
+      // Refusing the push (a symlink leading out) is as good as keeping it a symlink.
+      const pushed = await ctx.pyro.syncPushWorkspace(ctx.a, src, { dest: "/workspace/pushed" }).then(
+        () => true,
+        (e: { code?: string }) => expect(e.code).toBe("path_outside_workspace"),
+      );
+      const r = await ctx.pyro.execWorkspace(ctx.a, "cat pushed/evil/secret.txt 2>&1; true");
+      if (sandboxed && pushed === true) expect(r.stdout).not.toContain(ctx.canaryContent);
+      // Host-compat reads host files by design; what matters is that nothing was written there.
+      expect(await readdir(join(ctx.scratch, "host-canary"))).toEqual(["secret.txt"]);
+    });
+
+    // --- what exports write on the host ---------------------------------------------------
+    it(`${backend}: an exported setuid-root file lands without setuid, owned by the invoking user`, async () => {
+      await ctx.pyro.execWorkspace(ctx.a, "cp /bin/true suid && chmod 4755 suid");
+      const out = join(ctx.scratch, "suid-out");
+      await ctx.pyro.exportWorkspace(ctx.a, "suid", out);
+      const st = await stat(out);
+      expect(st.mode & 0o7000).toBe(0);
+      expect(st.uid).toBe(process.getuid?.() ?? 0);
+    });
+
+    it(`${backend}: an export never creates setuid files, FIFOs, devices or hard links on the host`, async () => {
+      await ctx.pyro.execWorkspace(
+        ctx.a,
+        "mkdir -p tree && cd tree && printf a > a && ln a b 2>/dev/null; " +
+          "cp /bin/true s && chmod 6755 s; mkfifo f 2>/dev/null; true",
+      );
+      const out = join(ctx.scratch, "tree-out");
+      await ctx.pyro.exportWorkspace(ctx.a, "tree", out).catch(() => {});
+      if (!existsSync(out)) return; // refused whole: nothing written, which is fine
+      for (const n of await readdir(out)) {
+        const st = await lstat(join(out, n));
+        expect(st.isFile() || st.isDirectory() || st.isSymbolicLink(), n).toBe(true);
+        expect(st.mode & 0o7000, n).toBe(0);
+        if (st.isFile()) expect(st.nlink, n).toBe(1);
+      }
+    });
+
+    it(`${backend}: an export holding a symlink out of the tree is refused and writes nothing`, async () => {
+      await ctx.pyro.execWorkspace(ctx.a, "mkdir -p lnk && ln -sfn /etc/shadow lnk/shadow");
+      const out = join(ctx.scratch, "lnk-out");
+      await expectRefused(ctx.pyro.exportWorkspace(ctx.a, "lnk", out));
+      expect(existsSync(out)).toBe(false);
+      expect((await readdir(ctx.scratch)).filter((n) => n.startsWith(".pyro-export-"))).toEqual([]);
+    });
+
+    it(`${backend}: an export does not write through a symlink at the output path`, async () => {
+      const victim = join(ctx.scratch, "victim.txt");
+      await writeFile(victim, "untouched");
+      const out = join(ctx.scratch, "out-link");
+      await symlink(victim, out);
+      await ctx.pyro.execWorkspace(ctx.a, "printf new > new.txt");
+      await ctx.pyro.exportWorkspace(ctx.a, "new.txt", out).catch(() => {});
+      expect(await readFile(victim, "utf8")).toBe("untouched");
+    });
+
+    it(`${backend}: workspace state on the host is private to its owner (0700)`, async () => {
+      const st = await stat(join(ctx.home, "workspaces", ctx.a));
+      expect(st.mode & 0o077).toBe(0);
+    });
+
+    // --- the agent channel ----------------------------------------------------------------
+    it.skipIf(backend !== "bwrap" && backend !== "gvisor" && backend !== "host")(
+      `${backend}: a socket the sandbox swaps for a symlink is refused and the host socket it names gets nothing`,
+      async () => {
+        const bait = join(ctx.scratch, "bait.sock");
+        let baited = 0;
+        const baitServer = createServer((s) => {
+          baited++;
+          s.destroy();
+        });
+        await new Promise<void>((r) => baitServer.listen(bait, () => r()));
+        try {
+          const sockDir = ctx.aSocket ? join(ctx.aSocket, "..") : "";
+          const inside = backend === "host" ? sockDir : "/run/pyro/sock";
+          await ctx.pyro.execWorkspace(
+            ctx.a,
+            `rm -f ${inside}/agent.sock && ln -s ${bait} ${inside}/agent.sock`,
+          );
+          // A fresh client, as the next CLI call would be (the open one has a warm connection).
+          const next = new Pyro({ home: ctx.home, environmentsDir: ENV_CACHE, env: { ...process.env } });
+          try {
+            await expectRefused(next.execWorkspace(ctx.a, "true"), ["backend_unavailable"]);
+          } finally {
+            await next.close();
+          }
+          expect(baited).toBe(0);
+          expect((await lstat(ctx.aSocket!)).isSymbolicLink()).toBe(true);
+          expect(await readlink(ctx.aSocket!)).toBe(bait);
+        } finally {
+          baitServer.close();
+        }
+      },
+    );
+  });
+}
