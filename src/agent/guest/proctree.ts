@@ -15,6 +15,7 @@ export const TREE_MARKER_VAR = "PYRO_EXEC_TOKEN";
 interface ProcInfo {
   ppid: number;
   pgid: number;
+  sid: number;
 }
 
 /** Live (non-zombie) processes from /proc. Processes that vanish mid-scan are skipped. */
@@ -32,7 +33,7 @@ async function scanProc(): Promise<Map<number, ProcInfo>> {
         const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
         const state = fields[0];
         if (state === "Z" || state === "X") return;
-        procs.set(Number(n), { ppid: Number(fields[1]), pgid: Number(fields[2]) });
+        procs.set(Number(n), { ppid: Number(fields[1]), pgid: Number(fields[2]), sid: Number(fields[3]) });
       }),
   );
   return procs;
@@ -108,4 +109,39 @@ export async function killTree(rootPid: number, marker: string): Promise<void> {
     signalAll([...new Set([...found, ...frozen])], "SIGKILL");
     await new Promise((r) => setTimeout(r, 10));
   }
+}
+
+/** Live processes of session `sid`, but never the agent or pid 1. */
+async function sessionMembers(sid: number): Promise<number[]> {
+  const procs = await scanProc();
+  return [...procs]
+    .filter(([pid, info]) => info.sid === sid && pid !== process.pid && pid !== 1)
+    .map(([pid]) => pid);
+}
+
+/**
+ * What a terminal does when it hangs up, for the session a command led: every process
+ * still in it gets SIGHUP. Background jobs (and fork bombs) end with the command;
+ * processes that asked to outlive it survive: `nohup` ignores SIGHUP, `setsid` left the
+ * session. The session is frozen with SIGSTOP before the signal, so nothing forks past
+ * it, then continued (survivors resume). Repeats until a round finds only survivors it
+ * has already seen, at most 20 rounds. Returns how many processes were hung up.
+ */
+export async function hangUpSession(sid: number): Promise<number> {
+  const survivors = new Set<number>();
+  let hung = 0;
+  for (let round = 0; round < 20; round++) {
+    const found = (await sessionMembers(sid)).filter((p) => !survivors.has(p));
+    if (found.length === 0) return hung;
+    signalAll(found, "SIGSTOP");
+    const frozen = (await sessionMembers(sid)).filter((p) => !survivors.has(p));
+    const all = [...new Set([...found, ...frozen])];
+    signalAll(all, "SIGHUP");
+    signalAll(all, "SIGCONT");
+    hung += all.length;
+    await new Promise((r) => setTimeout(r, 10));
+    // Whoever is still there after a hangup ignores it (nohup): leave it be.
+    for (const p of await sessionMembers(sid)) if (all.includes(p)) survivors.add(p);
+  }
+  return hung;
 }

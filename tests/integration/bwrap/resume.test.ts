@@ -115,9 +115,12 @@ describe.skipIf(skip !== "")(suiteTitle("a bwrap workspace across processes", sk
   it("restarts a sandbox that died while no process was attached, on its kept files", async () => {
     await h.pyro.writeWorkspaceFile(id, "survivor.txt", "on the writable layer\n");
     const pid = sandboxPid(h.pyro, id)!;
-    // The agent itself, not the bwrap processes whose argv carries its command line.
+    // The agent itself, not the bwrap processes or the launch shells (which hold the
+    // capped log's pipe) whose argv carries its command line.
     const isAgent = (argv: string[]) =>
-      !argv[0]?.endsWith("bwrap") && argv.some((a) => a.endsWith("/dist/agent/guest/main.js"));
+      !argv[0]?.endsWith("bwrap") &&
+      !argv.includes("pyro-launch") &&
+      argv.some((a) => a.endsWith("/dist/agent/guest/main.js"));
     const agents = hostProcesses(isAgent).filter(sandboxOf(pid));
     expect(agents, `agent of workspace ${id}`).toHaveLength(1);
     // The sandbox was last started by the CLI reset above, which has exited: nobody is

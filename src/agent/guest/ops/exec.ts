@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import os from "node:os";
 import type { Readable } from "node:stream";
 import { AgentError } from "../../errors.js";
-import { killTree, TREE_MARKER_VAR } from "../proctree.js";
+import { hangUpSession, killTree, TREE_MARKER_VAR } from "../proctree.js";
 import type { OpHandler } from "./context.js";
 
 /** The environment every command starts from; `args.env` is merged over it. */
@@ -110,6 +110,9 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
     );
     clearTimeout(timer);
     if (killing) await killing;
+    // What the command left running in its session ends with it (see hangUpSession):
+    // a background job or a fork bomb must not outlive the call; nohup and setsid do.
+    else if (child.pid !== undefined) await hangUpSession(child.pid);
     // Give the pipes a moment to deliver the tail of the output.
     const grace = new Promise((r) => setTimeout(r, PIPE_GRACE_MS).unref());
     await Promise.race([Promise.all([closed(child.stdout), closed(child.stderr)]), grace]);
