@@ -38,6 +38,8 @@ export interface ServeOptions {
   log?: (line: string) => void;
   /** Set inside a microVM: the agent disk's mount point (enables the vm_* ops). */
   vmDir?: string;
+  /** Run commands under SCHED_IDLE (see GuestOptions.idleCommands). */
+  idleCommands?: boolean;
 }
 
 interface InFlight {
@@ -219,6 +221,7 @@ export function serveConnection(stream: Duplex, options: ServeOptions): Promise<
       upload,
       tmpDir,
       vmDir: options.vmDir ?? null,
+      idleCommands: options.idleCommands === true,
       send: async (chunk) => {
         streamed = true;
         if (controller.signal.aborted) throw new AgentError("cancelled", "the request was cancelled");

@@ -30,10 +30,16 @@ export interface GuestOptions {
   serial?: string;
   /** Inside a pyro microVM: the agent disk's mount point (enables the vm_* ops). */
   vm?: string;
+  /**
+   * Run commands under SCHED_IDLE: set by backends whose agent shares a cgroup (and its
+   * CPU quota) with the commands, so a fork bomb cannot starve the agent. Never on
+   * host-compat, where it would put commands below every host process.
+   */
+  idleCommands?: boolean;
 }
 
 export const USAGE =
-  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR]";
+  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands]";
 
 /** Parses `--root DIR (--listen PATH | --stdio) [--tmp DIR]`; throws `invalid_argument`. */
 export function parseGuestArgs(argv: readonly string[]): GuestOptions {
@@ -53,6 +59,7 @@ export function parseGuestArgs(argv: readonly string[]): GuestOptions {
     else if (arg === "--serial") opts.serial = value();
     else if (arg === "--vm") opts.vm = value();
     else if (arg === "--stdio") opts.stdio = true;
+    else if (arg === "--idle-commands") opts.idleCommands = true;
     else throw new AgentError("invalid_argument", `unknown argument '${arg}'; ${USAGE}`);
   }
   if (!opts.root) throw new AgentError("invalid_argument", `--root is required; ${USAGE}`);
@@ -113,6 +120,7 @@ export async function startGuest(
       tmpDir: opts.tmpDir ?? os.tmpdir(),
       ...(log ? { log } : {}),
       ...(opts.vm ? { vmDir: opts.vm } : {}),
+      ...(opts.idleCommands ? { idleCommands: true } : {}),
     });
 
   if (opts.serial) {

@@ -78,6 +78,14 @@ export async function findTree(rootPid: number, marker: string): Promise<number[
   return [...members];
 }
 
+function groupSignal(pgid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pgid, signal);
+  } catch {
+    // The group is gone.
+  }
+}
+
 function signalAll(pids: number[], signal: NodeJS.Signals): void {
   for (const pid of pids) {
     try {
@@ -95,6 +103,8 @@ function signalAll(pids: number[], signal: NodeJS.Signals): void {
  * alive, giving up after a few rounds rather than spin.
  */
 export async function killTree(rootPid: number, marker: string): Promise<void> {
+  // Freeze the leader's group atomically before scanning (see hangUpSession).
+  groupSignal(rootPid, "SIGSTOP");
   for (let round = 0; round < 20; round++) {
     const found = await findTree(rootPid, marker);
     if (found.length === 0) return;
@@ -130,6 +140,12 @@ async function sessionMembers(sid: number): Promise<number[]> {
 export async function hangUpSession(sid: number): Promise<number> {
   const survivors = new Set<number>();
   let hung = 0;
+  // The session leader's group first, in three atomic group signals: a fork racing a
+  // group signal fails and restarts in the kernel, so nothing slips past, however fast
+  // it forks (a /proc scan would lose that race against a fork bomb).
+  groupSignal(sid, "SIGSTOP");
+  groupSignal(sid, "SIGHUP");
+  groupSignal(sid, "SIGCONT");
   for (let round = 0; round < 20; round++) {
     const found = (await sessionMembers(sid)).filter((p) => !survivors.has(p));
     if (found.length === 0) return hung;

@@ -136,6 +136,7 @@ export class BwrapBackend implements WorkspaceBackend {
       IN_SANDBOX.workspace,
       "--listen",
       `${IN_SANDBOX.sock}/agent.sock`,
+      "--idle-commands",
     );
     const seccompFile = join(spec.dir, "seccomp.bpf");
     await writeSeccompFile(seccompFile);

@@ -72,7 +72,10 @@ export function launchArgv(
     // The reader is outside the sandbox (this shell's mount namespace, not bwrap's or
     // runsc's) and holds no descriptor but the pipe and the log. One-shots keep their
     // stdio: the caller reads it through pipes with its own cap.
-    options.cappedLog ? `"$@" 2>&1 | { head -c ${LOG_CAP_BYTES}; cat >/dev/null; } 3<&-` : 'exec "$@"',
+    // dd with one-byte blocks writes each byte as it comes (head -c buffers until exit).
+    options.cappedLog
+      ? `"$@" 2>&1 | { dd bs=1 count=${LOG_CAP_BYTES} 2>/dev/null; cat >/dev/null; } 3<&-`
+      : 'exec "$@"',
   ].join("\n");
   return [
     "unshare",

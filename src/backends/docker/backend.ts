@@ -115,6 +115,7 @@ export class DockerBackend implements WorkspaceBackend {
       "--root",
       IN_CONTAINER.workspace,
       "--stdio",
+      "--idle-commands",
     );
     const volume = overlayVolumeBody({
       name: volumeName(spec.workspace_id),

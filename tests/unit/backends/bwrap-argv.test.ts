@@ -80,7 +80,7 @@ describe("bwrap launch argv", () => {
 
   it("feeds a detached sandbox's stdout and stderr to a capped log reader outside it; one-shots keep their stdio", () => {
     const detached = launchArgv([], ["x"], BUSYBOX_TOOLS, { cappedLog: true });
-    expect(detached[8]).toMatch(/"\$@" 2>&1 \| \{ head -c 65536; cat >\/dev\/null; \} 3<&-$/);
+    expect(detached[8]).toMatch(/"\$@" 2>&1 \| \{ dd bs=1 count=65536 2>\/dev\/null; cat >\/dev\/null; \} 3<&-$/);
     expect(launchArgv([], ["x"], BUSYBOX_TOOLS)[8]).toMatch(/exec "\$@"$/);
   });
 });

@@ -23,6 +23,8 @@ export interface OpContext {
   tmpDir: string;
   /** Inside a microVM: the agent disk's mount point (its busybox does mounts, clock). */
   vmDir: string | null;
+  /** Commands run under SCHED_IDLE, below the agent (see GuestOptions.idleCommands). */
+  idleCommands?: boolean;
 }
 
 /** Implementation of one op: validated args in, a result matching its schema out. */

@@ -2,8 +2,10 @@
  * `exec`: runs `/bin/sh -c command` in the workspace with a clean environment, a
  * timeout that kills the whole process tree, and per-stream output caps.
  */
+
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
 import os from "node:os";
 import type { Readable } from "node:stream";
 import { AgentError } from "../../errors.js";
@@ -57,6 +59,9 @@ function closed(stream: Readable): Promise<void> {
 }
 
 /** See the module comment. */
+/** util-linux's chrt, when the environment has it (Debian's does: util-linux is essential). */
+const CHRT = ["/usr/bin/chrt", "/bin/chrt"].find((p) => existsSync(p)) ?? null;
+
 export const exec: OpHandler<"exec"> = async (args, ctx) => {
   const { workspace, signal } = ctx;
   let cwd = workspace.root;
@@ -73,8 +78,14 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
   const env = { ...BASE_ENV, ...args.env, [TREE_MARKER_VAR]: marker };
   const started = performance.now();
   // detached: the shell leads a new session and process group, so the group kill
-  // reaches what it starts and a Ctrl-C aimed at the agent does not.
-  const child = spawn("/bin/sh", ["-c", args.command], {
+  // reaches what it starts and a Ctrl-C aimed at the agent does not. Under SCHED_IDLE
+  // (chrt execs the shell, same pid) commands get the CPU whenever the agent does not
+  // want it, and the agent always gets it when it does.
+  const argv =
+    ctx.idleCommands && CHRT
+      ? [CHRT, "--idle", "0", "/bin/sh", "-c", args.command]
+      : ["/bin/sh", "-c", args.command];
+  const child = spawn(argv[0]!, argv.slice(1), {
     cwd,
     env,
     stdio: ["ignore", "pipe", "pipe"],
