@@ -12,6 +12,7 @@ import { removeTree } from "../util/mounts.js";
 import type { Engine } from "./engine.js";
 import { PyroError, toPyroError } from "./errors.js";
 import { assertAllowed, type Operation } from "./lifecycle.js";
+import { currentOwner, interrupted, recoverInterrupted, writeCreator } from "./recovery.js";
 import { loadSecrets, resolveSecrets, type SecretPrompt, saveSecrets, secretRedactor } from "./secrets.js";
 import { type SeedSource, seedInto } from "./seed.js";
 import { workspaceListItem, workspaceView } from "./views.js";
@@ -115,10 +116,17 @@ export class Workspaces {
     };
   }
 
-  /** Resolves an id or unique name; unknown → workspace_not_found. Reaps expired ones first. */
+  /**
+   * Resolves an id or unique name; unknown → workspace_not_found. Reaps expired ones
+   * first, and finishes a create or delete whose process died (then it is not found).
+   */
   async get(idOrName: string): Promise<WorkspaceRow> {
     await this.reapExpiredSometimes();
-    const w = this.store.getWorkspace(idOrName);
+    let w = this.store.getWorkspace(idOrName);
+    if (w && (await interrupted(w))) {
+      await this.destroy(w).catch(() => {});
+      w = this.store.getWorkspace(idOrName);
+    }
     if (!w) {
       throw new PyroError(
         "workspace_not_found",
@@ -158,6 +166,9 @@ export class Workspaces {
     const dir = this.workspaceDir(id);
     const baseline = join(dir, "snapshots", "baseline");
     await mkdir(join(dir, "sandbox"), { recursive: true, mode: 0o700 });
+    // Until the create is recorded as done, another client can tell whether this process
+    // still works on it (recovery.ts rolls back creates whose process died).
+    await writeCreator(dir);
     let created: WorkspaceRow | null = null;
     try {
       const seed = await seedInto(baseline, options, options.signal);
@@ -178,7 +189,7 @@ export class Workspaces {
           env: options.env ?? {},
           timeout_seconds: DEFAULTS.timeout_seconds,
         },
-        runtime: { rootfs: env.rootfs, env_key: env.recipe_key },
+        runtime: { rootfs: env.rootfs, env_key: env.recipe_key, owner: await currentOwner() },
         current_snapshot: "baseline",
         secret_refs: secrets.refs,
       });
@@ -196,7 +207,10 @@ export class Workspaces {
         this.sandboxSpec(created),
         options.signal ? { signal: options.signal } : {},
       );
-      const w = this.store.updateWorkspace(id, { state: "running", runtime: { sandbox: state } });
+      const w = this.store.updateWorkspace(id, {
+        state: "running",
+        runtime: { sandbox: state, owner: null },
+      });
       this.store.recordEvent(id, "create", {
         environment,
         backend: backend.name,
@@ -258,7 +272,10 @@ export class Workspaces {
   }
 
   private async destroy(w: WorkspaceRow): Promise<void> {
-    this.store.updateWorkspace(w.workspace_id, { state: "deleting" });
+    this.store.updateWorkspace(w.workspace_id, {
+      state: "deleting",
+      runtime: { owner: await currentOwner() },
+    });
     await this.dropClient(w.workspace_id);
     const backend = this.engine.backend(w.backend);
     await backend.destroy(this.sandboxSpec(w), sandboxState(w));
@@ -279,9 +296,17 @@ export class Workspaces {
     await this.reapExpired();
   }
 
-  /** Deletes workspaces whose TTL ran out. Errors on one do not block the others. */
+  /**
+   * Deletes workspaces whose TTL ran out, and cleans up after clients that died mid-create
+   * or mid-delete (recovery.ts). Errors on one do not block the others.
+   */
   async reapExpired(): Promise<string[]> {
-    const reaped: string[] = [];
+    const reaped: string[] = await recoverInterrupted({
+      rows: () => this.store.listWorkspaces(),
+      row: (id) => this.store.getWorkspace(id),
+      workspacesDir: join(this.engine.paths.home, "workspaces"),
+      destroy: (w) => this.destroy(w),
+    });
     for (const w of this.store.expiredWorkspaces()) {
       try {
         await this.destroy(w);
@@ -431,8 +456,23 @@ export class Workspaces {
     await Promise.all([...this.clients.keys()].map((id) => this.dropClient(id)));
   }
 
-  /** Stops the sandbox, discards its writable layers and starts it again on `snapshot`. */
+  /**
+   * Stops the sandbox, discards its writable layers and starts it again on `snapshot`,
+   * under the start lock (a killed reset leaves at most an unrecorded sandbox, which the
+   * backend's next start ends).
+   */
   async restartOn(w: WorkspaceRow, snapshot: string): Promise<WorkspaceRow> {
+    const release = await acquireLock(join(this.workspaceDir(w.workspace_id), "start.lock"), {
+      timeoutMs: 60_000,
+    });
+    try {
+      return await this.restartLocked(w, snapshot);
+    } finally {
+      await release();
+    }
+  }
+
+  private async restartLocked(w: WorkspaceRow, snapshot: string): Promise<WorkspaceRow> {
     const backend = this.engine.backend(w.backend);
     await this.dropClient(w.workspace_id);
     const state = sandboxState(w);

@@ -141,8 +141,12 @@ export class BwrapBackend implements WorkspaceBackend {
     const seccompFile = join(spec.dir, "seccomp.bpf");
     await writeSeccompFile(seccompFile);
 
+    // A sandbox of this workspace that no record points to (its starter was killed
+    // between starting it and recording it) still holds the cgroup: end it first.
+    const cgLayout = await detectCgroups();
+    await (await CgroupLimits.attach(cgLayout, spec.workspace_id))?.destroy();
     // Limits first: fail closed before anything runs if they cannot be applied.
-    const cgroups = await CgroupLimits.create(await detectCgroups(), spec.workspace_id, {
+    const cgroups = await CgroupLimits.create(cgLayout, spec.workspace_id, {
       vcpus: spec.limits.vcpus,
       memoryMib: spec.limits.memory_mib,
       pidsMax: spec.limits.pids_max,

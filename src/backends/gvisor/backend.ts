@@ -157,6 +157,10 @@ export class GvisorBackend implements WorkspaceBackend {
     if (shim) await installPreload(l.rootUpper);
     const id = containerId(spec.workspace_id);
     const layout = await detectCgroups();
+    // A sandbox of this workspace that no record points to (its starter was killed
+    // between starting it and recording it) still holds the cgroup: end it first.
+    await (await CgroupLimits.attach(layout, spec.workspace_id))?.destroy();
+    await this.sweep(layout.root, layout.base, spec.workspace_id);
     const config = workspaceConfig({
       rootfs: l.rootMerged,
       workspace: l.wsMerged,
