@@ -121,6 +121,41 @@ export async function killTree(rootPid: number, marker: string): Promise<void> {
   }
 }
 
+/** How long a hangup waits for forked children to exec what they were forked for. */
+export const SETTLE_MS = 500;
+
+async function cmdline(pid: number): Promise<string | null> {
+  return readFile(`/proc/${pid}/cmdline`, "latin1").catch(() => null);
+}
+
+/**
+ * `nohup server &` as a command's last words: the shell forks a child that will exec
+ * nohup, which will ignore SIGHUP, and the shell exits. A hangup between the fork and the
+ * exec would kill the server (a closing terminal has the same race). So before hanging
+ * up, wait (at most SETTLE_MS) while a member of the session is still a copy of its
+ * parent or of the session leader's command line (`leader`, NUL-separated as in
+ * /proc/PID/cmdline; the leader itself has exited by now): forked, not yet exec'd. A fork bomb of
+ * shell functions stays such copies and is hung up after the wait.
+ */
+async function settleForks(sid: number, leader: string | null): Promise<void> {
+  const deadline = Date.now() + SETTLE_MS;
+  while (Date.now() < deadline) {
+    const procs = await scanProc();
+    let forking = false;
+    for (const [pid, info] of procs) {
+      if (info.sid !== sid || pid === sid) continue;
+      const own = await cmdline(pid);
+      if (own === null) continue;
+      if ((leader !== null && own === leader) || own === (await cmdline(info.ppid))) {
+        forking = true;
+        break;
+      }
+    }
+    if (!forking) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 /** Live processes of session `sid`, but never the agent or pid 1. */
 async function sessionMembers(sid: number): Promise<number[]> {
   const procs = await scanProc();
@@ -137,9 +172,11 @@ async function sessionMembers(sid: number): Promise<number[]> {
  * it, then continued (survivors resume). Repeats until a round finds only survivors it
  * has already seen, at most 20 rounds. Returns how many processes were hung up.
  */
-export async function hangUpSession(sid: number): Promise<number> {
+export async function hangUpSession(sid: number, leaderArgv: readonly string[] = []): Promise<number> {
   const survivors = new Set<number>();
   let hung = 0;
+  if ((await sessionMembers(sid)).length === 0) return 0;
+  await settleForks(sid, leaderArgv.length > 0 ? `${leaderArgv.join("\0")}\0` : null);
   // The session leader's group first, in three atomic group signals: a fork racing a
   // group signal fails and restarts in the kernel, so nothing slips past, however fast
   // it forks (a /proc scan would lose that race against a fork bomb).

@@ -176,7 +176,6 @@ export class GvisorBackend implements WorkspaceBackend {
         GVISOR_IN_SANDBOX.workspace,
         "--listen",
         `${GVISOR_IN_SANDBOX.sock}/agent.sock`,
-      "--idle-commands",
       ),
       cgroupsPath: cgroupsPath(layout.base, spec.workspace_id),
       limits: spec.limits,

@@ -58,10 +58,27 @@ function closed(stream: Readable): Promise<void> {
   });
 }
 
-/** See the module comment. */
-/** util-linux's chrt, when the environment has it (Debian's does: util-linux is essential). */
-const CHRT = ["/usr/bin/chrt", "/bin/chrt"].find((p) => existsSync(p)) ?? null;
+let idleChrt: Promise<string | null> | undefined;
 
+/**
+ * util-linux's chrt when the environment has it (Debian's does: util-linux is essential)
+ * and the kernel lets it set SCHED_IDLE (gVisor's does not), probed once per agent.
+ */
+function chrtForIdle(): Promise<string | null> {
+  idleChrt ??= (async () => {
+    const chrt = ["/usr/bin/chrt", "/bin/chrt"].find((p) => existsSync(p));
+    if (!chrt) return null;
+    const ok = await new Promise<boolean>((resolve) => {
+      const c = spawn(chrt, ["--idle", "0", "/bin/true"], { stdio: "ignore" });
+      c.once("error", () => resolve(false));
+      c.once("exit", (code) => resolve(code === 0));
+    });
+    return ok ? chrt : null;
+  })();
+  return idleChrt;
+}
+
+/** See the module comment. */
 export const exec: OpHandler<"exec"> = async (args, ctx) => {
   const { workspace, signal } = ctx;
   let cwd = workspace.root;
@@ -81,10 +98,8 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
   // reaches what it starts and a Ctrl-C aimed at the agent does not. Under SCHED_IDLE
   // (chrt execs the shell, same pid) commands get the CPU whenever the agent does not
   // want it, and the agent always gets it when it does.
-  const argv =
-    ctx.idleCommands && CHRT
-      ? [CHRT, "--idle", "0", "/bin/sh", "-c", args.command]
-      : ["/bin/sh", "-c", args.command];
+  const chrt = ctx.idleCommands ? await chrtForIdle() : null;
+  const argv = chrt ? [chrt, "--idle", "0", "/bin/sh", "-c", args.command] : ["/bin/sh", "-c", args.command];
   const child = spawn(argv[0]!, argv.slice(1), {
     cwd,
     env,
@@ -123,7 +138,7 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
     if (killing) await killing;
     // What the command left running in its session ends with it (see hangUpSession):
     // a background job or a fork bomb must not outlive the call; nohup and setsid do.
-    else if (child.pid !== undefined) await hangUpSession(child.pid);
+    else if (child.pid !== undefined) await hangUpSession(child.pid, ["/bin/sh", "-c", args.command]);
     // Give the pipes a moment to deliver the tail of the output.
     const grace = new Promise((r) => setTimeout(r, PIPE_GRACE_MS).unref());
     await Promise.race([Promise.all([closed(child.stdout), closed(child.stderr)]), grace]);
