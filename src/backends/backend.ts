@@ -57,7 +57,8 @@ export interface SandboxSpec {
   snapshotsDir: string;
   /** The snapshot `/workspace` starts from when the writable layer is fresh. */
   snapshot: string;
-  limits: { vcpus: number; memory_mib: number; pids_max: number };
+  /** `disk_mib`: size of the writable layers' disk (backends that have one; default 10 GiB). */
+  limits: { vcpus: number; memory_mib: number; pids_max: number; disk_mib?: number };
   /** Host directory that holds the built pyro package (dist/ and node_modules/) for the agent. */
   appDir: string;
   /** Cache directory for the injected Node runtime. */

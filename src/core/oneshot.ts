@@ -8,12 +8,14 @@ import { PyroError } from "./errors.js";
 import { execInWorkspace } from "./exec.js";
 import { applyPatch, diffWorkspace } from "./files.js";
 import { resetWorkspace } from "./snapshots.js";
-import { type CreateOptions, DEFAULTS, parseNetworkPolicy } from "./workspaces.js";
+import { type CreateOptions, checkDiskMib, DEFAULTS, parseNetworkPolicy } from "./workspaces.js";
 
 export interface RunOptions {
   environment?: string;
   vcpus?: number;
   memory_mib?: number;
+  /** Disk limit of the writable layer, MiB (default DEFAULTS.disk_mib). */
+  disk_mib?: number;
   timeout_seconds?: number;
   network_policy?: string;
   backend?: BackendName;
@@ -59,6 +61,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
         vcpus: options.vcpus ?? DEFAULTS.vcpus,
         memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
         pids_max: DEFAULTS.pids_max,
+        disk_mib: checkDiskMib(options.disk_mib),
       },
       timeoutMs: timeoutSeconds * 1000,
       maxOutputBytes: DEFAULTS.max_output_bytes,
@@ -77,6 +80,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
     backend: backend.name,
     ...(options.vcpus ? { vcpus: options.vcpus } : {}),
     ...(options.memory_mib ? { memory_mib: options.memory_mib } : {}),
+    ...(options.disk_mib !== undefined ? { disk_mib: options.disk_mib } : {}),
     ...(options.env ? { env: options.env } : {}),
     ...(options.seed_path ? { seed_path: options.seed_path } : {}),
     ...(options.signal ? { signal: options.signal } : {}),

@@ -18,7 +18,13 @@ export function workspaceView(w: WorkspaceRow, executionMode: ExecutionMode) {
     workspace_seed: w.workspace_seed,
     current_snapshot: w.current_snapshot,
     reset_count: w.reset_count,
-    limits: { vcpus: w.spec.vcpus, memory_mib: w.spec.memory_mib, pids_max: w.spec.pids_max ?? null },
+    limits: {
+      vcpus: w.spec.vcpus,
+      memory_mib: w.spec.memory_mib,
+      pids_max: w.spec.pids_max ?? null,
+      // Where the backend enforces one (bwrap, gVisor); null for workspaces made before it.
+      disk_mib: w.backend === "bwrap" || w.backend === "gvisor" ? (w.spec.disk_mib ?? null) : null,
+    },
     error: w.error,
     /** Names and kinds only; values never leave the encrypted store. */
     secrets: w.secret_refs.map((r) => ({ name: r.name, kind: r.kind })),

@@ -21,10 +21,24 @@ export const DEFAULTS = {
   vcpus: 1,
   memory_mib: 1024,
   pids_max: 1024,
+  /** Writable layers of a workspace or one-shot (bwrap, gVisor; see backends/disk-image.ts). */
+  disk_mib: 10 * 1024,
   timeout_seconds: 300,
   max_output_bytes: 1024 * 1024,
   ttl_seconds: 24 * 60 * 60,
 } as const;
+
+/** A disk limit, validated before anything is made: whole MiB, 64 MiB to 16 TiB. */
+export function checkDiskMib(mib: number | undefined): number {
+  if (mib === undefined) return DEFAULTS.disk_mib;
+  if (!Number.isInteger(mib) || mib < 64 || mib > 16 * 1024 * 1024)
+    throw new PyroError(
+      "invalid_argument",
+      `invalid disk limit ${String(mib).slice(0, 20)} MiB`,
+      "give a whole number of MiB from 64 to 16777216",
+    );
+  return mib;
+}
 
 export interface CreateOptions extends SeedSource {
   /** Secret specs by name: a literal, `${HOST_VAR}`, or `?` (prompted through `prompt_secret`). */
@@ -41,6 +55,8 @@ export interface CreateOptions extends SeedSource {
   allow_host_compat?: boolean;
   vcpus?: number;
   memory_mib?: number;
+  /** Disk limit of the writable layers, MiB (default DEFAULTS.disk_mib). */
+  disk_mib?: number;
   ttl_seconds?: number | null;
   signal?: AbortSignal;
 }
@@ -110,6 +126,7 @@ export class Workspaces {
         vcpus: w.spec.vcpus,
         memory_mib: w.spec.memory_mib,
         pids_max: w.spec.pids_max ?? DEFAULTS.pids_max,
+        disk_mib: w.spec.disk_mib ?? DEFAULTS.disk_mib,
       },
       appDir: this.engine.appDir,
       runtimeCacheDir: join(this.engine.paths.home, "runtime"),
@@ -186,6 +203,7 @@ export class Workspaces {
           vcpus: options.vcpus ?? DEFAULTS.vcpus,
           memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
           pids_max: DEFAULTS.pids_max,
+          disk_mib: checkDiskMib(options.disk_mib),
           env: options.env ?? {},
           timeout_seconds: DEFAULTS.timeout_seconds,
         },

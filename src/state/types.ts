@@ -44,6 +44,8 @@ export interface WorkspaceSpec {
   vcpus: number;
   memory_mib: number;
   pids_max?: number;
+  /** Disk limit of the writable layers (absent: the default of its backend). */
+  disk_mib?: number;
   env: Record<string, string>;
   /** Default command timeout for exec. */
   timeout_seconds: number;

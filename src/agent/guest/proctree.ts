@@ -134,7 +134,8 @@ async function cmdline(pid: number): Promise<string | null> {
  * exec would kill the server (a closing terminal has the same race). So before hanging
  * up, wait (at most SETTLE_MS) while a member of the session is still a copy of its
  * parent or of the session leader's command line (`leader`, NUL-separated as in
- * /proc/PID/cmdline; the leader itself has exited by now): forked, not yet exec'd. A fork bomb of
+ * /proc/PID/cmdline; the leader itself has exited by now): forked, not yet exec'd; or is
+ * still nohup or setsid itself, not yet what it protects. A fork bomb of
  * shell functions stays such copies and is hung up after the wait.
  */
 async function settleForks(sid: number, leader: string | null): Promise<void> {
@@ -146,7 +147,18 @@ async function settleForks(sid: number, leader: string | null): Promise<void> {
       if (info.sid !== sid || pid === sid) continue;
       const own = await cmdline(pid);
       if (own === null) continue;
-      if ((leader !== null && own === leader) || own === (await cmdline(info.ppid))) {
+      // nohup and setsid themselves: between their exec and the signal or setsid call
+      // that protects what they start (they exec it right after).
+      const argv0 = own
+        .slice(0, own.indexOf("\0") >>> 0)
+        .split("/")
+        .pop();
+      if (
+        (leader !== null && own === leader) ||
+        argv0 === "nohup" ||
+        argv0 === "setsid" ||
+        own === (await cmdline(info.ppid))
+      ) {
         forking = true;
         break;
       }

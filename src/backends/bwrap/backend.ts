@@ -3,9 +3,11 @@ import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { PyroError } from "../../core/errors.js";
+import { exists } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
+import { DEFAULT_DISK_MIB, ensureDiskImage } from "../disk-image.js";
 import { spawnGatedDetached } from "../gated-run.js";
 import { prepareNodeRuntime } from "../runtime.js";
 import { CgroupLimits, detectCgroups } from "./cgroups.js";
@@ -23,6 +25,9 @@ export const IN_SANDBOX = {
 } as const;
 
 interface Layout {
+  /** The disk image holding the writable layers (absent in a legacy layout). */
+  disk: string;
+  diskMount: string;
   rootUpper: string;
   rootWork: string;
   rootMerged: string;
@@ -33,13 +38,23 @@ interface Layout {
   logs: string;
 }
 
-function layout(dir: string): Layout {
+/**
+ * Paths of a workspace's sandbox. The writable layers live in the disk image, mounted at
+ * `mnt/disk` inside the launch step's mount namespace only. A workspace made before disk
+ * limits keeps its layers in host directories (`root/`, `ws/`) until its next reset.
+ */
+async function layout(dir: string): Promise<Layout & { legacy: boolean }> {
+  const legacy = (await exists(join(dir, "root", "upper"))) && !(await exists(join(dir, "disk.img")));
+  const layers = legacy ? dir : join(dir, "mnt", "disk");
   return {
-    rootUpper: join(dir, "root", "upper"),
-    rootWork: join(dir, "root", "work"),
+    legacy,
+    disk: join(dir, "disk.img"),
+    diskMount: join(dir, "mnt", "disk"),
+    rootUpper: join(layers, "root", "upper"),
+    rootWork: join(layers, "root", "work"),
     rootMerged: join(dir, "mnt", "root"),
-    wsUpper: join(dir, "ws", "upper"),
-    wsWork: join(dir, "ws", "work"),
+    wsUpper: join(layers, "ws", "upper"),
+    wsWork: join(layers, "ws", "work"),
     wsMerged: join(dir, "mnt", "ws"),
     sock: join(dir, "sock"),
     logs: join(dir, "logs"),
@@ -113,19 +128,12 @@ export class BwrapBackend implements WorkspaceBackend {
         "run as root, or choose another backend",
       );
     }
-    const l = layout(spec.dir);
-    for (const d of [
-      l.rootUpper,
-      l.rootWork,
-      l.rootMerged,
-      l.wsUpper,
-      l.wsWork,
-      l.wsMerged,
-      l.sock,
-      l.logs,
-    ]) {
+    const l = await layout(spec.dir);
+    const layers = [l.rootUpper, l.rootWork, l.wsUpper, l.wsWork];
+    for (const d of [...(l.legacy ? layers : [l.diskMount]), l.rootMerged, l.wsMerged, l.sock, l.logs]) {
       await mkdir(d, { recursive: true, mode: 0o700 });
     }
+    if (!l.legacy) await ensureDiskImage(l.disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB);
     const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
     const socket = join(l.sock, "agent.sock");
     await rm(socket, { force: true });
@@ -171,7 +179,10 @@ export class BwrapBackend implements WorkspaceBackend {
       ],
       this.bwrapArgv(spec, l, runtime.dir, agentArgv),
       await this.launchTools(),
-      { cappedLog: true },
+      {
+        cappedLog: true,
+        ...(l.legacy ? {} : { disk: { image: l.disk, mount: l.diskMount, mkdirs: layers } }),
+      },
     );
     const fd = openSync(seccompFile, "r");
     let started: { pid: number; startTime: string };
@@ -221,6 +232,7 @@ export class BwrapBackend implements WorkspaceBackend {
 
   async discardChanges(spec: SandboxSpec): Promise<void> {
     for (const d of ["root", "ws"]) await removeTree(join(spec.dir, d));
+    await rm(join(spec.dir, "disk.img"), { force: true });
   }
 
   async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {

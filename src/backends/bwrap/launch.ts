@@ -15,6 +15,16 @@ export interface Overlay {
  */
 export const OVERLAY_OPTIONS = "index=off,xino=off,redirect_dir=off,metacopy=off";
 
+/**
+ * A sandbox's disk (see disk-image.ts): the ext4 image, where to mount it, and the
+ * directories to make in it (the overlays' upper and work directories live there).
+ */
+export interface Disk {
+  image: string;
+  mount: string;
+  mkdirs: readonly string[];
+}
+
 /** The shell and mount command of the launch step. Both must handle descriptors above 9. */
 export interface LaunchTools {
   shell: string[];
@@ -59,12 +69,20 @@ export function launchArgv(
   overlays: readonly Overlay[],
   command: readonly string[],
   tools: LaunchTools = BASH_TOOLS,
-  options: { cappedLog?: boolean } = {},
+  options: { cappedLog?: boolean; disk?: Disk } = {},
 ): string[] {
+  const disk = options.disk;
   const script = [
     "set -eu",
     "read -r _gate",
     'for p in /proc/$$/fd/*; do n=${p##*/}; if [ "$n" -gt 3 ]; then eval "exec $n>&-" 2>/dev/null || true; fi; done',
+    // The disk: mount the image, then make the layer directories in it (a count, then paths).
+    ...(disk
+      ? [
+          `${tools.mount} -o loop,nosuid,nodev "$1" "$2"; shift 2`,
+          'n=$1; shift; while [ "$n" -gt 0 ]; do mkdir -p "$1"; shift; n=$((n - 1)); done',
+        ]
+      : []),
     ...overlays.map(
       () =>
         `${tools.mount} -t overlay pyro -o "lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}" "$4"; shift 4`,
@@ -87,6 +105,7 @@ export function launchArgv(
     "-c",
     script,
     "pyro-launch",
+    ...(disk ? [disk.image, disk.mount, String(disk.mkdirs.length), ...disk.mkdirs] : []),
     ...overlays.flatMap((o) => [o.lower, o.upper, o.work, o.target]),
     ...command,
   ];

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { PyroError } from "../../core/errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
+import { DEFAULT_DISK_MIB, ensureDiskImage } from "../disk-image.js";
 import { runGatedOneShot } from "../gated-run.js";
 import { CgroupLimits, detectCgroups } from "./cgroups.js";
 import { isolationArgs, type LaunchTools, launchArgv } from "./launch.js";
@@ -24,10 +25,17 @@ export async function bwrapRunOnce(spec: OneShotSpec, tools: LaunchTools): Promi
   }
   const id = `run_${randomBytes(6).toString("hex")}`;
   const dir = join(spec.scratchDir, id);
-  const upper = join(dir, "upper");
-  const work = join(dir, "work");
+  // The writable layer lives in a disk image (disk-image.ts), mounted by the launch step.
+  const disk = join(dir, "disk.img");
+  const diskMount = join(dir, "disk");
+  const upper = join(diskMount, "upper");
+  const work = join(diskMount, "work");
   const merged = join(dir, "merged");
-  await Promise.all([upper, work, merged].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
+  await Promise.all([diskMount, merged].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
+  await ensureDiskImage(disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB).catch(async (err: unknown) => {
+    await removeTree(dir);
+    throw err;
+  });
   const seccomp = join(dir, "seccomp.bpf");
   await writeSeccompFile(seccomp);
   const cgroups = await CgroupLimits.create(await detectCgroups(), id, {
@@ -57,7 +65,9 @@ export async function bwrapRunOnce(spec: OneShotSpec, tools: LaunchTools): Promi
     "-c",
     spec.command,
   ];
-  const argv = launchArgv([{ lower: spec.rootfs, upper, work, target: merged }], bwrap, tools);
+  const argv = launchArgv([{ lower: spec.rootfs, upper, work, target: merged }], bwrap, tools, {
+    disk: { image: disk, mount: diskMount, mkdirs: [upper, work] },
+  });
   const fd = openSync(seccomp, "r");
   try {
     return await runGatedOneShot(argv, {

@@ -3,12 +3,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { PyroError } from "../../core/errors.js";
+import { exists } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import { which } from "../../util/run.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { CgroupLimits, detectCgroups } from "../bwrap/cgroups.js";
 import { detectLaunchTools, type LaunchTools, launchArgv } from "../bwrap/launch.js";
 import { connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
+import { DEFAULT_DISK_MIB, ensureDiskImage } from "../disk-image.js";
 import { spawnGatedDetached } from "../gated-run.js";
 import { probeKvm } from "../kvm.js";
 import { prepareNodeRuntime } from "../runtime.js";
@@ -16,10 +18,14 @@ import { GVISOR_IN_SANDBOX, workspaceConfig } from "./oci.js";
 import { gvisorRunOnce } from "./oneshot.js";
 import { type GvisorPlatform, platformFor } from "./platform.js";
 import { cgroupsPath, containerId, hostPidsMax, type RunscGlobal, runArgv, sweepCgroups } from "./runsc.js";
-import { installPreload, prepareStatxShim } from "./statx-shim.js";
+import { preparePreloadFile, prepareStatxShim } from "./statx-shim.js";
 
 /** Host paths of one workspace's sandbox, all under `spec.dir`. */
 export interface GvisorLayout {
+  /** Layers in host directories: a workspace made before disk limits, until its next reset. */
+  legacy: boolean;
+  disk: string;
+  diskMount: string;
   rootUpper: string;
   rootWork: string;
   rootMerged: string;
@@ -32,13 +38,18 @@ export interface GvisorLayout {
   logs: string;
 }
 
-export function gvisorLayout(dir: string): GvisorLayout {
+/** The writable layers live in the disk image (disk-image.ts), as for bwrap. */
+export function gvisorLayout(dir: string, legacy = false): GvisorLayout {
+  const layers = legacy ? dir : join(dir, "mnt", "disk");
   return {
-    rootUpper: join(dir, "root", "upper"),
-    rootWork: join(dir, "root", "work"),
+    legacy,
+    disk: join(dir, "disk.img"),
+    diskMount: join(dir, "mnt", "disk"),
+    rootUpper: join(layers, "root", "upper"),
+    rootWork: join(layers, "root", "work"),
     rootMerged: join(dir, "mnt", "root"),
-    wsUpper: join(dir, "ws", "upper"),
-    wsWork: join(dir, "ws", "work"),
+    wsUpper: join(layers, "ws", "upper"),
+    wsWork: join(layers, "ws", "work"),
     wsMerged: join(dir, "mnt", "ws"),
     bundle: join(dir, "bundle"),
     runscRoot: join(dir, "runsc"),
@@ -131,13 +142,13 @@ export class GvisorBackend implements WorkspaceBackend {
 
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
     const { bin, platform } = await this.runtime();
-    const l = gvisorLayout(spec.dir);
+    const legacy =
+      (await exists(join(spec.dir, "root", "upper"))) && !(await exists(join(spec.dir, "disk.img")));
+    const l = gvisorLayout(spec.dir, legacy);
+    const layers = [l.rootUpper, l.rootWork, l.wsUpper, l.wsWork];
     for (const d of [
-      l.rootUpper,
-      l.rootWork,
+      ...(legacy ? layers : [l.diskMount]),
       l.rootMerged,
-      l.wsUpper,
-      l.wsWork,
       l.wsMerged,
       l.bundle,
       l.sock,
@@ -145,6 +156,7 @@ export class GvisorBackend implements WorkspaceBackend {
     ]) {
       await mkdir(d, { recursive: true, mode: 0o700 });
     }
+    if (!legacy) await ensureDiskImage(l.disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB);
     // State of a sandbox that died without cleaning up (host reboot, SIGKILL) would make
     // `runsc run` refuse the id; nothing of it is alive (stop() ran or the host rebooted).
     await rm(l.runscRoot, { recursive: true, force: true });
@@ -153,8 +165,8 @@ export class GvisorBackend implements WorkspaceBackend {
     await rm(socket, { force: true });
 
     const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
-    const shim = await prepareStatxShim(spec.runtimeCacheDir);
-    if (shim) await installPreload(l.rootUpper);
+    const so = await prepareStatxShim(spec.runtimeCacheDir);
+    const shim = so ? { so, preload: await preparePreloadFile(so) } : null;
     const id = containerId(spec.workspace_id);
     const layout = await detectCgroups();
     // A sandbox of this workspace that no record points to (its starter was killed
@@ -212,7 +224,7 @@ export class GvisorBackend implements WorkspaceBackend {
       ],
       runArgv(g, platform, l.bundle, id),
       await this.launchTools(),
-      { cappedLog: true },
+      { cappedLog: true, ...(legacy ? {} : { disk: { image: l.disk, mount: l.diskMount, mkdirs: layers } }) },
     );
     const { pid, startTime } = await spawnGatedDetached(argv, { logFile, cgroups });
     const state: SandboxState = {
@@ -282,6 +294,7 @@ export class GvisorBackend implements WorkspaceBackend {
 
   async discardChanges(spec: SandboxSpec): Promise<void> {
     for (const d of ["root", "ws"]) await removeTree(join(spec.dir, d));
+    await rm(join(spec.dir, "disk.img"), { force: true });
   }
 
   async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {

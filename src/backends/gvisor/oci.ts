@@ -2,7 +2,7 @@
  * OCI runtime configs (config.json) for runsc. Pure functions, so unit tests pin them.
  */
 import { SANDBOX_PATH } from "../bwrap/launch.js";
-import { SHIM_IN_SANDBOX } from "./statx-shim.js";
+import { PRELOAD_IN_SANDBOX, SHIM_IN_SANDBOX } from "./statx-shim.js";
 
 /** Mount points inside a gVisor sandbox (the same names as bwrap's). */
 export const GVISOR_IN_SANDBOX = {
@@ -152,8 +152,13 @@ export interface WorkspaceConfigInput {
   agentArgv: string[];
   cgroupsPath: string;
   limits: Limits;
-  /** The statx shim (statx-shim.ts) to mount for the guest's /etc/ld.so.preload. */
-  shim?: string | null;
+  /** The statx shim (statx-shim.ts) and its preload file, for the guest's /etc/ld.so.preload. */
+  shim?: { so: string; preload: string } | null;
+}
+
+/** Read-only binds of the statx shim and of the preload entry that loads it. */
+function shimMounts(shim: { so: string; preload: string } | null | undefined): OciMount[] {
+  return shim ? [bind(shim.so, SHIM_IN_SANDBOX, true), bind(shim.preload, PRELOAD_IN_SANDBOX, true)] : [];
 }
 
 /** config.json of a workspace sandbox: the init shell running the guest agent. */
@@ -171,7 +176,7 @@ export function workspaceConfig(input: WorkspaceConfigInput): OciConfig {
       bind(input.appDir, GVISOR_IN_SANDBOX.app, true),
       bind(input.snapshotsDir, GVISOR_IN_SANDBOX.snapshots, true),
       bind(input.sockDir, GVISOR_IN_SANDBOX.sock, false),
-      ...(input.shim ? [bind(input.shim, SHIM_IN_SANDBOX, true)] : []),
+      ...shimMounts(input.shim),
     ],
   });
 }
@@ -183,7 +188,7 @@ export interface OneShotConfigInput {
   env: Record<string, string>;
   cgroupsPath: string;
   limits: Limits;
-  shim?: string | null;
+  shim?: { so: string; preload: string } | null;
 }
 
 /** config.json of a one-shot: `/bin/sh -c COMMAND` is the container's only process. */
@@ -195,6 +200,6 @@ export function oneShotConfig(input: OneShotConfigInput): OciConfig {
     env: sandboxEnv(input.env),
     cgroupsPath: input.cgroupsPath,
     limits: input.limits,
-    mounts: input.shim ? [bind(input.shim, SHIM_IN_SANDBOX, true)] : [],
+    mounts: shimMounts(input.shim),
   });
 }

@@ -6,11 +6,12 @@ import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { CgroupLimits, detectCgroups } from "../bwrap/cgroups.js";
 import { type LaunchTools, launchArgv } from "../bwrap/launch.js";
+import { DEFAULT_DISK_MIB, ensureDiskImage } from "../disk-image.js";
 import { runGatedOneShot } from "../gated-run.js";
 import { oneShotConfig } from "./oci.js";
 import type { GvisorPlatform } from "./platform.js";
 import { cgroupsPath, hostPidsMax, runArgv, sweepCgroups } from "./runsc.js";
-import { installPreload, prepareStatxShim } from "./statx-shim.js";
+import { preparePreloadFile, prepareStatxShim } from "./statx-shim.js";
 
 /**
  * A one-shot command in a throwaway gVisor sandbox with the same isolation as a workspace
@@ -24,17 +25,23 @@ export async function gvisorRunOnce(
 ): Promise<OneShotResult> {
   const id = `run_${randomBytes(6).toString("hex")}`;
   const dir = join(spec.scratchDir, id);
-  const upper = join(dir, "upper");
-  const work = join(dir, "work");
+  // The writable layer lives in a disk image (disk-image.ts), mounted by the launch step.
+  const disk = join(dir, "disk.img");
+  const diskMount = join(dir, "disk");
+  const upper = join(diskMount, "upper");
+  const work = join(diskMount, "work");
   const merged = join(dir, "merged");
   const bundle = join(dir, "bundle");
   const root = join(dir, "runsc");
   // /workspace is the command's cwd: it must exist in the root, so it is made in the layer.
-  for (const d of [join(upper, "workspace"), work, merged, bundle, root])
-    await mkdir(d, { recursive: true, mode: 0o700 });
+  for (const d of [diskMount, merged, bundle, root]) await mkdir(d, { recursive: true, mode: 0o700 });
+  await ensureDiskImage(disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB).catch(async (err: unknown) => {
+    await removeTree(dir);
+    throw err;
+  });
   const layout = await detectCgroups();
-  const shim = await prepareStatxShim(spec.runtimeCacheDir);
-  if (shim) await installPreload(upper);
+  const so = await prepareStatxShim(spec.runtimeCacheDir);
+  const shim = so ? { so, preload: await preparePreloadFile(so) } : null;
   await writeFile(
     join(bundle, "config.json"),
     JSON.stringify(
@@ -66,6 +73,8 @@ export async function gvisorRunOnce(
     [{ lower: spec.rootfs, upper, work, target: merged }],
     runArgv({ bin: rt.bin, root }, rt.platform, bundle, id),
     rt.tools,
+    // /workspace is the command's cwd: it must exist in the root, so it is made in the layer.
+    { disk: { image: disk, mount: diskMount, mkdirs: [join(upper, "workspace"), work] } },
   );
   try {
     return await runGatedOneShot(argv, {

@@ -52,8 +52,18 @@ export async function prepareStatxShim(cacheDir: string): Promise<string | null>
   }
 }
 
-/** Puts the preload entry into a root overlay's upper layer (before the sandbox starts). */
-export async function installPreload(rootUpper: string): Promise<void> {
-  await mkdir(join(rootUpper, "etc"), { recursive: true });
-  await writeFile(join(rootUpper, "etc", "ld.so.preload"), `${SHIM_IN_SANDBOX}\n`);
+/** Where the preload entry appears inside the sandbox (a read-only bind of a host file). */
+export const PRELOAD_IN_SANDBOX = "/etc/ld.so.preload";
+
+/**
+ * The host file bound at /etc/ld.so.preload (read-only) next to the shim: the guest's root
+ * layer is never written from the host (it lives in the sandbox's disk image).
+ */
+export async function preparePreloadFile(shim: string): Promise<string> {
+  const file = `${shim}.preload`;
+  if (await stat(file).catch(() => null)) return file;
+  const tmp = `${file}.${process.pid}-${randomBytes(3).toString("hex")}`;
+  await writeFile(tmp, `${SHIM_IN_SANDBOX}\n`, { mode: 0o644 });
+  await rename(tmp, file);
+  return file;
 }

@@ -7,6 +7,7 @@ import { act } from "../output.js";
 interface RunFlags {
   vcpus?: number;
   memory?: number;
+  disk?: number;
   timeout?: number;
   network?: string;
   backend?: string;
@@ -24,6 +25,11 @@ export function registerRun(program: Command, ctx: CliContext): void {
     .argument("[command...]", "command after --: one shell string, or an argv")
     .option("--vcpus <n>", "virtual CPUs (default 1)", positiveNumber("--vcpus"))
     .option("--memory <mib>", "memory limit in MiB (default 1024)", positiveNumber("--memory"))
+    .option(
+      "--disk <mib>",
+      "disk limit of the writable layer in MiB (default 10240)",
+      positiveNumber("--disk"),
+    )
     .option("--timeout <s>", "command timeout in seconds (default 300)", positiveNumber("--timeout"))
     .option("--network <policy>", "network policy: off (default)")
     .option("--backend <name>", "isolation backend (default: strongest that works)")
@@ -39,6 +45,7 @@ export function registerRun(program: Command, ctx: CliContext): void {
             environment: env,
             ...(opts.vcpus ? { vcpus: opts.vcpus } : {}),
             ...(opts.memory ? { memory_mib: opts.memory } : {}),
+            ...(opts.disk !== undefined ? { disk_mib: opts.disk } : {}),
             ...(opts.timeout ? { timeout_seconds: opts.timeout } : {}),
             ...(opts.network ? { network_policy: opts.network } : {}),
             ...(opts.backend ? { backend: backendName(opts.backend)! } : {}),

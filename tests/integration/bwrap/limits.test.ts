@@ -1,3 +1,4 @@
+import { statfsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bwrapSkipReason, type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js";
@@ -36,12 +37,52 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
   });
 
   it("kills a fork bomb still running at the timeout, and the next call answers", async () => {
-    const r = await h.pyro.execWorkspace(id, `bash -c '${BOMB}; sleep 100' 2>/dev/null`, { timeoutSeconds: 5 });
+    const r = await h.pyro.execWorkspace(id, `bash -c '${BOMB}; sleep 100' 2>/dev/null`, {
+      timeoutSeconds: 5,
+    });
     expect(r.timed_out).toBe(true);
     // The timer fires on time although a thousand processes want the CPU (SCHED_IDLE).
     expect(r.duration_ms).toBeLessThan(15_000);
     if (Number.isFinite(baseline)) expect(await tasks()).toBeLessThanOrEqual(baseline + 2);
     const next = await h.pyro.execWorkspace(id, "echo alive", { timeoutSeconds: 20 });
     expect(next.stdout).toBe("alive\n");
+  });
+
+  it("gives the writable layers a disk limit: ENOSPC inside, the host's space kept, the workspace usable", async () => {
+    const small = (await h.create({ disk_mib: 128 })).workspace_id;
+    expect((await h.pyro.workspaceStatus(small)).limits).toMatchObject({ disk_mib: 128 });
+    const free = () => {
+      const s = statfsSync(h.home);
+      return s.bavail * s.bsize;
+    };
+    const before = free();
+    const r = await h.pyro.execWorkspace(
+      small,
+      "dd if=/dev/zero of=/workspace/big bs=1M count=400; echo dd=$?",
+    );
+    expect(r.stderr).toMatch(/No space left on device/);
+    expect(r.stdout).toContain("dd=1");
+    // The image grew by at most its size; nothing else of the host's disk went.
+    expect(before - free()).toBeLessThan(160 * 1024 * 1024);
+    const after = await h.pyro.execWorkspace(
+      small,
+      "rm /workspace/big && echo fine > /workspace/ok.txt && cat /workspace/ok.txt",
+    );
+    expect(after.stdout).toBe("fine\n");
+  });
+
+  it("gives one-shots the same disk limit", async () => {
+    const r = await h.pyro.run("debian:12", "dd if=/dev/zero of=/tmp/big bs=1M count=400; echo dd=$?", {
+      backend: "bwrap",
+      disk_mib: 128,
+    });
+    expect(r.stderr).toMatch(/No space left on device/);
+    expect(r.stdout).toContain("dd=1");
+  });
+
+  it("refuses a disk limit it cannot give, before anything is made", async () => {
+    const before = (await h.pyro.listWorkspaces()).count;
+    await expect(h.create({ disk_mib: 10 })).rejects.toMatchObject({ code: "invalid_argument" });
+    expect((await h.pyro.listWorkspaces()).count).toBe(before);
   });
 });

@@ -80,7 +80,28 @@ describe("bwrap launch argv", () => {
 
   it("feeds a detached sandbox's stdout and stderr to a capped log reader outside it; one-shots keep their stdio", () => {
     const detached = launchArgv([], ["x"], BUSYBOX_TOOLS, { cappedLog: true });
-    expect(detached[8]).toMatch(/"\$@" 2>&1 \| \{ dd bs=1 count=65536 2>\/dev\/null; cat >\/dev\/null; \} 3<&-$/);
+    expect(detached[8]).toMatch(
+      /"\$@" 2>&1 \| \{ dd bs=1 count=65536 2>\/dev\/null; cat >\/dev\/null; \} 3<&-$/,
+    );
     expect(launchArgv([], ["x"], BUSYBOX_TOOLS)[8]).toMatch(/exec "\$@"$/);
+  });
+});
+
+describe("the disk step of the launch script", () => {
+  it("mounts the image with loop,nosuid,nodev and makes the layer directories in it, values as arguments", () => {
+    const argv = launchArgv(
+      [{ lower: "/env", upper: "/d/mnt/u", work: "/d/mnt/w", target: "/d/root" }],
+      ["bwrap"],
+      BUSYBOX_TOOLS,
+      { disk: { image: "/d/disk.img", mount: "/d/mnt", mkdirs: ["/d/mnt/u", "/d/mnt/w"] } },
+    );
+    expect(argv[8]).toContain('/bin/busybox mount -o loop,nosuid,nodev "$1" "$2"; shift 2');
+    expect(argv[8]).toContain(
+      'n=$1; shift; while [ "$n" -gt 0 ]; do mkdir -p "$1"; shift; n=$((n - 1)); done',
+    );
+    // The disk step comes before the overlay mounts, which use its directories.
+    expect(argv[8]!.indexOf("loop")).toBeLessThan(argv[8]!.indexOf("-t overlay"));
+    expect(argv.slice(9, 15)).toEqual(["pyro-launch", "/d/disk.img", "/d/mnt", "2", "/d/mnt/u", "/d/mnt/w"]);
+    expect(argv.slice(15, 19)).toEqual(["/env", "/d/mnt/u", "/d/mnt/w", "/d/root"]);
   });
 });

@@ -6,16 +6,16 @@ import type { SandboxSpec } from "../../../src/backends/backend.js";
 import { idleCommand } from "../../../src/backends/docker/backend.js";
 import { clientOptions, resolveEndpoint } from "../../../src/backends/docker/client.js";
 import {
-  READONLY_PATHS,
   type InspectedHostConfig,
   oneShotContainerBody,
   overlayVolumeBody,
+  READONLY_PATHS,
   unappliedSettings,
   workspaceContainerBody,
   workspaceUser,
 } from "../../../src/backends/docker/container.js";
-import { dockerSeccompProfile, seccompSecurityOpt } from "../../../src/backends/docker/seccomp.js";
 import { imageRef } from "../../../src/backends/docker/image.js";
+import { dockerSeccompProfile, seccompSecurityOpt } from "../../../src/backends/docker/seccomp.js";
 
 const SPEC: SandboxSpec = {
   workspace_id: "ws_0123456789abcdef",

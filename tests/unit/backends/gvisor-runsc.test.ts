@@ -74,9 +74,14 @@ describe("runsc argv", () => {
     ]);
   });
 
-  it("keeps every sandbox file under the workspace's directory", () => {
-    const l = gvisorLayout("/w/sandbox");
-    for (const p of Object.values(l)) expect(p.startsWith("/w/sandbox/")).toBe(true);
+  it("keeps every sandbox file under the workspace's directory, the layers in the disk image", () => {
+    for (const legacy of [false, true]) {
+      const l = gvisorLayout("/w/sandbox", legacy);
+      for (const [k, p] of Object.entries(l))
+        if (k !== "legacy") expect(String(p).startsWith("/w/sandbox/"), k).toBe(true);
+      expect(l.rootUpper.startsWith(legacy ? "/w/sandbox/root/" : `${l.diskMount}/`)).toBe(true);
+      expect(l.wsWork.startsWith(legacy ? "/w/sandbox/ws/" : `${l.diskMount}/`)).toBe(true);
+    }
   });
 
   it("makes container ids runsc accepts", () => {

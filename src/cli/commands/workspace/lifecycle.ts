@@ -42,6 +42,11 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
     .option("--vcpus <n>", "virtual CPUs (default 1)", positiveNumber("--vcpus"))
     .option("--memory <mib>", "memory limit in MiB (default 1024)", positiveNumber("--memory"))
     .option(
+      "--disk <mib>",
+      "disk limit of the writable layers in MiB (default 10240)",
+      positiveNumber("--disk"),
+    )
+    .option(
       "--ttl <s>",
       "seconds of inactivity before the workspace is reaped (default 86400)",
       positiveNumber("--ttl"),
@@ -68,6 +73,7 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
             allow_host_compat: o.allowHostCompat === true,
             ...(o.vcpus ? { vcpus: o.vcpus } : {}),
             ...(o.memory ? { memory_mib: o.memory } : {}),
+            ...(o.disk !== undefined ? { disk_mib: o.disk } : {}),
             ...(o.ttl ? { ttl_seconds: o.ttl } : {}),
             signal: ctx.signal,
           }),
