@@ -61,7 +61,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
         vcpus: options.vcpus ?? DEFAULTS.vcpus,
         memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
         pids_max: DEFAULTS.pids_max,
-        disk_mib: checkDiskMib(options.disk_mib),
+        disk_mib: checkDiskMib(options.disk_mib, backend.name),
       },
       timeoutMs: timeoutSeconds * 1000,
       maxOutputBytes: DEFAULTS.max_output_bytes,

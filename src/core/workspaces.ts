@@ -28,9 +28,21 @@ export const DEFAULTS = {
   ttl_seconds: 24 * 60 * 60,
 } as const;
 
-/** A disk limit, validated before anything is made: whole MiB, 64 MiB to 16 TiB. */
-export function checkDiskMib(mib: number | undefined): number {
+/** Backends that enforce a disk limit on the writable layers (backends/disk-image.ts). */
+const DISK_LIMITED: readonly BackendName[] = ["bwrap", "gvisor"];
+
+/**
+ * A disk limit, validated before anything is made: whole MiB, 64 MiB to 16 TiB, and only
+ * on a backend that can enforce it (asked of another, it is refused, not ignored).
+ */
+export function checkDiskMib(mib: number | undefined, backend?: BackendName): number {
   if (mib === undefined) return DEFAULTS.disk_mib;
+  if (backend !== undefined && !DISK_LIMITED.includes(backend))
+    throw new PyroError(
+      "backend_unavailable",
+      `the ${backend} backend cannot limit disk use here`,
+      `drop --disk, or use ${DISK_LIMITED.join(" or ")}`,
+    );
   if (!Number.isInteger(mib) || mib < 64 || mib > 16 * 1024 * 1024)
     throw new PyroError(
       "invalid_argument",
@@ -157,6 +169,7 @@ export class Workspaces {
   async create(options: CreateOptions) {
     const environment = options.environment ?? "debian:12";
     const backend = await this.engine.chooseBackend(options.backend, options.allow_host_compat === true);
+    const diskMib = checkDiskMib(options.disk_mib, backend.name);
     const policy = parseNetworkPolicy(options.network_policy);
     if (policy !== "off") {
       throw new PyroError(
@@ -203,7 +216,7 @@ export class Workspaces {
           vcpus: options.vcpus ?? DEFAULTS.vcpus,
           memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
           pids_max: DEFAULTS.pids_max,
-          disk_mib: checkDiskMib(options.disk_mib),
+          disk_mib: diskMib,
           env: options.env ?? {},
           timeout_seconds: DEFAULTS.timeout_seconds,
         },

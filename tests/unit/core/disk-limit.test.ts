@@ -1,0 +1,35 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { PyroError } from "../../../src/core/errors.js";
+import { checkDiskMib } from "../../../src/core/workspaces.js";
+import { fakePyro } from "../../helpers/engine.js";
+
+let t: Awaited<ReturnType<typeof fakePyro>>;
+beforeEach(async () => {
+  t = await fakePyro();
+});
+afterEach(async () => {
+  await t.cleanup();
+});
+
+async function codeOf(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(PyroError);
+    return (err as PyroError).code;
+  }
+  throw new Error("expected a failure");
+}
+
+describe("disk limits", () => {
+  it("refuses a disk limit out of range, or on a backend that cannot enforce it, before anything is made", async () => {
+    expect(await codeOf(t.pyro.createWorkspace({ disk_mib: 10 }))).toBe("invalid_argument");
+    expect(await codeOf(t.pyro.createWorkspace({ disk_mib: 1.5 }))).toBe("invalid_argument");
+    expect(await codeOf(t.pyro.createWorkspace({ disk_mib: 2 ** 40 }))).toBe("invalid_argument");
+    expect((await t.pyro.listWorkspaces()).count).toBe(0);
+    expect(checkDiskMib(256, "bwrap")).toBe(256);
+    expect(checkDiskMib(undefined, "docker")).toBe(10 * 1024);
+    expect(() => checkDiskMib(256, "docker")).toThrow(/cannot limit disk use/);
+    expect(() => checkDiskMib(256, "host")).toThrow(/cannot limit disk use/);
+  });
+});
