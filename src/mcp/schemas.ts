@@ -66,7 +66,7 @@ export const snapshotArg = z
   .describe("Snapshot name; default 'baseline' (the seed the workspace was created from).");
 
 export const hostPathNote =
-  "Host path; a relative path is resolved against the server's project directory (--project-path, else the directory the server was started in).";
+  "Host path inside the server's project directory (or a directory the user allowed with --allow-host-path); a relative path is resolved against the project directory. Paths elsewhere, or through symlinks that lead out, are refused (path_outside_workspace).";
 
 // ---------------------------------------------------------------- results
 

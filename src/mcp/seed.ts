@@ -22,6 +22,8 @@ export interface DefaultSeedInfo {
 export interface DefaultSeed {
   /** One line for logs and docs: what the default is. */
   describe(): string;
+  /** The local directory it seeds from, if there is one before any call (for host-path confinement). */
+  root(): string | null;
   resolve(signal?: AbortSignal): Promise<DefaultSeedInfo | null>;
   close(): Promise<void>;
 }
@@ -70,6 +72,7 @@ export async function gitToplevel(dir: string): Promise<string | null> {
 
 export const NO_SEED: DefaultSeed = {
   describe: () => "none (workspaces start empty unless seed_path is given)",
+  root: () => null,
   resolve: async () => null,
   close: async () => {},
 };
@@ -79,6 +82,9 @@ export class LocalSeed implements DefaultSeed {
   constructor(private readonly info: DefaultSeedInfo) {}
   describe(): string {
     return `${this.info.path} (${this.info.origin === "cwd" ? "the Git checkout the server started in" : "--project-path"})`;
+  }
+  root(): string {
+    return this.info.path;
   }
   async resolve(): Promise<DefaultSeedInfo> {
     return this.info;
@@ -99,6 +105,11 @@ class RepoSeed implements DefaultSeed {
 
   describe(): string {
     return `a clean clone of ${this.url}${this.ref ? ` at ${this.ref}` : ""}`;
+  }
+
+  /** The clone is private to the server: no tool argument needs to name it. */
+  root(): null {
+    return null;
   }
 
   /** Starts the clone now (startup), without waiting; a failure is reported at first use. */

@@ -9,11 +9,12 @@ import {
 import type { z } from "zod";
 import { PyroError, toPyroError } from "../core/errors.js";
 import type { Pyro } from "../sdk/pyro.js";
+import { HostPaths } from "./host-paths.js";
 import { TOOL_NAMES, type ToolName, type ToolSet, toolSet } from "./profiles.js";
 import { RequestProgress } from "./progress.js";
 import { advertisedOutput } from "./schemas.js";
 import { type DefaultSeed, NO_SEED } from "./seed.js";
-import { type DescribeEnv, hostPathResolver, type ToolContext, type ToolDefinition } from "./tool.js";
+import type { DescribeEnv, ToolContext, ToolDefinition } from "./tool.js";
 import { toolDefinitions } from "./tools/index.js";
 
 export const SERVER_NAME = "pyro-mcp";
@@ -27,8 +28,14 @@ export interface ServerOptions {
   seed?: DefaultSeed;
   /** Lets creates and runs use the host backend (no isolation); never chosen otherwise. */
   allowHostCompat?: boolean;
-  /** Directory that relative host paths (seed_path, output_path, source_path) are resolved against. */
+  /**
+   * The project directory: relative host paths (seed_path, output_path, source_path)
+   * resolve against it, and host paths must be inside it, the default seed's directory
+   * or `allowHostPaths` (see host-paths.ts).
+   */
   baseDir?: string;
+  /** More host directories tool arguments may name (`--allow-host-path`). */
+  allowHostPaths?: readonly string[];
   /** Server-wide shutdown: aborts every call in flight. */
   shutdown?: AbortSignal;
   /** Tracks calls in flight so a shutdown can wait for them before closing the SDK. */
@@ -60,7 +67,13 @@ export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer
   const byName = new Map<string, ToolDefinition>(tools.map((t) => [t.name, t]));
   const seed = options.seed ?? NO_SEED;
   const env: DescribeEnv = { available: new Set(set.tools), defaultSeed: seed.describe() };
-  const hostPath = hostPathResolver(options.baseDir ?? process.cwd());
+  const baseDir = options.baseDir ?? process.cwd();
+  const hostPaths = new HostPaths({
+    base: baseDir,
+    project: [baseDir, seed.root()],
+    allowed: options.allowHostPaths ?? [],
+  });
+  const hostPath = hostPaths.resolve.bind(hostPaths);
   const log = options.log ?? (() => {});
 
   const server = new McpServer(

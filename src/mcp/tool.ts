@@ -1,7 +1,7 @@
-import { resolve } from "node:path";
 import type { ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
 import type { z } from "zod";
 import type { Pyro } from "../sdk/pyro.js";
+import type { HostPathUse } from "./host-paths.js";
 import type { ToolName } from "./profiles.js";
 import type { Progress } from "./progress.js";
 import type { DefaultSeed } from "./seed.js";
@@ -13,8 +13,12 @@ export interface ToolContext {
   seed: DefaultSeed;
   /** The server was started with --allow-host-compat (passed through to creates and runs). */
   allowHostCompat: boolean;
-  /** Resolves a host path argument (seed_path, output_path, source_path). */
-  hostPath(path: string): string;
+  /**
+   * Resolves a host path argument (seed_path, output_path, source_path) to the real path
+   * to use, refusing anything outside the server's allowed directories (host-paths.ts).
+   * Every host path an MCP tool takes must go through it.
+   */
+  hostPath(path: string, use: HostPathUse): Promise<string>;
   /** Fires when the client cancels the request (notifications/cancelled) or disconnects. */
   signal: AbortSignal;
   progress: Progress;
@@ -78,11 +82,6 @@ export function ifOffered(env: DescribeEnv, tool: ToolName, text: string): strin
 /** Joins description sentences, skipping empty ones. */
 export function sentences(...parts: string[]): string {
   return parts.filter((p) => p !== "").join(" ");
-}
-
-/** A host path resolver rooted at `base`. */
-export function hostPathResolver(base: string): (path: string) => string {
-  return (path) => resolve(base, path);
 }
 
 /** Annotation presets; `openWorldHint` is false everywhere: workspaces have no network by default. */

@@ -1,8 +1,9 @@
+import { stat } from "node:fs/promises";
 import { resolve } from "node:path";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import type { Command } from "commander";
 import { debugEnabled } from "../../core/config.js";
-import { EXIT_OK, toPyroError } from "../../core/errors.js";
+import { EXIT_OK, PyroError, toPyroError } from "../../core/errors.js";
 import { parseHttpAddress, serveHttp } from "../../mcp/http.js";
 import { MODE_NAMES, PROFILE_NAMES, toolSet } from "../../mcp/profiles.js";
 import { defaultSeed, prefetch } from "../../mcp/seed.js";
@@ -19,6 +20,7 @@ interface ServeFlags {
   repoRef?: string;
   http?: string;
   allowHostCompat?: boolean;
+  allowHostPath: string[];
 }
 
 /** How long a shutdown waits for calls in flight (they are cancelled first). */
@@ -47,6 +49,12 @@ export function registerMcp(program: Command, ctx: CliContext): void {
       "serve Streamable HTTP on loopback at http://HOST:PORT/mcp instead of stdio (port 0: a free one)",
     )
     .option("--allow-host-compat", "allow the host backend (no isolation) for creates and runs")
+    .option(
+      "--allow-host-path <dir>",
+      "let tool arguments (seed_path, source_path, output_path) name this host directory too, besides the project (repeatable)",
+      (dir: string, all: string[]) => [...all, dir],
+      [] as string[],
+    )
     .action(async (o: ServeFlags) => {
       ctx.exitCode = await serve(ctx, o);
     });
@@ -70,6 +78,7 @@ async function serve(ctx: CliContext, o: ServeFlags): Promise<number> {
       repoRef: o.repoRef,
       cwd,
     });
+    const allowHostPaths = await allowedDirs(cwd, o.allowHostPath);
     prefetch(seed);
     const pyro = new Pyro({ env: ctx.io.env });
     const shutdown = new AbortController();
@@ -87,6 +96,7 @@ async function serve(ctx: CliContext, o: ServeFlags): Promise<number> {
         seed,
         allowHostCompat: o.allowHostCompat === true,
         baseDir: o.projectPath !== undefined ? resolve(cwd, o.projectPath) : cwd,
+        allowHostPaths,
         shutdown: shutdown.signal,
         calls,
         log,
@@ -124,6 +134,20 @@ async function serve(ctx: CliContext, o: ServeFlags): Promise<number> {
   } finally {
     await cleanup();
   }
+}
+
+/** The --allow-host-path directories, absolute; each must exist and be a directory. */
+async function allowedDirs(cwd: string, dirs: readonly string[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const d of dirs) {
+    if (d.includes("\0"))
+      throw new PyroError("invalid_argument", "--allow-host-path cannot contain a NUL byte");
+    const abs = resolve(cwd, d);
+    if (!(await stat(abs).catch(() => null))?.isDirectory())
+      throw new PyroError("invalid_argument", `--allow-host-path ${abs} is not a directory`);
+    out.push(abs);
+  }
+  return out;
 }
 
 function aborted(signal: AbortSignal): Promise<void> {

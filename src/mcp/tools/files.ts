@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { exportFromWorkspace, syncPush } from "../../core/files.js";
+import { refuseOverwrite } from "../host-paths.js";
 import {
   changeEntry,
   diffSummary,
@@ -166,11 +167,15 @@ export const workspaceExport = defineTool({
   name: "workspace_export",
   title: "Export to the host",
   description:
-    "Copy a file or directory out of the workspace to a path on the host (a file replaces output_path; a directory needs a new or empty output_path). The only way results leave a workspace. Exports are recorded in workspace_summary.",
+    "Copy a file or directory out of the workspace to a path on the host, inside the server's project directory (or a directory the user allowed). An existing file at output_path is replaced only with overwrite: true; a directory needs a new or empty output_path. The only way results leave a workspace. Exports are recorded in workspace_summary.",
   input: z.strictObject({
     workspace_id: workspaceIdArg,
     path: workspacePathArg.describe("File or directory inside the workspace to export."),
     output_path: z.string().min(1).describe(`Where to write it on the host. ${hostPathNote}`),
+    overwrite: z
+      .boolean()
+      .optional()
+      .describe("Replace an existing file at output_path (default false: an existing one is a conflict)."),
   }),
   output: z.looseObject({
     workspace_id: z.string(),
@@ -183,14 +188,11 @@ export const workspaceExport = defineTool({
   annotations: mutating({ destructive: true, idempotent: true }),
   long: "exporting",
   // The SDK's exportWorkspace takes no AbortSignal; the core function does.
-  run: (a, ctx) =>
-    exportFromWorkspace(
-      ctx.pyro.engine.workspaces,
-      a.workspace_id,
-      a.path,
-      ctx.hostPath(a.output_path),
-      ctx.signal,
-    ),
+  async run(a, ctx) {
+    const output = await ctx.hostPath(a.output_path, "write");
+    if (a.overwrite !== true) await refuseOverwrite(output, a.output_path);
+    return exportFromWorkspace(ctx.pyro.engine.workspaces, a.workspace_id, a.path, output, ctx.signal);
+  },
   render: (r) =>
     `exported ${r.artifact_type} ${r.path} to ${r.output_path} (${r.bytes} bytes, ${r.entries} entr${r.entries === 1 ? "y" : "ies"})`,
 });
@@ -218,13 +220,9 @@ export const workspaceSyncPush = defineTool({
   annotations: mutating({ destructive: true, idempotent: true }),
   long: "copying into the workspace",
   // The SDK's syncPushWorkspace takes no AbortSignal; the core function does.
-  run: (a, ctx) =>
-    syncPush(
-      ctx.pyro.engine.workspaces,
-      a.workspace_id,
-      ctx.hostPath(a.source_path),
-      a.dest ?? "/workspace",
-      ctx.signal,
-    ),
+  async run(a, ctx) {
+    const source = await ctx.hostPath(a.source_path, "read");
+    return syncPush(ctx.pyro.engine.workspaces, a.workspace_id, source, a.dest ?? "/workspace", ctx.signal);
+  },
   render: (r) => `copied ${r.source} into ${r.dest} (${r.files} file(s), ${r.bytes} bytes)`,
 });

@@ -94,7 +94,7 @@ export function workspaceCreate(fullCreate: boolean) {
     annotations: mutating({ destructive: false, idempotent: false }),
     long: "creating the workspace",
     async run(a, ctx) {
-      let seedPath = a.seed_path !== undefined ? ctx.hostPath(a.seed_path) : undefined;
+      let seedPath = a.seed_path !== undefined ? await ctx.hostPath(a.seed_path, "read") : undefined;
       let fromDefault: DefaultSeedInfo | null = null;
       if (seedPath === undefined) {
         ctx.progress.report("resolving the default seed");

@@ -88,7 +88,12 @@ describe.skipIf(skip !== "")(suiteTitle("default seeds of pyro mcp serve, on bwr
   });
 
   it("starts workspaces empty outside a checkout, and seeds from an explicit seed_path", async () => {
-    const server = await launchStdio({ cwd: elsewhere, env: h.cliEnv });
+    // The checkout is outside the directory the server started in: MCP may name it only once allowed.
+    const server = await launchStdio({
+      cwd: elsewhere,
+      env: h.cliEnv,
+      args: ["--allow-host-path", checkout],
+    });
     try {
       const empty = await server.ok("workspace_create", { backend: "bwrap" });
       expect(empty.workspace_seed).toMatchObject({ kind: "empty", file_count: 0 });

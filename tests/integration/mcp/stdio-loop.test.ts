@@ -32,7 +32,8 @@ describe.skipIf(skip !== "")(
       checkout = await h.tempDir("checkout");
       out = await h.tempDir("out");
       ({ commit } = await pythonCheckout(checkout));
-      server = await launchStdio({ cwd: checkout, env: h.cliEnv });
+      // `out` is outside the checkout: MCP may write there only because the user allowed it.
+      server = await launchStdio({ cwd: checkout, env: h.cliEnv, args: ["--allow-host-path", out] });
     });
     afterAll(async () => {
       await server?.close();
