@@ -38,7 +38,7 @@ export interface ServeOptions {
   log?: (line: string) => void;
   /** Set inside a microVM: the agent disk's mount point (enables the vm_* ops). */
   vmDir?: string;
-  /** Run commands under SCHED_IDLE (see GuestOptions.idleCommands). */
+  /** Run commands at nice 19 (see GuestOptions.idleCommands). */
   idleCommands?: boolean;
 }
 

@@ -31,9 +31,9 @@ export interface GuestOptions {
   /** Inside a pyro microVM: the agent disk's mount point (enables the vm_* ops). */
   vm?: string;
   /**
-   * Run commands under SCHED_IDLE: set by backends whose agent shares a cgroup (and its
-   * CPU quota) with the commands, so a fork bomb cannot starve the agent. Never on
-   * host-compat, where it would put commands below every host process.
+   * Run commands at a low priority (nice 19, ops/exec.ts): set by backends whose agent
+   * shares a cgroup (and its CPU quota) with the commands, so a fork bomb cannot starve
+   * the agent. Never on host-compat, where it would put commands below host processes.
    */
   idleCommands?: boolean;
 }

@@ -123,6 +123,8 @@ export async function killTree(rootPid: number, marker: string): Promise<void> {
 
 /** How long a hangup waits for forked children to exec what they were forked for. */
 export const SETTLE_MS = 500;
+/** Above this many leftover processes the hangup does not wait for them (see settleForks). */
+export const SETTLE_MAX_MEMBERS = 32;
 
 async function cmdline(pid: number): Promise<string | null> {
   return readFile(`/proc/${pid}/cmdline`, "latin1").catch(() => null);
@@ -142,9 +144,13 @@ async function settleForks(sid: number, leader: string | null): Promise<void> {
   const deadline = Date.now() + SETTLE_MS;
   while (Date.now() < deadline) {
     const procs = await scanProc();
+    const members = [...procs].filter(([pid, info]) => info.sid === sid && pid !== sid);
+    // Many processes left behind is a bomb or a build's workers, not a `nohup` to wait for:
+    // hang up at once (a wait would only let a bomb grow and take the agent's CPU).
+    if (members.length > SETTLE_MAX_MEMBERS) return;
     let forking = false;
-    for (const [pid, info] of procs) {
-      if (info.sid !== sid || pid === sid) continue;
+    for (const [pid, info] of members) {
+      if (Date.now() >= deadline) return;
       const own = await cmdline(pid);
       if (own === null) continue;
       // nohup and setsid themselves: between their exec and the signal or setsid call

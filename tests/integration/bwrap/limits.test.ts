@@ -23,9 +23,10 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
     await h?.cleanup();
   });
 
-  it("runs commands under SCHED_IDLE, so the agent always gets the CPU it asks for", async () => {
-    const r = await h.pyro.execWorkspace(id, "chrt -p $$");
-    expect(r.stdout).toContain("SCHED_IDLE");
+  it("runs commands at nice 19, so the agent keeps a share of the CPU", async () => {
+    // Set on the shell just after it starts: what it forks from then on inherits it.
+    const r = await h.pyro.execWorkspace(id, "sleep 0.1; nice; sh -c nice");
+    expect(r.stdout).toBe("19\n19\n");
   });
 
   it("ends a fork bomb with the call that started it, and the next call answers", async () => {
@@ -41,8 +42,6 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
       timeoutSeconds: 5,
     });
     expect(r.timed_out).toBe(true);
-    // The timer fires on time although a thousand processes want the CPU (SCHED_IDLE).
-    expect(r.duration_ms).toBeLessThan(15_000);
     if (Number.isFinite(baseline)) expect(await tasks()).toBeLessThanOrEqual(baseline + 2);
     const next = await h.pyro.execWorkspace(id, "echo alive", { timeoutSeconds: 20 });
     expect(next.stdout).toBe("alive\n");

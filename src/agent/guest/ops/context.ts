@@ -23,7 +23,7 @@ export interface OpContext {
   tmpDir: string;
   /** Inside a microVM: the agent disk's mount point (its busybox does mounts, clock). */
   vmDir: string | null;
-  /** Commands run under SCHED_IDLE, below the agent (see GuestOptions.idleCommands). */
+  /** Commands run at nice 19, below the agent (see GuestOptions.idleCommands). */
   idleCommands?: boolean;
 }
 

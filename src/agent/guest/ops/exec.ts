@@ -5,7 +5,6 @@
 
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
 import os from "node:os";
 import type { Readable } from "node:stream";
 import { AgentError } from "../../errors.js";
@@ -58,25 +57,15 @@ function closed(stream: Readable): Promise<void> {
   });
 }
 
-let idleChrt: Promise<string | null> | undefined;
-
 /**
- * util-linux's chrt when the environment has it (Debian's does: util-linux is essential)
- * and the kernel lets it set SCHED_IDLE (gVisor's does not), probed once per agent.
+ * Nice value of commands where the agent shares a cgroup's CPU with them (see
+ * GuestOptions.idleCommands): set on the shell right after it starts (one syscall,
+ * inherited by what it forks from then on; a child forked in the shell's first instant
+ * keeps 0), so under a fork bomb the agent keeps a share of the CPU (weight 1024 against
+ * 15 per command) and its timers fire near their time. `chrt --idle` did better but cost
+ * an exec per command.
  */
-function chrtForIdle(): Promise<string | null> {
-  idleChrt ??= (async () => {
-    const chrt = ["/usr/bin/chrt", "/bin/chrt"].find((p) => existsSync(p));
-    if (!chrt) return null;
-    const ok = await new Promise<boolean>((resolve) => {
-      const c = spawn(chrt, ["--idle", "0", "/bin/true"], { stdio: "ignore" });
-      c.once("error", () => resolve(false));
-      c.once("exit", (code) => resolve(code === 0));
-    });
-    return ok ? chrt : null;
-  })();
-  return idleChrt;
-}
+export const COMMAND_NICE = 19;
 
 /** See the module comment. */
 export const exec: OpHandler<"exec"> = async (args, ctx) => {
@@ -95,17 +84,20 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
   const env = { ...BASE_ENV, ...args.env, [TREE_MARKER_VAR]: marker };
   const started = performance.now();
   // detached: the shell leads a new session and process group, so the group kill
-  // reaches what it starts and a Ctrl-C aimed at the agent does not. Under SCHED_IDLE
-  // (chrt execs the shell, same pid) commands get the CPU whenever the agent does not
-  // want it, and the agent always gets it when it does.
-  const chrt = ctx.idleCommands ? await chrtForIdle() : null;
-  const argv = chrt ? [chrt, "--idle", "0", "/bin/sh", "-c", args.command] : ["/bin/sh", "-c", args.command];
-  const child = spawn(argv[0]!, argv.slice(1), {
+  // reaches what it starts and a Ctrl-C aimed at the agent does not.
+  const child = spawn("/bin/sh", ["-c", args.command], {
     cwd,
     env,
     stdio: ["ignore", "pipe", "pipe"],
     detached: true,
   });
+  if (ctx.idleCommands && child.pid !== undefined) {
+    try {
+      os.setPriority(child.pid, COMMAND_NICE);
+    } catch {
+      // Exited already.
+    }
+  }
   const stdout = new CappedCollector(args.max_output_bytes);
   const stderr = new CappedCollector(args.max_output_bytes);
   child.stdout.on("data", (c: Buffer) => stdout.add(c));
