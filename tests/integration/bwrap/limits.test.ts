@@ -84,4 +84,32 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
     await expect(h.create({ disk_mib: 10 })).rejects.toMatchObject({ code: "invalid_argument" });
     expect((await h.pyro.listWorkspaces()).count).toBe(before);
   });
+
+  it("recovers a wedged workspace through stop and start, with its files", async () => {
+    const w = (await h.create()).workspace_id;
+    await h.pyro.writeWorkspaceFile(w, "keep.txt", "kept\n");
+    await h.pyro.execWorkspace(w, "echo root-layer > /root/note.txt");
+    // Workspace code freezes its own agent: the next call cannot be answered.
+    // (setsid: a plain background job would be hung up when the call returns.)
+    const freeze =
+      "import os, time\n" +
+      "time.sleep(0.2)\n" +
+      "for p in filter(str.isdigit, os.listdir('/proc')):\n" +
+      "  argv = open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')\n" +
+      "  if argv[0].endswith(b'ld-linux-x86-64.so.2') and any(a.endswith(b'guest/main.js') for a in argv): os.kill(int(p), 19)\n";
+    await h.pyro.writeWorkspaceFile(w, "freeze.py", freeze);
+    await h.pyro.execWorkspace(w, "setsid python3 freeze.py >/dev/null 2>&1 &");
+    await new Promise((r) => setTimeout(r, 500));
+    const { Pyro } = await import("../../../src/sdk/pyro.js");
+    const fresh = new Pyro({ home: h.home, environmentsDir: process.env.PYRO_ENV_CACHE ?? "" });
+    try {
+      await expect(fresh.execWorkspace(w, "true")).rejects.toMatchObject({ code: "timeout" });
+      expect((await fresh.stopWorkspace(w)).state).toBe("stopped");
+      expect((await fresh.startWorkspace(w)).state).toBe("running");
+      const r = await fresh.execWorkspace(w, "cat keep.txt /root/note.txt");
+      expect(r.stdout).toBe("kept\nroot-layer\n");
+    } finally {
+      await fresh.close();
+    }
+  });
 });
