@@ -112,4 +112,25 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
       await fresh.close();
     }
   });
+
+  it("keeps the agent when the workspace hits its memory limit: the OOM killer takes commands first", async () => {
+    const w = (await h.create({ memory_mib: 256 })).workspace_id;
+    const agentPid = async () =>
+      (
+        await h.pyro.execWorkspace(
+          w,
+          "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^/run/pyro/runtime/lib/ld-linux' && echo ${p#/proc/}; done",
+        )
+      ).stdout.trim();
+    const before = await agentPid();
+    expect(before).toMatch(/^\d+$/);
+    expect((await h.pyro.execWorkspace(w, "cat /proc/self/oom_score_adj")).stdout).toBe("500\n");
+    // Thirty small allocators, each far smaller than the agent, together over the limit.
+    const hog =
+      "import time\nx = bytearray(12 * 1024 * 1024)\nfor i in range(0, len(x), 4096): x[i] = 1\ntime.sleep(5)\n";
+    await h.pyro.writeWorkspaceFile(w, "hog.py", hog);
+    const r = await h.pyro.execWorkspace(w, "for i in $(seq 30); do python3 hog.py & done; wait; echo done");
+    expect(r.stdout).toContain("done");
+    expect(await agentPid()).toBe(before);
+  });
 });

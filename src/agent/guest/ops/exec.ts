@@ -5,6 +5,7 @@
 
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { writeFileSync } from "node:fs";
 import os from "node:os";
 import type { Readable } from "node:stream";
 import { AgentError } from "../../errors.js";
@@ -66,6 +67,8 @@ function closed(stream: Readable): Promise<void> {
  * an exec per command.
  */
 export const COMMAND_NICE = 19;
+/** oom_score_adj of commands in the same sandboxes (the agent keeps 0). */
+export const COMMAND_OOM_SCORE_ADJ = 500;
 
 /** See the module comment. */
 export const exec: OpHandler<"exec"> = async (args, ctx) => {
@@ -94,6 +97,9 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
   if (ctx.idleCommands && child.pid !== undefined) {
     try {
       os.setPriority(child.pid, COMMAND_NICE);
+      // At the memory limit the OOM killer takes commands before the agent (raising the
+      // value needs no privilege; children inherit it like the nice value).
+      writeFileSync(`/proc/${child.pid}/oom_score_adj`, String(COMMAND_OOM_SCORE_ADJ));
     } catch {
       // Exited already.
     }
