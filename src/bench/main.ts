@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import type { BackendName } from "../backends/backend.js";
+import { ensureDiskImage } from "../backends/disk-image.js";
 import { Pyro } from "../sdk/pyro.js";
 import { run } from "../util/run.js";
 import { qemuRows } from "./qemu.js";
@@ -50,6 +51,15 @@ async function main(): Promise<void> {
     log(`bench: floor bwrap /bin/true ${round(floor)} ms`);
 
     rows.push(...(await backendRows(pyro, "bwrap", "bwrap /bin/true", floor, n, quick, extra)));
+
+    // The disk limit's share of a create: a sparse 10 GiB ext4 image (the mount is in the launch).
+    const diskDir = await mkdtemp(join(home, "disk-"));
+    let k = 0;
+    const diskMs = await medianMs(n, () => ensureDiskImage(join(diskDir, `d${k++}.img`), 10 * 1024));
+    await rm(diskDir, { recursive: true, force: true });
+    rows.push(
+      row("bwrap/gvisor: disk image made (10 GiB sparse ext4)", diskMs, "bwrap /bin/true", floor, {}),
+    );
 
     // The other backends, each against its own raw floor measured now.
     const others: { name: BackendName; floorName: string; floorArgv: string[] }[] = [
@@ -245,6 +255,16 @@ async function backendRows(
         backend === "bwrap" ? { max: 0.5 } : {},
       ),
     );
+    // The hangup of a command's leftovers (a background job, ended when the call returns).
+    const leftoverMs = await medianMs(
+      n,
+      async () => {
+        const r = await pyro.execWorkspace(ws.workspace_id, "sleep 100 & true");
+        if (r.exit_code !== 0) throw new Error("exec failed");
+      },
+      1,
+    );
+    rows.push(row(`${backend}: exec leaving a background job (hung up)`, leftoverMs, floorName, floor, {}));
     const resetMs = await medianMs(quick ? 2 : 5, () => pyro.resetWorkspace(ws.workspace_id), 0);
     rows.push(row(`${backend}: reset (small workspace)`, resetMs, floorName, floor, {}));
     if (backend === "bwrap") extra.agent_rss_kib = await sandboxRssKib(ws.workspace_id);
