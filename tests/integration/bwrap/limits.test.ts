@@ -124,7 +124,8 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
       ).stdout.trim();
     const before = await agentPid();
     expect(before).toMatch(/^\d+$/);
-    expect((await h.pyro.execWorkspace(w, "cat /proc/self/oom_score_adj")).stdout).toBe("500\n");
+    // Set on the shell just after it starts, like the nice value.
+    expect((await h.pyro.execWorkspace(w, "sleep 0.1; cat /proc/self/oom_score_adj")).stdout).toBe("500\n");
     // Thirty small allocators, each far smaller than the agent, together over the limit.
     const hog =
       "import time\nx = bytearray(12 * 1024 * 1024)\nfor i in range(0, len(x), 4096): x[i] = 1\ntime.sleep(5)\n";
