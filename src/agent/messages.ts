@@ -9,7 +9,7 @@ import { z } from "zod";
 export * from "./op-schemas.js";
 
 /** Bumped on any incompatible change to framing, messages or op schemas. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 /** Version of this agent implementation, reported in the agent's hello. */
 export const AGENT_VERSION = "0.1.0";

@@ -38,19 +38,38 @@ export const infoResult = z.strictObject({
   root: z.string(),
 });
 
-export const execArgs = z.strictObject({
-  command: z.string().min(1),
-  cwd: pathArg.optional(),
-  env: z.record(envName, envValue).optional(),
-  timeout_ms: z.int().min(1).max(MAX_EXEC_TIMEOUT_MS),
-  max_output_bytes: z.int().min(0).max(MAX_EXEC_OUTPUT_BYTES),
-});
+export const execArgs = z
+  .strictObject({
+    command: z.string().min(1),
+    cwd: pathArg.optional(),
+    env: z.record(envName, envValue).optional(),
+    timeout_ms: z.int().min(1).max(MAX_EXEC_TIMEOUT_MS),
+    /** Per stream: past it, `stdout`/`stderr` keep their head and tail around a marker line. */
+    max_output_bytes: z.int().min(0).max(MAX_EXEC_OUTPUT_BYTES),
+    /**
+     * A second, larger cut of the same streams for the command history (`stdout_log`,
+     * `stderr_log`), sent only where it differs from the first.
+     */
+    log_output_bytes: z.int().min(0).max(MAX_EXEC_OUTPUT_BYTES).optional(),
+  })
+  .refine(
+    (a) => a.max_output_bytes + (a.log_output_bytes ?? 0) <= MAX_EXEC_OUTPUT_BYTES,
+    `max_output_bytes + log_output_bytes must be at most ${MAX_EXEC_OUTPUT_BYTES}`,
+  );
 export const execResult = z.strictObject({
   exit_code: z.int(),
+  /** Head, marker line and tail when the stream was over `max_output_bytes`. */
   stdout: z.string(),
   stderr: z.string(),
+  /** Full sizes of the streams in bytes, whatever was kept. */
+  stdout_bytes: count,
+  stderr_bytes: count,
+  /** The streams cut at `log_output_bytes`, when that cut differs from `stdout`/`stderr`. */
+  stdout_log: z.string().optional(),
+  stderr_log: z.string().optional(),
   duration_ms: z.number().min(0),
   timed_out: z.boolean(),
+  /** A stream was over `max_output_bytes`. */
   truncated: z.boolean(),
 });
 

@@ -87,8 +87,12 @@ export interface OneShotSpec {
 
 export interface OneShotResult {
   exit_code: number;
+  /** Head, marker line and tail past `maxOutputBytes` (src/agent/capture.ts). */
   stdout: string;
   stderr: string;
+  /** Full sizes of the streams in bytes. */
+  stdout_bytes: number;
+  stderr_bytes: number;
   duration_ms: number;
   timed_out: boolean;
   truncated: boolean;

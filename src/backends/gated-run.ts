@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { HeadTailCapture } from "../agent/capture.js";
 import { PyroError } from "../core/errors.js";
 import type { OneShotResult } from "./backend.js";
 import type { CgroupLimits } from "./bwrap/cgroups.js";
@@ -6,7 +7,8 @@ import { killAndWait, LAUNCH_ENV, procStartTime, spawnDetached } from "./common.
 
 /**
  * Runs a launch argv (see bwrap/launch.ts: it waits for one stdin line) as a one-shot:
- * places it in its cgroup, releases the gate, captures stdout and stderr up to a cap, and
+ * places it in its cgroup, releases the gate, captures stdout and stderr (head and tail past
+ * the cap), and
  * on timeout or abort kills everything through the cgroup. Shared by the bwrap and gVisor
  * one-shot fast paths; the caller owns creating and destroying the cgroup.
  */
@@ -29,8 +31,8 @@ export function runGatedOneShot(
       cwd: "/",
       stdio: ["pipe", "pipe", "pipe", ...(options.extraFds ?? [])],
     });
-    const out = new Capture(options.maxOutputBytes);
-    const err = new Capture(options.maxOutputBytes);
+    const out = new HeadTailCapture(options.maxOutputBytes);
+    const err = new HeadTailCapture(options.maxOutputBytes);
     child.stdout!.on("data", (c: Buffer) => out.push(c));
     child.stderr!.on("data", (c: Buffer) => err.push(c));
     let timedOut = false;
@@ -51,10 +53,14 @@ export function runGatedOneShot(
     child.on("close", (code, signal) => {
       clearTimeout(timer);
       options.signal?.removeEventListener("abort", onAbort);
+      const stdout = out.render();
+      const stderr = err.render();
       resolve({
         exit_code: timedOut ? 124 : (code ?? 128 + signalNumber(signal)),
-        stdout: out.text(),
-        stderr: err.text(),
+        stdout: stdout.text,
+        stderr: stderr.text,
+        stdout_bytes: stdout.bytes,
+        stderr_bytes: stderr.bytes,
         duration_ms: Math.round(performance.now() - started),
         timed_out: timedOut,
         truncated: out.truncated || err.truncated,
@@ -68,28 +74,6 @@ export function runGatedOneShot(
         reject(new PyroError("backend_unavailable", `cannot place the sandbox in its cgroup: ${e.message}`));
       });
   });
-}
-
-/** Keeps the first `max` bytes of a stream and remembers whether more came. */
-export class Capture {
-  private readonly chunks: Buffer[] = [];
-  private size = 0;
-  truncated = false;
-  constructor(private readonly max: number) {}
-  push(c: Buffer): void {
-    if (this.size >= this.max) {
-      this.truncated = true;
-      return;
-    }
-    const room = this.max - this.size;
-    if (c.length > room) this.truncated = true;
-    const kept = c.subarray(0, room);
-    this.chunks.push(kept);
-    this.size += kept.length;
-  }
-  text(): string {
-    return Buffer.concat(this.chunks).toString("utf8");
-  }
 }
 
 export function signalNumber(signal: NodeJS.Signals | null): number {

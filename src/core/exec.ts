@@ -1,4 +1,5 @@
 import { PyroError } from "./errors.js";
+import { checkMaxOutputBytes, clipText, HISTORY_OUTPUT_BYTES } from "./output.js";
 import { secretRedactor } from "./secrets.js";
 import type { Workspaces } from "./workspaces.js";
 import { DEFAULTS } from "./workspaces.js";
@@ -7,6 +8,7 @@ export interface ExecOptions {
   timeout_seconds?: number;
   cwd?: string;
   env?: Record<string, string>;
+  /** Per stream (default 1 MiB); past it a stream keeps its head and tail (see output.ts). */
   max_output_bytes?: number;
   signal?: AbortSignal;
 }
@@ -19,8 +21,12 @@ export interface ExecResult {
   exit_code: number;
   stdout: string;
   stderr: string;
+  /** Full sizes of the streams in bytes, whatever `stdout`/`stderr` kept. */
+  stdout_bytes: number;
+  stderr_bytes: number;
   duration_ms: number;
   timed_out: boolean;
+  /** A stream was over `max_output_bytes`: it holds its head, a marker line and its tail. */
   truncated: boolean;
   execution_mode: "guest_agent" | "host_compat";
   seq: number;
@@ -45,6 +51,10 @@ export async function execInWorkspace(
       `timeout must be between 1 and 86400 seconds, got ${timeoutSeconds}`,
     );
   }
+  const cap = checkMaxOutputBytes(options.max_output_bytes ?? DEFAULTS.max_output_bytes);
+  // The history keeps HISTORY_OUTPUT_BYTES of each stream even when the call asks for
+  // less: the agent cuts both from one capture.
+  const logCap = cap < HISTORY_OUTPUT_BYTES ? HISTORY_OUTPUT_BYTES : undefined;
   return ws.withAgent(idOrName, "exec", async (agent, w) => {
     const startedAt = new Date().toISOString();
     const cwd = options.cwd ?? "/workspace";
@@ -58,26 +68,47 @@ export async function execInWorkspace(
         // Forwarded env, then secrets, then this call's env.
         env: { ...w.spec.env, ...Object.fromEntries(secrets), ...options.env },
         timeout_ms: Math.round(timeoutSeconds * 1000),
-        max_output_bytes: options.max_output_bytes ?? DEFAULTS.max_output_bytes,
+        max_output_bytes: cap,
+        ...(logCap !== undefined ? { log_output_bytes: logCap } : {}),
       },
       { timeoutMs: timeoutSeconds * 1000 + 30_000, ...(options.signal ? { signal: options.signal } : {}) },
     );
     const mode = ws.executionMode(w);
     const shown = { command: redact(command), stdout: redact(r.stdout), stderr: redact(r.stderr) };
+    // What the history keeps: the larger cut when the agent sent one, at most
+    // HISTORY_OUTPUT_BYTES per stream (a call with a larger cap is cut again here).
+    const kept = {
+      stdout: clipText(
+        r.stdout_log !== undefined ? redact(r.stdout_log) : shown.stdout,
+        HISTORY_OUTPUT_BYTES,
+        r.stdout_bytes,
+      ),
+      stderr: clipText(
+        r.stderr_log !== undefined ? redact(r.stderr_log) : shown.stderr,
+        HISTORY_OUTPUT_BYTES,
+        r.stderr_bytes,
+      ),
+    };
     // One transaction for the history row and its review event.
     const seq = ws.store.atomically(() => {
-      const n = ws.store.recordCommand(w.workspace_id, {
-        command: shown.command,
-        cwd,
-        exit_code: r.exit_code,
-        timed_out: r.timed_out,
-        duration_ms: Math.round(r.duration_ms),
-        started_at: startedAt,
-        stdout_tail: shown.stdout,
-        stderr_tail: shown.stderr,
-        truncated: r.truncated,
-        execution_mode: mode,
-      });
+      const n = ws.store.recordCommand(
+        w.workspace_id,
+        {
+          command: shown.command,
+          cwd,
+          exit_code: r.exit_code,
+          timed_out: r.timed_out,
+          duration_ms: Math.round(r.duration_ms),
+          started_at: startedAt,
+          // The store keeps the last few KiB of these as the tails.
+          stdout_tail: kept.stdout,
+          stderr_tail: kept.stderr,
+          // Whether the history misses part of the output (not whether this call's cut did).
+          truncated: r.stdout_bytes > HISTORY_OUTPUT_BYTES || r.stderr_bytes > HISTORY_OUTPUT_BYTES,
+          execution_mode: mode,
+        },
+        { ...kept, stdout_bytes: r.stdout_bytes, stderr_bytes: r.stderr_bytes },
+      );
       ws.store.recordEvent(w.workspace_id, "exec", {
         seq: n,
         command: shown.command,
@@ -93,6 +124,8 @@ export async function execInWorkspace(
       exit_code: r.exit_code,
       stdout: shown.stdout,
       stderr: shown.stderr,
+      stdout_bytes: r.stdout_bytes,
+      stderr_bytes: r.stderr_bytes,
       duration_ms: Math.round(r.duration_ms),
       timed_out: r.timed_out,
       truncated: r.truncated,
@@ -102,25 +135,75 @@ export async function execInWorkspace(
   });
 }
 
-/** Command history, oldest first. */
-export async function workspaceLogs(ws: Workspaces, idOrName: string, options: { limit?: number } = {}) {
+/** Options of `workspaceLogs`. */
+export interface LogsOptions {
+  /** At most this many most recent commands (default 100). */
+  limit?: number;
+  /** Only this command, with the whole output the history kept instead of its tails. */
+  seq?: number;
+  /** With `seq`: cut each stream again to this many bytes (head and tail). */
+  max_output_bytes?: number;
+}
+
+/**
+ * Command history, oldest first. Each command carries the last `TAIL_BYTES` of its
+ * streams and their full sizes; with `seq`, the one command carries everything the
+ * history kept of its output (`full_output: true`): the whole stream up to
+ * `HISTORY_OUTPUT_BYTES`, its head and tail beyond, until the workspace's output budget
+ * prunes it back to the tails (`full_output: false`).
+ */
+export async function workspaceLogs(ws: Workspaces, idOrName: string, options: LogsOptions = {}) {
   const w = await ws.get(idOrName);
-  const commands = ws.store.listCommands(w.workspace_id, { limit: options.limit ?? 100 });
+  const cap =
+    options.max_output_bytes !== undefined ? checkMaxOutputBytes(options.max_output_bytes) : undefined;
+  if (options.seq !== undefined && !(Number.isInteger(options.seq) && options.seq >= 1)) {
+    throw new PyroError("invalid_argument", `seq must be a command number (1, 2, 3...), got ${options.seq}`);
+  }
+  const rows =
+    options.seq === undefined
+      ? ws.store.listCommands(w.workspace_id, { limit: options.limit ?? 100 })
+      : [ws.store.getCommand(w.workspace_id, options.seq)].filter((c) => c !== undefined);
+  const count = ws.store.countCommands(w.workspace_id);
+  if (options.seq !== undefined && rows.length === 0) {
+    throw new PyroError(
+      "not_found",
+      `workspace ${w.workspace_id} has no command #${options.seq} (it has ${count})`,
+      "list the history without seq to see the command numbers",
+    );
+  }
+  const sizes = ws.store.commandOutputSizes(w.workspace_id, rows[0]?.seq ?? 1);
   return {
     workspace_id: w.workspace_id,
-    count: ws.store.countCommands(w.workspace_id),
-    commands: commands.map((c) => ({
-      seq: c.seq,
-      command: c.command,
-      cwd: c.cwd,
-      exit_code: c.exit_code,
-      timed_out: c.timed_out,
-      duration_ms: c.duration_ms,
-      started_at: c.started_at,
-      stdout: c.stdout_tail,
-      stderr: c.stderr_tail,
-      truncated: c.truncated,
-      execution_mode: c.execution_mode,
-    })),
+    count,
+    commands: rows.map((c) => {
+      const size = sizes.get(c.seq);
+      const entry = {
+        seq: c.seq,
+        command: c.command,
+        cwd: c.cwd,
+        exit_code: c.exit_code,
+        timed_out: c.timed_out,
+        duration_ms: c.duration_ms,
+        started_at: c.started_at,
+        stdout: c.stdout_tail,
+        stderr: c.stderr_tail,
+        /** Full sizes; null for commands recorded before pyro kept them. */
+        stdout_bytes: size?.stdout_bytes ?? null,
+        stderr_bytes: size?.stderr_bytes ?? null,
+        truncated: c.truncated,
+        execution_mode: c.execution_mode,
+      };
+      if (options.seq === undefined) return entry;
+      const out = ws.store.commandOutput(w.workspace_id, c.seq);
+      const full = out !== undefined && out.stdout !== null && out.stderr !== null;
+      const stdout = full ? out.stdout! : c.stdout_tail;
+      const stderr = full ? out.stderr! : c.stderr_tail;
+      return {
+        ...entry,
+        stdout: cap === undefined ? stdout : clipText(stdout, cap, entry.stdout_bytes ?? undefined),
+        stderr: cap === undefined ? stderr : clipText(stderr, cap, entry.stderr_bytes ?? undefined),
+        full_output: full,
+      };
+    }),
   };
 }

@@ -7,6 +7,7 @@ import type { Engine } from "./engine.js";
 import { PyroError } from "./errors.js";
 import { execInWorkspace } from "./exec.js";
 import { applyPatch, diffWorkspace } from "./files.js";
+import { checkMaxOutputBytes } from "./output.js";
 import { resetWorkspace } from "./snapshots.js";
 import { type CreateOptions, checkDiskMib, DEFAULTS, parseNetworkPolicy } from "./workspaces.js";
 
@@ -17,6 +18,8 @@ export interface RunOptions {
   /** Disk limit of the writable layer, MiB (default DEFAULTS.disk_mib). */
   disk_mib?: number;
   timeout_seconds?: number;
+  /** Per stream (default 1 MiB); past it a stream keeps its head and tail (see output.ts). */
+  max_output_bytes?: number;
   network_policy?: string;
   backend?: BackendName;
   allow_host_compat?: boolean;
@@ -35,6 +38,7 @@ export interface RunOptions {
 export async function runOnce(engine: Engine, command: string, options: RunOptions = {}) {
   const started = performance.now();
   if (command.trim() === "") throw new PyroError("invalid_argument", "the command is empty");
+  const maxOutputBytes = checkMaxOutputBytes(options.max_output_bytes ?? DEFAULTS.max_output_bytes);
   const backend = await engine.chooseBackend(options.backend, options.allow_host_compat === true);
   parseNetworkPolicy(options.network_policy);
   if (options.network_policy && options.network_policy !== "off") {
@@ -64,7 +68,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
         disk_mib: checkDiskMib(options.disk_mib, backend.name),
       },
       timeoutMs: timeoutSeconds * 1000,
-      maxOutputBytes: DEFAULTS.max_output_bytes,
+      maxOutputBytes,
       ...(options.signal ? { signal: options.signal } : {}),
     });
     return {
@@ -92,6 +96,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
   try {
     const r = await execInWorkspace(engine.workspaces, ws.workspace_id, command, {
       timeout_seconds: timeoutSeconds,
+      max_output_bytes: maxOutputBytes,
       ...(options.signal ? { signal: options.signal } : {}),
     });
     return {
@@ -100,6 +105,8 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
       exit_code: r.exit_code,
       stdout: r.stdout,
       stderr: r.stderr,
+      stdout_bytes: r.stdout_bytes,
+      stderr_bytes: r.stderr_bytes,
       duration_ms: r.duration_ms,
       timed_out: r.timed_out,
       truncated: r.truncated,

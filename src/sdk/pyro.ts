@@ -51,8 +51,18 @@ export class Pyro {
     return this.engine.environments.prune(options);
   }
 
-  run(environment: string, command: string, options: Omit<RunOptions, "environment"> = {}) {
-    return runOnce(this.engine, command, { ...options, environment });
+  /** `maxOutputBytes` (or `max_output_bytes`): per stream; past it a stream keeps its head and tail. */
+  run(
+    environment: string,
+    command: string,
+    options: Omit<RunOptions, "environment"> & { maxOutputBytes?: number } = {},
+  ) {
+    const { maxOutputBytes, ...rest } = options;
+    return runOnce(this.engine, command, {
+      ...rest,
+      ...(maxOutputBytes !== undefined ? { max_output_bytes: maxOutputBytes } : {}),
+      environment,
+    });
   }
   demo(options: { backend?: BackendName; allowHostCompat?: boolean } = {}) {
     return demo(this.engine, {
@@ -121,19 +131,32 @@ export class Pyro {
     return this.ws.start(workspaceId);
   }
 
+  /** `maxOutputBytes` (or `max_output_bytes`): per stream; past it a stream keeps its head and tail. */
   execWorkspace(
     workspaceId: string,
     command: string,
-    options: ExecOptions & { timeoutSeconds?: number } = {},
+    options: ExecOptions & { timeoutSeconds?: number; maxOutputBytes?: number } = {},
   ) {
-    const { timeoutSeconds, ...rest } = options;
+    const { timeoutSeconds, maxOutputBytes, ...rest } = options;
     return execInWorkspace(this.ws, workspaceId, command, {
       ...rest,
       ...(timeoutSeconds !== undefined ? { timeout_seconds: timeoutSeconds } : {}),
+      ...(maxOutputBytes !== undefined ? { max_output_bytes: maxOutputBytes } : {}),
     });
   }
-  workspaceLogs(workspaceId: string, options: { limit?: number } = {}) {
-    return workspaceLogs(this.ws, workspaceId, options);
+  /**
+   * Command history; with `seq`, that one command with the whole output the history kept
+   * (`maxOutputBytes` cuts it again, head and tail).
+   */
+  workspaceLogs(
+    workspaceId: string,
+    options: { limit?: number; seq?: number; maxOutputBytes?: number } = {},
+  ) {
+    const { maxOutputBytes, ...rest } = options;
+    return workspaceLogs(this.ws, workspaceId, {
+      ...rest,
+      ...(maxOutputBytes !== undefined ? { max_output_bytes: maxOutputBytes } : {}),
+    });
   }
   summarizeWorkspace(workspaceId: string) {
     return summarizeWorkspace(this.ws, workspaceId);

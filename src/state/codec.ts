@@ -18,6 +18,12 @@ import { WORKSPACE_STATES } from "./types.js";
 /** Bytes of stdout/stderr kept per command: enough for `logs` and `summary`. */
 export const TAIL_BYTES = 4096;
 
+/**
+ * Bytes of whole command outputs (see `CommandOutput`) a workspace keeps: past it, the
+ * oldest outputs are pruned to their tails.
+ */
+export const OUTPUT_BUDGET_BYTES = 32 * 1024 * 1024;
+
 /** Workspace ids look like `ws_` + 12 hex digits. */
 export const WORKSPACE_ID_PATTERN = /^ws_[0-9a-f]{12}$/;
 

@@ -88,6 +88,27 @@ export const MIGRATIONS: readonly Migration[] = [
       `);
     },
   },
+  {
+    version: 2,
+    description: "command_output: full sizes and the kept output of each command",
+    up(db) {
+      // Apart from `commands` so that listing the history never loads whole outputs.
+      // `stdout`/`stderr` become NULL when the workspace's output budget prunes them;
+      // the sizes stay.
+      db.exec(`
+        CREATE TABLE command_output (
+          workspace_id TEXT NOT NULL REFERENCES workspaces (workspace_id) ON DELETE CASCADE,
+          seq          INTEGER NOT NULL,
+          stdout       TEXT,
+          stderr       TEXT,
+          stdout_bytes INTEGER NOT NULL,
+          stderr_bytes INTEGER NOT NULL,
+          kept_bytes   INTEGER NOT NULL,
+          PRIMARY KEY (workspace_id, seq)
+        ) STRICT;
+      `);
+    },
+  },
 ];
 
 /** The schema version this code writes. */

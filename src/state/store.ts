@@ -19,10 +19,12 @@ import {
   expiry,
   iso,
   json,
+  OUTPUT_BUDGET_BYTES,
   type WorkspaceDbRow,
 } from "./codec.js";
 import { mapWriteError, notFound, openDatabase } from "./db.js";
 import type {
+  CommandOutput,
   CommandRow,
   EventKind,
   EventRow,
@@ -261,7 +263,7 @@ export class StateStore {
    * (1, 2, 3... per workspace, gap-free across processes). Output tails are clipped to
    * the last few KiB here; redact them before calling, the store never sees secrets.
    */
-  recordCommand(id: string, cmd: NewCommand): number {
+  recordCommand(id: string, cmd: NewCommand, output?: CommandOutput): number {
     return this.write(() => {
       this.mustExist(id);
       const seq = this.nextSeq("commands", id);
@@ -283,8 +285,44 @@ export class StateStore {
         cmd.truncated ? 1 : 0,
         cmd.execution_mode,
       );
+      if (output) this.keepOutput(id, seq, output);
       return seq;
     });
+  }
+
+  /**
+   * Stores a command's output (see `CommandOutput`), then prunes the workspace's oldest
+   * outputs past `OUTPUT_BUDGET_BYTES` (the newest is always kept). Inside a write.
+   */
+  private keepOutput(id: string, seq: number, output: CommandOutput): void {
+    const kept = Buffer.byteLength(output.stdout ?? "") + Buffer.byteLength(output.stderr ?? "");
+    this.sql(
+      `INSERT INTO command_output (workspace_id, seq, stdout, stderr, stdout_bytes, stderr_bytes, kept_bytes)
+         VALUES (?, ?, ?, ?, ?, ?, ?)`,
+    ).run(id, seq, output.stdout, output.stderr, output.stdout_bytes, output.stderr_bytes, kept);
+    this.sql(
+      `UPDATE command_output SET stdout = NULL, stderr = NULL, kept_bytes = 0
+         WHERE workspace_id = ? AND seq IN (
+           SELECT seq FROM (
+             SELECT seq, SUM(kept_bytes) OVER (ORDER BY seq DESC) AS running
+               FROM command_output WHERE workspace_id = ? AND kept_bytes > 0)
+           WHERE running > ? AND seq < ?)`,
+    ).run(id, id, OUTPUT_BUDGET_BYTES, seq);
+  }
+
+  /** What the store kept of one command's output; undefined for commands recorded without it. */
+  commandOutput(id: string, seq: number): CommandOutput | undefined {
+    return this.sql(
+      "SELECT stdout, stderr, stdout_bytes, stderr_bytes FROM command_output WHERE workspace_id = ? AND seq = ?",
+    ).get(id, seq) as CommandOutput | undefined;
+  }
+
+  /** Full output sizes of the workspace's commands with seq >= `fromSeq`, by seq. */
+  commandOutputSizes(id: string, fromSeq = 1): Map<number, { stdout_bytes: number; stderr_bytes: number }> {
+    const rows = this.sql(
+      "SELECT seq, stdout_bytes, stderr_bytes FROM command_output WHERE workspace_id = ? AND seq >= ?",
+    ).all(id, fromSeq) as { seq: number; stdout_bytes: number; stderr_bytes: number }[];
+    return new Map(rows.map((r) => [r.seq, { stdout_bytes: r.stdout_bytes, stderr_bytes: r.stderr_bytes }]));
   }
 
   /** The workspace's commands in order; with `limit`, only the newest `limit`. */
@@ -293,6 +331,14 @@ export class StateStore {
       `SELECT * FROM (SELECT * FROM commands WHERE workspace_id = ? ORDER BY seq DESC LIMIT ?) ORDER BY seq`,
     ).all(id, limitOf(options)) as CommandDbRow[];
     return rows.map(decodeCommand);
+  }
+
+  /** One command of the workspace's history, or undefined. */
+  getCommand(id: string, seq: number): CommandRow | undefined {
+    const row = this.sql("SELECT * FROM commands WHERE workspace_id = ? AND seq = ?").get(id, seq) as
+      | CommandDbRow
+      | undefined;
+    return row ? decodeCommand(row) : undefined;
   }
 
   /** Number of commands run in the workspace. */

@@ -196,6 +196,18 @@ export interface CommandRow {
 /** Input of `recordCommand`: everything but the sequence number. */
 export type NewCommand = Omit<CommandRow, "workspace_id" | "seq">;
 
+/**
+ * What the store keeps of a command's output beyond the tails: the streams as the
+ * command history captured them (already cut and redacted by the caller) and their full
+ * sizes. `stdout`/`stderr` are null once the workspace's output budget pruned them.
+ */
+export interface CommandOutput {
+  stdout: string | null;
+  stderr: string | null;
+  stdout_bytes: number;
+  stderr_bytes: number;
+}
+
 /** Kinds of review events. Every mutating operation records one. */
 export const EVENT_KINDS = [
   "create",

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
+import { HeadTailCapture } from "../../agent/capture.js";
 import { PyroError } from "../../core/errors.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { CALL_MS, deadline, engineError, ignoreGone, withTimeout } from "./client.js";
@@ -14,7 +15,8 @@ const DRAIN_MS = 2000;
 /**
  * `pyro run` on docker, like `docker run --rm`: a throwaway container with the same
  * isolation and limits as a workspace whose only process is the command (no agent).
- * Output is read through an attach made before the start, capped per stream; the
+ * Output is read through an attach made before the start, capped per stream (head and
+ * tail, src/agent/capture.ts); the
  * timeout (or a cancel) kills the container, and it is always removed.
  */
 export async function dockerRunOnce(
@@ -52,13 +54,14 @@ async function runAttached(
   conn: Duplex,
   spec: OneShotSpec,
 ): Promise<OneShotResult> {
-  const out = new Capped(spec.maxOutputBytes);
-  const err = new Capped(spec.maxOutputBytes);
+  const out = new HeadTailCapture(spec.maxOutputBytes);
+  const err = new HeadTailCapture(spec.maxOutputBytes);
   const demux = new StreamDemuxer();
   const drained = new Promise<void>((resolve) => {
     conn.on("data", (chunk: Buffer) => {
       try {
-        for (const f of demux.push(chunk)) (f.stream === 1 ? out : err).push(f.data);
+        // Copied: the capture keeps chunks, and a frame's data may be a view of the demuxer's buffer.
+        for (const f of demux.push(chunk)) (f.stream === 1 ? out : err).push(Buffer.from(f.data));
       } catch {
         conn.destroy();
       }
@@ -87,10 +90,14 @@ async function runAttached(
     await Promise.race([drained, new Promise((r) => setTimeout(r, DRAIN_MS).unref())]);
     if (spec.signal?.aborted)
       throw new PyroError("cancelled", "the run was cancelled; its container was killed");
+    const stdout = out.render();
+    const stderr = err.render();
     return {
       exit_code: timedOut ? 124 : StatusCode,
-      stdout: out.text(),
-      stderr: err.text(),
+      stdout: stdout.text,
+      stderr: stderr.text,
+      stdout_bytes: stdout.bytes,
+      stderr_bytes: stderr.bytes,
       duration_ms: duration,
       timed_out: timedOut,
       truncated: out.truncated || err.truncated,
@@ -99,24 +106,5 @@ async function runAttached(
     clearTimeout(timer);
     spec.signal?.removeEventListener("abort", kill);
     conn.destroy();
-  }
-}
-
-/** Keeps the first `max` bytes of a stream and remembers whether more came. */
-class Capped {
-  private readonly chunks: Buffer[] = [];
-  private size = 0;
-  truncated = false;
-  constructor(private readonly max: number) {}
-  push(c: Buffer): void {
-    const room = this.max - this.size;
-    if (c.length > room) this.truncated = true;
-    if (room <= 0) return;
-    const kept = c.length > room ? c.subarray(0, room) : c;
-    this.chunks.push(Buffer.from(kept));
-    this.size += kept.length;
-  }
-  text(): string {
-    return Buffer.concat(this.chunks, this.size).toString("utf8");
   }
 }

@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { demo, prepare, runOnce } from "../../core/oneshot.js";
+import { parseMaxOutputBytes } from "../../core/output.js";
 import { backendName, collect, commandString, keyValues, positiveNumber } from "../args.js";
 import type { CliContext } from "../main.js";
 import { act } from "../output.js";
@@ -13,6 +14,7 @@ interface RunFlags {
   backend?: string;
   allowHostCompat?: boolean;
   env?: string[];
+  maxOutputBytes?: string;
   json?: boolean;
 }
 
@@ -35,13 +37,20 @@ export function registerRun(program: Command, ctx: CliContext): void {
     .option("--backend <name>", "isolation backend (default: strongest that works)")
     .option("--allow-host-compat", "allow running without isolation when no sandbox works")
     .option("--env <K=V>", "environment variable for the command (repeatable)", collect)
+    .option(
+      "--max-output-bytes <n>",
+      "per stream (default 1MiB, 1k..4MiB); past it a stream keeps its head and tail",
+    )
     .option("--json", "print the structured result")
     .action(async (env: string, command: string[], opts: RunFlags) => {
       ctx.exitCode = await act(
         ctx.io,
         opts,
-        () =>
+        async () =>
           runOnce(ctx.engine(), commandString(command), {
+            ...(opts.maxOutputBytes !== undefined
+              ? { max_output_bytes: parseMaxOutputBytes(opts.maxOutputBytes) }
+              : {}),
             environment: env,
             ...(opts.vcpus ? { vcpus: opts.vcpus } : {}),
             ...(opts.memory ? { memory_mib: opts.memory } : {}),
@@ -57,6 +66,10 @@ export function registerRun(program: Command, ctx: CliContext): void {
           // Human mode: the command's own streams, as if it ran here.
           if (r.stderr) ctx.io.stderr.write(r.stderr);
           if (r.timed_out) ctx.io.stderr.write(`pyro: command timed out\n`);
+          if (r.truncated)
+            ctx.io.stderr.write(
+              `pyro: output cut to its head and tail (stdout ${r.stdout_bytes} bytes, stderr ${r.stderr_bytes} bytes)\n`,
+            );
           if (r.execution_mode === "host_compat")
             ctx.io.stderr.write("pyro: warning: ran on the host without isolation (host_compat)\n");
           return r.stdout;

@@ -41,15 +41,18 @@ interface CommandOutput {
   execution_mode: string;
 }
 
-/** The text of an exec or run: a status line, then the streams as they are. */
-export function renderCommand(r: CommandOutput, where: string): string {
+/**
+ * The text of an exec or run: a status line, then the streams as they are (already cut
+ * to the call's max_output_bytes). `note` says where a truncated output's rest is.
+ */
+export function renderCommand(r: CommandOutput, where: string, note?: string): string {
   const status = r.timed_out
     ? `timed out after ${r.duration_ms} ms (killed)`
     : `exit ${r.exit_code} in ${r.duration_ms} ms`;
   const lines = [`${status}${where ? ` (${where})` : ""}`];
   if (r.execution_mode === "host_compat")
     lines.push("warning: ran on the host without isolation (host_compat)");
-  if (r.truncated) lines.push("note: output was over 1 MiB per stream and was truncated");
+  if (r.truncated && note) lines.push(note);
   if (r.stdout) lines.push("--- stdout ---", r.stdout.replace(/\n$/, ""));
   if (r.stderr) lines.push("--- stderr ---", r.stderr.replace(/\n$/, ""));
   if (!r.stdout && !r.stderr) lines.push("(no output)");

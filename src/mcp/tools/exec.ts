@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { BACKEND_NAMES } from "../../backends/backend.js";
 import { DEFAULT_ENVIRONMENT } from "../../env/catalog.js";
+import { fitLogs, fitStreams, MCP_OUTPUT_BYTES, maxOutputArg, truncationNote } from "../output.js";
 import {
   backendArg,
   changeEntry,
@@ -21,11 +22,20 @@ const commandResult = {
   exit_code: z.number().int(),
   stdout: z.string(),
   stderr: z.string(),
+  stdout_bytes: count,
+  stderr_bytes: count,
   duration_ms: z.number().min(0),
   timed_out: z.boolean(),
   truncated: z.boolean(),
   execution_mode: executionMode,
 };
+
+const vmRunOutput = z.looseObject({
+  environment: z.string(),
+  backend: z.enum(BACKEND_NAMES),
+  ...commandResult,
+  total_ms: z.number().min(0),
+});
 
 export const vmRun = defineTool({
   name: "vm_run",
@@ -47,18 +57,15 @@ export const vmRun = defineTool({
       ),
     backend: backendArg.optional(),
     env: envArg.optional(),
+    max_output_bytes: maxOutputArg.optional(),
   }),
-  output: z.looseObject({
-    environment: z.string(),
-    backend: z.enum(BACKEND_NAMES),
-    ...commandResult,
-    total_ms: z.number().min(0),
-  }),
+  output: vmRunOutput,
   annotations: mutating({ destructive: false, idempotent: false }),
   long: "running the command",
   async run(a, ctx) {
     await ensureEnvironment(ctx, a.environment, a.backend);
-    return ctx.pyro.run(a.environment ?? DEFAULT_ENVIRONMENT, a.command, {
+    const cap = a.max_output_bytes ?? MCP_OUTPUT_BYTES;
+    const r = await ctx.pyro.run(a.environment ?? DEFAULT_ENVIRONMENT, a.command, {
       ...defined({
         timeout_seconds: a.timeout_seconds,
         vcpus: a.vcpus,
@@ -67,11 +74,25 @@ export const vmRun = defineTool({
         backend: a.backend,
         env: a.env,
       }),
+      max_output_bytes: cap,
       allow_host_compat: ctx.allowHostCompat,
       signal: ctx.signal,
     });
+    return a.max_output_bytes === undefined ? fitStreams(r, (x) => renderRun({ ...x }), cap) : r;
   },
-  render: (r) => renderCommand(r, `${r.environment} on ${r.backend}`),
+  render: renderRun,
+});
+
+function renderRun(r: z.input<typeof vmRunOutput>): string {
+  return renderCommand(r, `${r.environment} on ${r.backend}`, truncationNote(r));
+}
+
+const execOutput = z.looseObject({
+  workspace_id: z.string(),
+  command: z.string(),
+  cwd: z.string(),
+  ...commandResult,
+  seq: count,
 });
 
 export const workspaceExec = defineTool({
@@ -82,7 +103,12 @@ export const workspaceExec = defineTool({
       "Run a shell command in the workspace (`/bin/sh -c`, in /workspace unless cwd is given) and return exit_code, stdout, stderr and duration_ms.",
       "A non-zero exit code is a normal result (a failing test), not a tool error.",
       "Files and installed packages persist between calls; processes and shell state (cd, variables) do not, so chain with && or pass cwd/env.",
-      "Output over 1 MiB per stream is truncated (truncated: true).",
+      `Each stream is cut past max_output_bytes (default ${MCP_OUTPUT_BYTES} bytes) to its head and its tail (where test runners print their summary) around one '[... N bytes omitted ...]' line, with truncated: true; stdout_bytes/stderr_bytes are the full sizes.`,
+      ifOffered(
+        d,
+        "workspace_logs",
+        "workspace_logs with the command's seq reads back up to 1 MiB per stream of it.",
+      ),
       ifOffered(
         d,
         "workspace_patch_apply",
@@ -104,29 +130,54 @@ export const workspaceExec = defineTool({
       .optional()
       .describe("Working directory inside the workspace (default /workspace)."),
     env: envArg.optional(),
+    max_output_bytes: maxOutputArg.optional(),
   }),
-  output: z.looseObject({
-    workspace_id: z.string(),
-    command: z.string(),
-    cwd: z.string(),
-    ...commandResult,
-    seq: count,
-  }),
+  output: execOutput,
   annotations: mutating({ destructive: true, idempotent: false }),
   long: "running the command",
-  run: (a, ctx) =>
-    ctx.pyro.execWorkspace(a.workspace_id, a.command, {
+  async run(a, ctx) {
+    const cap = a.max_output_bytes ?? MCP_OUTPUT_BYTES;
+    const r = await ctx.pyro.execWorkspace(a.workspace_id, a.command, {
       ...defined({ timeoutSeconds: a.timeout_seconds, cwd: a.cwd, env: a.env }),
+      maxOutputBytes: cap,
       signal: ctx.signal,
+    });
+    return a.max_output_bytes === undefined ? fitStreams(r, (x) => renderExec({ ...x }), cap) : r;
+  },
+  render: renderExec,
+});
+
+function renderExec(r: z.input<typeof execOutput>): string {
+  return renderCommand(r, `command #${r.seq} in ${r.cwd}`, truncationNote(r));
+}
+
+const logsOutput = z.looseObject({
+  workspace_id: z.string(),
+  count,
+  commands: z.array(
+    z.looseObject({
+      seq: count,
+      command: z.string(),
+      cwd: z.string().nullable(),
+      exit_code: z.number().int().nullable(),
+      timed_out: z.boolean(),
+      duration_ms: z.number().min(0),
+      started_at: z.string(),
+      stdout: z.string(),
+      stderr: z.string(),
+      stdout_bytes: count.nullable(),
+      stderr_bytes: count.nullable(),
+      truncated: z.boolean(),
+      execution_mode: executionMode,
+      full_output: z.boolean().optional(),
     }),
-  render: (r) => renderCommand(r, `command #${r.seq} in ${r.cwd}`),
+  ),
 });
 
 export const workspaceLogs = defineTool({
   name: "workspace_logs",
   title: "Command history",
-  description:
-    "The workspace's command history, oldest first: each command with its exit code, duration and the last 4 KiB of stdout and stderr. Use it to look again at an earlier command's output without rerunning it; workspace_summary gives the overall picture.",
+  description: `The workspace's command history, oldest first: each command with its seq, exit code, duration, the full sizes of its output (stdout_bytes, stderr_bytes) and the last few KiB of stdout and stderr. With seq, that one command with the output the history kept (full_output: true): the whole of each stream up to 1 MiB, its head and tail beyond, cut again to max_output_bytes (default ${MCP_OUTPUT_BYTES}); older outputs past the workspace's 32 MiB budget keep only their tails. Use it to look again at an earlier command's output without rerunning it; workspace_summary gives the overall picture.`,
   input: z.strictObject({
     workspace_id: workspaceIdArg,
     limit: z
@@ -136,43 +187,57 @@ export const workspaceLogs = defineTool({
       .max(1000)
       .optional()
       .describe("At most this many most recent commands (default 100)."),
+    seq: z
+      .number()
+      .int()
+      .min(1)
+      .optional()
+      .describe("One command (its seq from workspace_exec or this listing), with its kept output."),
+    max_output_bytes: maxOutputArg.optional(),
   }),
-  output: z.looseObject({
-    workspace_id: z.string(),
-    count,
-    commands: z.array(
-      z.looseObject({
-        seq: count,
-        command: z.string(),
-        cwd: z.string().nullable(),
-        exit_code: z.number().int().nullable(),
-        timed_out: z.boolean(),
-        duration_ms: z.number().min(0),
-        started_at: z.string(),
-        stdout: z.string(),
-        stderr: z.string(),
-        truncated: z.boolean(),
-        execution_mode: executionMode,
-      }),
-    ),
-  }),
+  output: logsOutput,
   annotations: READ_ONLY,
-  run: (a, ctx) => ctx.pyro.workspaceLogs(a.workspace_id, defined({ limit: a.limit })),
-  render: (r) =>
-    r.commands.length === 0
-      ? "no commands yet"
-      : [
-          `${r.count} command(s)${r.commands.length < r.count ? `, the last ${r.commands.length} shown` : ""}:`,
-          ...r.commands.map((c) => {
-            const status = c.timed_out ? "timed out" : `exit ${c.exit_code}`;
-            const out = [
-              c.stdout && `  stdout: ${tail(c.stdout)}`,
-              c.stderr && `  stderr: ${tail(c.stderr)}`,
-            ].filter(Boolean);
-            return [`#${c.seq} ${status} (${c.duration_ms} ms): ${c.command}`, ...out].join("\n");
-          }),
-        ].join("\n"),
+  async run(a, ctx) {
+    if (a.seq === undefined) {
+      const r = await ctx.pyro.workspaceLogs(a.workspace_id, defined({ limit: a.limit }));
+      return fitLogs(r, renderLogs);
+    }
+    const cap = a.max_output_bytes ?? MCP_OUTPUT_BYTES;
+    const r = await ctx.pyro.workspaceLogs(a.workspace_id, { seq: a.seq, maxOutputBytes: cap });
+    const [c] = r.commands;
+    if (a.max_output_bytes !== undefined || !c) return r;
+    return { ...r, commands: [fitStreams(c, (x) => renderLogs({ ...r, commands: [x] }), cap)] };
+  },
+  render: renderLogs,
 });
+
+function renderLogs(r: z.input<typeof logsOutput>): string {
+  return r.commands.length === 0
+    ? "no commands yet"
+    : [
+        `${r.count} command(s)${r.commands.length < r.count ? `, the last ${r.commands.length} shown` : ""}:`,
+        ...r.commands.map((c) => {
+          const status = c.timed_out ? "timed out" : `exit ${c.exit_code}`;
+          const head = `#${c.seq} ${status} (${c.duration_ms} ms): ${c.command}`;
+          if (c.full_output !== undefined) {
+            // One command: its kept output, as exec shows it.
+            return [
+              head,
+              c.full_output ? "" : "(only the tails are left: the full output was pruned)",
+              c.stdout && `--- stdout (${c.stdout_bytes ?? "?"} bytes) ---\n${c.stdout.replace(/\n$/, "")}`,
+              c.stderr && `--- stderr (${c.stderr_bytes ?? "?"} bytes) ---\n${c.stderr.replace(/\n$/, "")}`,
+            ]
+              .filter(Boolean)
+              .join("\n");
+          }
+          const out = [
+            c.stdout && `  stdout: ${tail(c.stdout)}`,
+            c.stderr && `  stderr: ${tail(c.stderr)}`,
+          ].filter(Boolean);
+          return [head, ...out].join("\n");
+        }),
+      ].join("\n");
+}
 
 export const workspaceSummary = defineTool({
   name: "workspace_summary",

@@ -104,15 +104,25 @@ describe.skipIf(skip !== "")(suiteTitle("exec on bwrap", skip), () => {
     expect((await h.pyro.execWorkspace(id, "echo still-here")).stdout).toBe("still-here\n");
   });
 
-  it("caps each output stream at 1 MiB and says truncated", async () => {
+  it("caps each output stream at 1 MiB, keeping its head and tail, and says truncated", async () => {
     const r = await h.pyro.execWorkspace(id, "head -c 3000000 /dev/zero");
     expect(r.exit_code).toBe(0);
-    expect(r.stdout.length).toBe(MiB);
-    expect(r.truncated).toBe(true);
+    expect([r.stdout_bytes, r.truncated]).toEqual([3000000, true]);
+    expect(r.stdout.replace(/\n\[\.\.\. 1951424 bytes omitted \.\.\.\]\n/, "").length).toBe(MiB);
     const both = await h.pyro.execWorkspace(id, "head -c 3000000 /dev/zero; head -c 2000000 /dev/zero >&2");
-    expect([both.stdout.length, both.stderr.length, both.truncated]).toEqual([MiB, MiB, true]);
+    expect([both.stdout_bytes, both.stderr_bytes, both.truncated]).toEqual([3000000, 2000000, true]);
+    expect(both.stderr.replace(/\n\[\.\.\. 951424 bytes omitted \.\.\.\]\n/, "").length).toBe(MiB);
     const small = await h.pyro.execWorkspace(id, "head -c 1048576 /dev/zero");
-    expect([small.stdout.length, small.truncated]).toEqual([MiB, false]);
+    expect([small.stdout.length, small.stdout_bytes, small.truncated]).toEqual([MiB, MiB, false]);
+    // The tail, where test runners print their summary, survives; --max-output-bytes cuts smaller.
+    const seq = await h.pyro.execWorkspace(id, "seq 1 200000", { maxOutputBytes: 4096 });
+    expect(seq).toMatchObject({ stdout_bytes: 1288895, truncated: true });
+    expect(seq.stdout.startsWith("1\n2\n3\n")).toBe(true);
+    expect(seq.stdout.endsWith("199999\n200000\n")).toBe(true);
+    expect(seq.stdout).toContain(`[... ${1288895 - 4096} bytes omitted ...]`);
+    const kept = await h.pyro.workspaceLogs(id, { seq: seq.seq });
+    expect(kept.commands[0]).toMatchObject({ full_output: true, stdout_bytes: 1288895 });
+    expect(kept.commands[0]!.stdout).toContain(`[... ${1288895 - MiB} bytes omitted ...]`);
   });
 
   it("reports duration_ms close to the command's wall time and records every command in the logs", async () => {

@@ -64,7 +64,9 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs and the CLI on bwrap", sk
         "execution_mode",
         "exit_code",
         "stderr",
+        "stderr_bytes",
         "stdout",
+        "stdout_bytes",
         "timed_out",
         "total_ms",
         "truncated",
@@ -81,6 +83,22 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs and the CLI on bwrap", sk
     });
     expect(out.stdout).toMatch(/^git version /);
     expect(out.total_ms).toBeGreaterThanOrEqual(out.duration_ms);
+  });
+
+  it("pyro run --max-output-bytes keeps the head and the tail of a long output", () => {
+    const r = cli(
+      ["run", "debian:12", "--json", "--max-output-bytes", "4k", "--", "seq", "1", "200000"],
+      env,
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const out = r.json();
+    expect(out).toMatchObject({ stdout_bytes: 1288895, truncated: true });
+    expect(out.stdout.startsWith("1\n2\n")).toBe(true);
+    expect(out.stdout.endsWith("199999\n200000\n")).toBe(true);
+    expect(out.stdout).toContain(`[... ${1288895 - 4096} bytes omitted ...]`);
+    const bad = cli(["run", "debian:12", "--max-output-bytes", "lots", "--", "true"], env);
+    expect([bad.code, bad.stdout]).toEqual([1, ""]);
+    expect(bad.stderr).toMatch(/^pyro: error \[invalid_argument\]: --max-output-bytes .*\n$/);
   });
 
   it("pyro run exits with the failing command's exit code, with or without --json", async () => {

@@ -89,7 +89,12 @@ describe.skipIf(skip !== "")(
       expect(t).toMatchObject({ exit_code: 124, timed_out: true });
       expect(hostProcesses((a) => a[0]?.endsWith("sleep") === true && a[1] === "1002")).toEqual([]);
       const big = await h.pyro.run("debian:12", "head -c 3000000 /dev/zero", { backend: "docker" });
-      expect([big.stdout.length, big.truncated]).toEqual([1024 * 1024, true]);
+      // Past 1 MiB a stream keeps its first and last 512 KiB around one marker line.
+      expect([big.stdout_bytes, big.truncated]).toEqual([3000000, true]);
+      expect(big.stdout).toContain(`\n[... ${3000000 - 1024 * 1024} bytes omitted ...]\n`);
+      expect(big.stdout.length).toBe(
+        1024 * 1024 + `\n[... ${3000000 - 1024 * 1024} bytes omitted ...]\n`.length,
+      );
       expect(await containersLabelled(engine.docker, "dev.pyro.oneshot")).toEqual([]);
     });
 

@@ -92,9 +92,11 @@ describe.skipIf(skip !== "")(suiteTitle("the workspace loop on gvisor", skip), (
     expect(hostProcesses((argv) => argv[0]?.endsWith("sleep") === true && argv[1] === "1000")).toEqual([]);
   });
 
-  it("caps each output stream at 1 MiB and says truncated", async () => {
+  it("caps each output stream at 1 MiB, head and tail, and says truncated", async () => {
     const r = await h.pyro.execWorkspace(id, "head -c 3000000 /dev/zero; head -c 2000000 /dev/zero >&2");
-    expect([r.exit_code, r.stdout.length, r.stderr.length, r.truncated]).toEqual([0, MiB, MiB, true]);
+    expect([r.exit_code, r.stdout_bytes, r.stderr_bytes, r.truncated]).toEqual([0, 3000000, 2000000, true]);
+    expect(r.stdout.replace(/\n\[\.\.\. 1951424 bytes omitted \.\.\.\]\n/, "").length).toBe(MiB);
+    expect(r.stderr.replace(/\n\[\.\.\. 951424 bytes omitted \.\.\.\]\n/, "").length).toBe(MiB);
   });
 
   it("writes, reads, lists and round-trips binary files", async () => {

@@ -12,7 +12,13 @@ afterEach(() => fx.cleanup());
 
 const run = (
   command: string,
-  extra: { cwd?: string; env?: Record<string, string>; timeout_ms?: number; max_output_bytes?: number } = {},
+  extra: {
+    cwd?: string;
+    env?: Record<string, string>;
+    timeout_ms?: number;
+    max_output_bytes?: number;
+    log_output_bytes?: number;
+  } = {},
 ) => fx.client.request("exec", { command, timeout_ms: 10_000, max_output_bytes: 1024 * 1024, ...extra });
 
 async function pidsIn(file: string): Promise<number[]> {
@@ -95,10 +101,44 @@ describe("exec", () => {
 
   it("caps each stream at max_output_bytes, keeps draining, and says truncated", async () => {
     const r = await run("head -c 200000 /dev/zero | tr '\\0' a; echo tail >&2", { max_output_bytes: 1000 });
-    expect(r.stdout).toBe("a".repeat(1000));
+    expect(r.stdout).toBe(`${"a".repeat(500)}\n[... 199000 bytes omitted ...]\n${"a".repeat(500)}`);
     expect(r.stderr).toBe("tail\n");
+    expect([r.stdout_bytes, r.stderr_bytes]).toEqual([200000, 5]);
     expect(r.truncated).toBe(true);
     expect(r.exit_code).toBe(0);
+  });
+
+  it("keeps the head and the tail of `seq 1 200000` past the cap, with the exact count left out", async () => {
+    const full = Array.from({ length: 200000 }, (_, i) => `${i + 1}\n`).join("");
+    const MiB = 1024 * 1024;
+    const r = await run("seq 1 200000");
+    expect(r.stdout_bytes).toBe(full.length);
+    expect(r.truncated).toBe(true);
+    const [head, tail] = r.stdout.split(/\n\[\.\.\. \d+ bytes omitted \.\.\.\]\n/);
+    expect(head).toBe(full.slice(0, MiB / 2));
+    expect(tail).toBe(full.slice(full.length - MiB / 2));
+    expect(r.stdout).toContain(`[... ${full.length - MiB} bytes omitted ...]`);
+    expect(r.stdout.endsWith("199999\n200000\n")).toBe(true);
+    expect(r.stdout_log).toBeUndefined();
+  });
+
+  it("cuts a second, larger copy of each stream for the history only where the first left something out", async () => {
+    const full = Array.from({ length: 200000 }, (_, i) => `${i + 1}\n`).join("");
+    const r = await run("seq 1 200000; echo short >&2", {
+      max_output_bytes: 2000,
+      log_output_bytes: 100_000,
+    });
+    expect(r.stdout).toBe(
+      `${full.slice(0, 1000)}[... ${full.length - 2000} bytes omitted ...]\n${full.slice(-1000)}`,
+    );
+    expect(r.stdout_log).toBe(
+      `${full.slice(0, 50_000)}\n[... ${full.length - 100_000} bytes omitted ...]\n${full.slice(-50_000)}`,
+    );
+    expect(r).toMatchObject({ stderr: "short\n", stderr_bytes: 6 });
+    expect(r.stderr_log).toBeUndefined();
+    const small = await run("echo hi", { max_output_bytes: 2000, log_output_bytes: 100_000 });
+    expect(small).toMatchObject({ stdout: "hi\n", stdout_bytes: 3, truncated: false });
+    expect(small.stdout_log).toBeUndefined();
   });
 
   it("returns once the shell exits even if a background child keeps the pipes open", async () => {

@@ -18,6 +18,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { AgentClient } from "../../../src/agent/client.js";
 import { BUILTIN_OPS } from "../../../src/agent/guest/ops/index.js";
 import { Workspace } from "../../../src/agent/guest/paths.js";
+import { PROTOCOL_VERSION } from "../../../src/agent/messages.js";
 import { serveConnection } from "../../../src/agent/server.js";
 import type { SandboxSpec, SandboxState } from "../../../src/backends/backend.js";
 import { procStartTime, sameProcessAlive } from "../../../src/backends/common.js";
@@ -361,7 +362,7 @@ describe("FirecrackerBackend against a fake Firecracker", () => {
     expect(await b.isRunning(state)).toBe(true);
 
     const client = await AgentClient.connect(await b.connect(state), { timeoutMs: 2000 });
-    expect(client.agent.version).toBe(1);
+    expect(client.agent.version).toBe(PROTOCOL_VERSION);
     await client.request("ping", {});
     client.close();
 

@@ -1,6 +1,7 @@
 /**
  * `exec`: runs `/bin/sh -c command` in the workspace with a clean environment, a
- * timeout that kills the whole process tree, and per-stream output caps.
+ * timeout that kills the whole process tree, and per-stream output caps that keep each
+ * stream's head and tail (capture.ts).
  */
 
 import { spawn } from "node:child_process";
@@ -8,6 +9,7 @@ import { randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import os from "node:os";
 import type { Readable } from "node:stream";
+import { HeadTailCapture } from "../../capture.js";
 import { AgentError } from "../../errors.js";
 import { hangUpSession, killTree, TREE_MARKER_VAR } from "../proctree.js";
 import type { OpHandler } from "./context.js";
@@ -27,29 +29,6 @@ export const TIMEOUT_EXIT_CODE = 124;
 // wait this long for the pipes to drain, then stop reading: exec returns when the
 // command's shell is done, not when everything it spawned is.
 const PIPE_GRACE_MS = 250;
-
-/** Collects a stream up to `cap` bytes, then keeps reading and discarding. */
-class CappedCollector {
-  private chunks: Buffer[] = [];
-  private size = 0;
-  truncated = false;
-
-  constructor(private readonly cap: number) {}
-
-  add(chunk: Buffer): void {
-    const room = this.cap - this.size;
-    if (chunk.length > room) this.truncated = true;
-    if (room <= 0) return;
-    const kept = chunk.length > room ? chunk.subarray(0, room) : chunk;
-    this.chunks.push(kept);
-    this.size += kept.length;
-  }
-
-  /** The collected bytes as UTF-8, invalid sequences replaced (lossy by design). */
-  text(): string {
-    return Buffer.concat(this.chunks, this.size).toString("utf8");
-  }
-}
 
 function closed(stream: Readable): Promise<void> {
   return new Promise((resolve) => {
@@ -104,10 +83,12 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
       // Exited already.
     }
   }
-  const stdout = new CappedCollector(args.max_output_bytes);
-  const stderr = new CappedCollector(args.max_output_bytes);
-  child.stdout.on("data", (c: Buffer) => stdout.add(c));
-  child.stderr.on("data", (c: Buffer) => stderr.add(c));
+  // One capture per stream at the larger of the two cuts; each cut is rendered from it.
+  const keep = Math.max(args.max_output_bytes, args.log_output_bytes ?? 0);
+  const stdout = new HeadTailCapture(keep);
+  const stderr = new HeadTailCapture(keep);
+  child.stdout.on("data", (c: Buffer) => stdout.push(c));
+  child.stderr.on("data", (c: Buffer) => stderr.push(c));
 
   let timedOut = false;
   let cancelled = false;
@@ -149,13 +130,20 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
     if (timedOut) exitCode = TIMEOUT_EXIT_CODE;
     else if (code !== null) exitCode = code;
     else exitCode = 128 + (sig ? (os.constants.signals[sig] ?? 0) : 0);
+    const out = stdout.render(args.max_output_bytes);
+    const err = stderr.render(args.max_output_bytes);
     return {
       exit_code: exitCode,
-      stdout: stdout.text(),
-      stderr: stderr.text(),
+      stdout: out.text,
+      stderr: err.text,
+      stdout_bytes: out.bytes,
+      stderr_bytes: err.bytes,
+      // The history's cut, only where the result's cut left something out.
+      ...(keep > args.max_output_bytes && out.truncated ? { stdout_log: stdout.render().text } : {}),
+      ...(keep > args.max_output_bytes && err.truncated ? { stderr_log: stderr.render().text } : {}),
       duration_ms: Math.round(performance.now() - started),
       timed_out: timedOut,
-      truncated: stdout.truncated || stderr.truncated,
+      truncated: out.truncated || err.truncated,
     };
   } catch (err) {
     if (err instanceof AgentError) throw err;

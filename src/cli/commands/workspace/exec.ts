@@ -1,5 +1,7 @@
 import type { Command } from "commander";
+import { PyroError } from "../../../core/errors.js";
 import { execInWorkspace, workspaceLogs } from "../../../core/exec.js";
+import { parseMaxOutputBytes } from "../../../core/output.js";
 import { summarizeWorkspace } from "../../../core/summary.js";
 import { collect, commandString, keyValues, positiveNumber } from "../../args.js";
 import type { CliContext } from "../../main.js";
@@ -17,27 +19,34 @@ export function registerExec(ws: Command, ctx: CliContext): void {
     )
     .option("--cwd <path>", "working directory (default /workspace)")
     .option("--env <K=V>", "environment variable (repeatable)", collect)
+    .option(
+      "--max-output-bytes <n>",
+      "per stream (default 1MiB, 1k..4MiB); past it a stream keeps its head and tail",
+    )
     .option("--json", "print the structured result")
     .action(
       async (
         id: string,
         command: string[],
-        o: { timeout?: number; cwd?: string; env?: string[]; json?: boolean },
+        o: { timeout?: number; cwd?: string; env?: string[]; maxOutputBytes?: string; json?: boolean },
       ) => {
         ctx.exitCode = await act(
           ctx.io,
           o,
-          () =>
+          async () =>
             execInWorkspace(ctx.engine().workspaces, id, commandString(command), {
               ...(o.timeout ? { timeout_seconds: o.timeout } : {}),
               ...(o.cwd ? { cwd: o.cwd } : {}),
               ...(o.env ? { env: keyValues(o.env, "--env") } : {}),
+              ...(o.maxOutputBytes !== undefined
+                ? { max_output_bytes: parseMaxOutputBytes(o.maxOutputBytes) }
+                : {}),
               signal: ctx.signal,
             }),
           (r) => {
             if (r.stderr) ctx.io.stderr.write(r.stderr);
             if (r.timed_out) ctx.io.stderr.write("pyro: command timed out; its process tree was killed\n");
-            if (r.truncated) ctx.io.stderr.write("pyro: output truncated at the per-stream cap\n");
+            if (r.truncated) ctx.io.stderr.write(truncatedNote(r));
             return r.stdout;
           },
           (r) => (r.timed_out ? 124 : r.exit_code),
@@ -46,24 +55,38 @@ export function registerExec(ws: Command, ctx: CliContext): void {
     );
 
   ws.command("logs")
-    .description("command history of a workspace")
+    .description("command history of a workspace; --seq N prints one command's kept output")
     .argument("<id>", "workspace id or name")
     .option("--limit <n>", "most recent N commands (default 100)", positiveNumber("--limit"))
+    .option("--seq <n>", "one command: its stdout and stderr as the history kept them (up to 1 MiB each)")
     .option("--json", "print the structured result")
-    .action(async (id: string, o: { limit?: number; json?: boolean }) => {
+    .action(async (id: string, o: { limit?: number; seq?: string; json?: boolean }) => {
       ctx.exitCode = await act(
         ctx.io,
         o,
-        () => workspaceLogs(ctx.engine().workspaces, id, o.limit ? { limit: o.limit } : {}),
-        (r) =>
-          r.commands.length === 0
+        async () =>
+          workspaceLogs(ctx.engine().workspaces, id, {
+            ...(o.limit ? { limit: o.limit } : {}),
+            ...(o.seq !== undefined ? { seq: commandNumber(o.seq) } : {}),
+          }),
+        (r) => {
+          if (o.seq !== undefined) {
+            // One command: its streams, as exec printed them.
+            const c = r.commands[0]!;
+            if (c.stderr) ctx.io.stderr.write(c.stderr);
+            if (!("full_output" in c && c.full_output))
+              ctx.io.stderr.write("pyro: only the last 4 KiB of this command's output are kept\n");
+            return c.stdout;
+          }
+          return r.commands.length === 0
             ? "no commands yet"
             : r.commands
                 .map(
                   (c) =>
                     `#${c.seq} [${c.timed_out ? "timeout" : `exit ${c.exit_code}`}] ${c.duration_ms} ms  ${c.command}`,
                 )
-                .join("\n"),
+                .join("\n");
+        },
       );
     });
 
@@ -91,4 +114,19 @@ export function registerExec(ws: Command, ctx: CliContext): void {
         },
       );
     });
+}
+
+/** The stderr note of a truncated exec: full sizes, and where the rest is. */
+function truncatedNote(r: { stdout_bytes: number; stderr_bytes: number; seq: number }): string {
+  return `pyro: output cut to its head and tail (stdout ${r.stdout_bytes} bytes, stderr ${r.stderr_bytes} bytes); \`pyro workspace logs ID --seq ${r.seq}\` has up to 1 MiB of each\n`;
+}
+
+function commandNumber(text: string): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 1)
+    throw new PyroError(
+      "invalid_argument",
+      `--seq must be a command number (1, 2, 3...), got '${text.slice(0, 40)}'`,
+    );
+  return n;
 }
