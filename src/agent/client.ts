@@ -17,6 +17,8 @@ import {
   type OpName,
   type OpResult,
   PROTOCOL_VERSION,
+  sendsData,
+  takesUpload,
 } from "./messages.js";
 
 export { AgentError } from "./errors.js";
@@ -184,12 +186,10 @@ export class AgentClient {
         `invalid arguments for ${op}: ${parsed.error.issues.map((i) => i.message).join("; ")}`,
       );
     }
-    if (spec.upload && !options.upload)
-      throw new AgentError("invalid_argument", `${op} needs an upload stream`);
-    if (!spec.upload && options.upload)
-      throw new AgentError("invalid_argument", `${op} does not take an upload`);
-    const streams =
-      op === "tar_out" || (op === "file_read" && (parsed.data as { stream?: boolean }).stream === true);
+    const uploads = takesUpload(op, parsed.data);
+    if (uploads && !options.upload) throw new AgentError("invalid_argument", `${op} needs an upload stream`);
+    if (!uploads && options.upload) throw new AgentError("invalid_argument", `${op} does not take an upload`);
+    const streams = sendsData(op, parsed.data);
     if (streams && !options.onData)
       throw new AgentError("invalid_argument", `${op} streams its data; pass onData`);
     if (this.lastId >= MAX_ID) throw new AgentError("agent_disconnected", "request ids exhausted; reconnect");

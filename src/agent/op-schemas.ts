@@ -51,6 +51,13 @@ export const execArgs = z
      * `stderr_log`), sent only where it differs from the first.
      */
     log_output_bytes: z.int().min(0).max(MAX_EXEC_OUTPUT_BYTES).optional(),
+    /**
+     * Also send the output live, as data frames on the request's channel: each payload is
+     * one tag byte (1 stdout, 2 stderr) and then the bytes.
+     */
+    stream: z.boolean().default(false),
+    /** The request's upload stream is the command's stdin (else stdin is /dev/null). */
+    stdin: z.boolean().default(false),
   })
   .refine(
     (a) => a.max_output_bytes + (a.log_output_bytes ?? 0) <= MAX_EXEC_OUTPUT_BYTES,
@@ -187,6 +194,20 @@ export const OPS = {
   vm_snapshot_in: { args: vmSnapshotInArgs, result: vmSnapshotInResult, upload: true, download: false },
   vm_sync: { args: vmSyncArgs, result: vmSyncResult, upload: false, download: false },
 } as const;
+
+/** Tag bytes of exec's live output frames. */
+export const EXEC_STREAM_TAG = { stdout: 1, stderr: 2 } as const;
+
+/** True when a request of `op` with these (parsed) args reads an upload stream. */
+export function takesUpload(op: OpName, args: unknown): boolean {
+  return OPS[op].upload || (op === "exec" && (args as { stdin?: boolean }).stdin === true);
+}
+
+/** True when a request of `op` with these (parsed) args sends data frames before its response. */
+export function sendsData(op: OpName, args: unknown): boolean {
+  const a = args as { stream?: boolean };
+  return op === "tar_out" || ((op === "file_read" || op === "exec") && a.stream === true);
+}
 
 export type OpName = keyof typeof OPS;
 /** What a caller passes (defaults may be omitted). */

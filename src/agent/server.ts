@@ -25,6 +25,7 @@ import {
   OPS,
   PROTOCOL_VERSION,
   requestId,
+  takesUpload,
 } from "./messages.js";
 
 /** How to serve a connection. */
@@ -204,7 +205,7 @@ export function serveConnection(stream: Duplex, options: ServeOptions): Promise<
       );
       return;
     }
-    start(msg.id, msg.op, args.data, spec.upload);
+    start(msg.id, msg.op, args.data, takesUpload(msg.op, args.data));
   }
 
   function respondError(id: number, err: AgentError): void {

@@ -83,6 +83,10 @@ export interface OneShotSpec {
   timeoutMs: number;
   maxOutputBytes: number;
   signal?: AbortSignal;
+  /** Receives the command's output as it is produced. */
+  onOutput?: (stream: "stdout" | "stderr", chunk: Buffer) => void;
+  /** The command's stdin (default: empty); not every backend takes one (see runOnce). */
+  stdin?: AsyncIterable<Uint8Array> | import("node:stream").Readable;
 }
 
 export interface OneShotResult {

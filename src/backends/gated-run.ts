@@ -1,7 +1,8 @@
 import { spawn } from "node:child_process";
+import { Readable } from "node:stream";
 import { HeadTailCapture } from "../agent/capture.js";
 import { PyroError } from "../core/errors.js";
-import type { OneShotResult } from "./backend.js";
+import type { OneShotResult, OneShotSpec } from "./backend.js";
 import type { CgroupLimits } from "./bwrap/cgroups.js";
 import { killAndWait, LAUNCH_ENV, procStartTime, spawnDetached } from "./common.js";
 
@@ -22,6 +23,9 @@ export function runGatedOneShot(
     signal?: AbortSignal;
     /** Descriptors passed from index 3 on (bwrap's seccomp program). */
     extraFds?: number[];
+    onOutput?: OneShotSpec["onOutput"];
+    /** Fed to the command's stdin after the gate line (default: EOF at once). */
+    stdin?: OneShotSpec["stdin"];
   },
 ): Promise<OneShotResult> {
   const started = performance.now();
@@ -33,8 +37,14 @@ export function runGatedOneShot(
     });
     const out = new HeadTailCapture(options.maxOutputBytes);
     const err = new HeadTailCapture(options.maxOutputBytes);
-    child.stdout!.on("data", (c: Buffer) => out.push(c));
-    child.stderr!.on("data", (c: Buffer) => err.push(c));
+    child.stdout!.on("data", (c: Buffer) => {
+      out.push(c);
+      options.onOutput?.("stdout", c);
+    });
+    child.stderr!.on("data", (c: Buffer) => {
+      err.push(c);
+      options.onOutput?.("stderr", c);
+    });
     let timedOut = false;
     // Every process of the sandbox is in the cgroup: killing it kills them all.
     const killAll = () => {
@@ -68,7 +78,14 @@ export function runGatedOneShot(
     });
     options.cgroups
       .addProcess(child.pid!)
-      .then(() => child.stdin!.end("go\n"))
+      .then(() => {
+        // The launch step reads exactly the gate line; the command inherits the rest.
+        if (!options.stdin) return child.stdin!.end("go\n");
+        child.stdin!.write("go\n");
+        // What the command does not read (it exited first) is discarded.
+        child.stdin!.on("error", () => {});
+        Readable.from(options.stdin).pipe(child.stdin!);
+      })
       .catch((e: Error) => {
         child.kill("SIGKILL");
         reject(new PyroError("backend_unavailable", `cannot place the sandbox in its cgroup: ${e.message}`));

@@ -63,6 +63,9 @@ export async function main(argv: string[], io?: Partial<Io>): Promise<number> {
     stderrIsTTY: io?.stderrIsTTY ?? process.stderr.isTTY === true,
     env: io?.env ?? process.env,
   };
+  // Piped stdin goes to the commands that run (exec, run); a terminal's does not.
+  const stdin = io ? io.stdin : process.stdin.isTTY ? undefined : process.stdin;
+  if (stdin) fullIo.stdin = stdin;
   const abort = new AbortController();
   const onSignal = () => abort.abort();
   process.once("SIGINT", onSignal);

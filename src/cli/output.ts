@@ -1,4 +1,4 @@
-import type { Writable } from "node:stream";
+import type { Readable, Writable } from "node:stream";
 import { debugEnabled } from "../core/config.js";
 import { EXIT_FAILURE, EXIT_OK, type PyroError, toPyroError } from "../core/errors.js";
 
@@ -9,6 +9,8 @@ export interface Io {
   /** stderr is a terminal: progress lines are shown. */
   stderrIsTTY: boolean;
   env: NodeJS.ProcessEnv;
+  /** The CLI's stdin when it is not a terminal (piped in): commands that run read it. */
+  stdin?: Readable;
 }
 
 export interface OutputOptions {

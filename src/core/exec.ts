@@ -1,5 +1,13 @@
+import type { Readable } from "node:stream";
+import { EXEC_STREAM_TAG } from "../agent/op-schemas.js";
 import { PyroError } from "./errors.js";
-import { checkMaxOutputBytes, clipText, HISTORY_OUTPUT_BYTES } from "./output.js";
+import {
+  checkMaxOutputBytes,
+  clipText,
+  HISTORY_OUTPUT_BYTES,
+  LiveRedactor,
+  type OutputListener,
+} from "./output.js";
 import { secretRedactor } from "./secrets.js";
 import type { Workspaces } from "./workspaces.js";
 import { DEFAULTS } from "./workspaces.js";
@@ -11,6 +19,10 @@ export interface ExecOptions {
   /** Per stream (default 1 MiB); past it a stream keeps its head and tail (see output.ts). */
   max_output_bytes?: number;
   signal?: AbortSignal;
+  /** Receives the output live, secrets redacted (the result still holds it, capped). */
+  on_output?: OutputListener;
+  /** The command's stdin (default: none, /dev/null); its end is the command's EOF. */
+  stdin?: AsyncIterable<Uint8Array> | Readable;
 }
 
 /** The exec result every surface returns. */
@@ -60,6 +72,7 @@ export async function execInWorkspace(
     const cwd = options.cwd ?? "/workspace";
     const secrets = await ws.secretValues(w);
     const redact = secretRedactor(secrets);
+    const live = options.on_output ? liveOutput(options.on_output, secrets, redact) : undefined;
     const r = await agent.request(
       "exec",
       {
@@ -70,9 +83,17 @@ export async function execInWorkspace(
         timeout_ms: Math.round(timeoutSeconds * 1000),
         max_output_bytes: cap,
         ...(logCap !== undefined ? { log_output_bytes: logCap } : {}),
+        stream: live !== undefined,
+        stdin: options.stdin !== undefined,
       },
-      { timeoutMs: timeoutSeconds * 1000 + 30_000, ...(options.signal ? { signal: options.signal } : {}) },
+      {
+        timeoutMs: timeoutSeconds * 1000 + 30_000,
+        ...(options.signal ? { signal: options.signal } : {}),
+        ...(live ? { onData: live.data } : {}),
+        ...(options.stdin ? { upload: options.stdin } : {}),
+      },
     );
+    live?.end();
     const mode = ws.executionMode(w);
     const shown = { command: redact(command), stdout: redact(r.stdout), stderr: redact(r.stderr) };
     // What the history keeps: the larger cut when the agent sent one, at most
@@ -133,6 +154,24 @@ export async function execInWorkspace(
       seq,
     };
   });
+}
+
+/** Splits exec's live frames (a tag byte, then bytes) into the listener, secrets redacted. */
+function liveOutput(listener: OutputListener, secrets: Map<string, string>, redact: (t: string) => string) {
+  const redactors = { stdout: new LiveRedactor(secrets, redact), stderr: new LiveRedactor(secrets, redact) };
+  const emit = (stream: "stdout" | "stderr", chunk: Buffer) => {
+    if (chunk.length > 0) listener(stream, chunk);
+  };
+  return {
+    data: (frame: Buffer) => {
+      const stream = frame[0] === EXEC_STREAM_TAG.stderr ? "stderr" : "stdout";
+      emit(stream, redactors[stream].push(frame.subarray(1)));
+    },
+    end: () => {
+      emit("stdout", redactors.stdout.end());
+      emit("stderr", redactors.stderr.end());
+    },
+  };
 }
 
 /** Options of `workspaceLogs`. */

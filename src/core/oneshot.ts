@@ -1,13 +1,14 @@
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { Readable } from "node:stream";
 import type { BackendName } from "../backends/backend.js";
 import { atomicWriteFile } from "../util/fs.js";
 import type { Engine } from "./engine.js";
 import { PyroError } from "./errors.js";
 import { execInWorkspace } from "./exec.js";
 import { applyPatch, diffWorkspace } from "./files.js";
-import { checkMaxOutputBytes } from "./output.js";
+import { checkMaxOutputBytes, type OutputListener } from "./output.js";
 import { resetWorkspace } from "./snapshots.js";
 import { type CreateOptions, checkDiskMib, DEFAULTS, parseNetworkPolicy } from "./workspaces.js";
 
@@ -26,6 +27,10 @@ export interface RunOptions {
   env?: Record<string, string>;
   seed_path?: string;
   signal?: AbortSignal;
+  /** Receives the command's output as it is produced (the result still holds it, capped). */
+  on_output?: OutputListener;
+  /** The command's stdin (default: none). Docker one-shots do not take one: EOF at once. */
+  stdin?: AsyncIterable<Uint8Array> | Readable;
   /** Progress of long steps (an environment build). */
   on_progress?: (p: import("../env/builder.js").BuildProgress) => void;
 }
@@ -70,6 +75,8 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
       timeoutMs: timeoutSeconds * 1000,
       maxOutputBytes,
       ...(options.signal ? { signal: options.signal } : {}),
+      ...(options.on_output ? { onOutput: options.on_output } : {}),
+      ...(options.stdin ? { stdin: options.stdin } : {}),
     });
     return {
       environment,
@@ -98,6 +105,8 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
       timeout_seconds: timeoutSeconds,
       max_output_bytes: maxOutputBytes,
       ...(options.signal ? { signal: options.signal } : {}),
+      ...(options.on_output ? { on_output: options.on_output } : {}),
+      ...(options.stdin ? { stdin: options.stdin } : {}),
     });
     return {
       environment: ws.environment,

@@ -4,7 +4,9 @@
  * cutting itself is src/agent/capture.ts, shared with the guest agent and the one-shot
  * runners).
  */
+import { StringDecoder } from "node:string_decoder";
 import { MAX_EXEC_OUTPUT_BYTES } from "../agent/op-schemas.js";
+import { MIN_SECRET_LENGTH } from "../state/redact.js";
 import { PyroError } from "./errors.js";
 
 export { clipText, HeadTailCapture, MARKER_MAX_BYTES, omittedMarker } from "../agent/capture.js";
@@ -67,4 +69,61 @@ function describe(value: unknown): string {
   if (typeof value === "number" || typeof value === "boolean" || value === null || value === undefined)
     return String(value);
   return typeof value;
+}
+
+/** Which stream a live chunk of output belongs to. */
+export type OutputStream = "stdout" | "stderr";
+
+/** Receives a command's output as it is produced (CLI streaming). */
+export type OutputListener = (stream: OutputStream, chunk: Buffer) => void;
+
+/**
+ * Redacts secrets from a live stream: text is held back until no secret can still be
+ * completing at its end (the longest secret's length minus one character), then written
+ * with every secret replaced. With no secrets the bytes pass through untouched (binary
+ * output stays binary); with secrets the stream is decoded as UTF-8.
+ */
+export class LiveRedactor {
+  private readonly decoder = new StringDecoder("utf8");
+  private pending = "";
+  private readonly hold: number;
+  private readonly pattern: RegExp | null;
+
+  constructor(
+    secrets: ReadonlyMap<string, string>,
+    private readonly redact: (text: string) => string,
+  ) {
+    // Longest first, as the redactor matches: a secret that contains another is one match.
+    const values = [...secrets.values()]
+      .filter((v) => v.length >= MIN_SECRET_LENGTH)
+      .sort((a, b) => b.length - a.length);
+    this.hold = Math.max(0, ...values.map((v) => v.length - 1));
+    this.pattern =
+      values.length === 0
+        ? null
+        : new RegExp(values.map((v) => v.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("|"), "g");
+  }
+
+  /** What may be written now of this chunk (and what was held back before). */
+  push(chunk: Buffer): Buffer {
+    if (!this.pattern) return chunk;
+    this.pending += this.decoder.write(chunk);
+    let end = Math.max(0, this.pending.length - this.hold);
+    // Never cut through a secret: one that the cut would split waits for the next chunk.
+    for (const m of this.pending.matchAll(this.pattern)) {
+      if (m.index >= end) break;
+      if (m.index + m[0].length > end) end = m.index;
+    }
+    const ready = this.pending.slice(0, end);
+    this.pending = this.pending.slice(end);
+    return Buffer.from(this.redact(ready));
+  }
+
+  /** The rest, at the end of the stream. */
+  end(): Buffer {
+    if (!this.pattern) return Buffer.alloc(0);
+    const rest = this.pending + this.decoder.end();
+    this.pending = "";
+    return Buffer.from(this.redact(rest));
+  }
 }

@@ -74,6 +74,8 @@ export async function bwrapRunOnce(spec: OneShotSpec, tools: LaunchTools): Promi
       cgroups,
       what: "bwrap",
       maxOutputBytes: spec.maxOutputBytes,
+      ...(spec.onOutput ? { onOutput: spec.onOutput } : {}),
+      ...(spec.stdin ? { stdin: spec.stdin } : {}),
       timeoutMs: spec.timeoutMs,
       extraFds: [fd],
       ...(spec.signal ? { signal: spec.signal } : {}),

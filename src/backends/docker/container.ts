@@ -76,10 +76,12 @@ export interface ContainerBody {
   User: string;
   Hostname: string;
   Labels: Record<string, string>;
-  AttachStdin: false;
+  /** Only one-shots that pass the caller's stdin open it (workspaces never do). */
+  AttachStdin: boolean;
   AttachStdout: boolean;
   AttachStderr: boolean;
-  OpenStdin: false;
+  OpenStdin: boolean;
+  StdinOnce?: true;
   Tty: false;
   HostConfig: HostConfigBody;
 }
@@ -197,6 +199,8 @@ export function oneShotContainerBody(p: {
   command: string;
   env: Record<string, string>;
   limits: SandboxSpec["limits"];
+  /** The command reads a stdin the caller sends through the attach (closed at its end). */
+  stdin?: boolean;
 }): ContainerBody {
   return {
     name: `pyro-${p.id}`,
@@ -207,10 +211,11 @@ export function oneShotContainerBody(p: {
     User: "0:0",
     Hostname: hostnameFor(p.id),
     Labels: { [LABELS.oneshot]: p.id },
-    AttachStdin: false,
+    AttachStdin: p.stdin === true,
     AttachStdout: true,
     AttachStderr: true,
-    OpenStdin: false,
+    OpenStdin: p.stdin === true,
+    ...(p.stdin ? { StdinOnce: true } : {}),
     Tty: false,
     HostConfig: hostConfig(p.limits, []),
   };

@@ -26,7 +26,14 @@ export async function dockerRunOnce(
 ): Promise<OneShotResult> {
   const image = await ensureImage(docker, endpoint, spec.rootfs, spec.signal ? { signal: spec.signal } : {});
   const id = `run_${randomBytes(6).toString("hex")}`;
-  const body = oneShotContainerBody({ id, image, command: spec.command, env: spec.env, limits: spec.limits });
+  const body = oneShotContainerBody({
+    id,
+    image,
+    command: spec.command,
+    env: spec.env,
+    limits: spec.limits,
+    stdin: spec.stdin !== undefined,
+  });
   let container: Docker.Container | undefined;
   try {
     container = await docker.createContainer({ ...body, ...deadline() } as Docker.ContainerCreateOptions);
@@ -39,7 +46,13 @@ export async function dockerRunOnce(
         "pyro refuses to run without its limits",
       );
     }
-    const attached = container.attach({ stream: true, stdout: true, stderr: true, hijack: true });
+    const attached = container.attach({
+      stream: true,
+      stdin: spec.stdin !== undefined,
+      stdout: true,
+      stderr: true,
+      hijack: true,
+    });
     const conn = (await withTimeout(attached, CALL_MS, (late) => (late as Duplex).destroy())) as Duplex;
     return await runAttached(container, conn, spec);
   } catch (err) {
@@ -61,7 +74,11 @@ async function runAttached(
     conn.on("data", (chunk: Buffer) => {
       try {
         // Copied: the capture keeps chunks, and a frame's data may be a view of the demuxer's buffer.
-        for (const f of demux.push(chunk)) (f.stream === 1 ? out : err).push(Buffer.from(f.data));
+        for (const f of demux.push(chunk)) {
+          const data = Buffer.from(f.data);
+          (f.stream === 1 ? out : err).push(data);
+          spec.onOutput?.(f.stream === 1 ? "stdout" : "stderr", data);
+        }
       } catch {
         conn.destroy();
       }
@@ -85,6 +102,8 @@ async function runAttached(
     // wait() is registered before start() so even an instant exit is seen.
     const exited = container.wait({ condition: "next-exit", ...deadline(spec.timeoutMs + CALL_MS) });
     await container.start(deadline());
+    // The command's stdin through the attach; ending our side closes it (StdinOnce).
+    if (spec.stdin) void feed(conn, spec.stdin);
     const { StatusCode } = (await exited) as { StatusCode: number };
     const duration = Math.round(performance.now() - started);
     await Promise.race([drained, new Promise((r) => setTimeout(r, DRAIN_MS).unref())]);
@@ -106,5 +125,19 @@ async function runAttached(
     clearTimeout(timer);
     spec.signal?.removeEventListener("abort", kill);
     conn.destroy();
+  }
+}
+
+/** Writes `stdin` into the attach connection, then half-closes it: the command's EOF. */
+async function feed(conn: Duplex, stdin: NonNullable<OneShotSpec["stdin"]>): Promise<void> {
+  try {
+    for await (const chunk of stdin as AsyncIterable<Uint8Array | string>) {
+      if (conn.destroyed) return;
+      if (!conn.write(chunk)) await new Promise((r) => conn.once("drain", r));
+    }
+    conn.end();
+  } catch {
+    // The container is gone or the caller's stdin failed: the command sees EOF either way.
+    if (!conn.destroyed) conn.end();
   }
 }

@@ -81,6 +81,8 @@ export async function gvisorRunOnce(
       cgroups,
       what: "runsc",
       maxOutputBytes: spec.maxOutputBytes,
+      ...(spec.onOutput ? { onOutput: spec.onOutput } : {}),
+      ...(spec.stdin ? { stdin: spec.stdin } : {}),
       timeoutMs: spec.timeoutMs,
       ...(spec.signal ? { signal: spec.signal } : {}),
     });

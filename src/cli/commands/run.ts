@@ -2,6 +2,7 @@ import type { Command } from "commander";
 import { demo, prepare, runOnce } from "../../core/oneshot.js";
 import { parseMaxOutputBytes } from "../../core/output.js";
 import { backendName, collect, commandString, keyValues, positiveNumber } from "../args.js";
+import { liveCommand } from "../live.js";
 import type { CliContext } from "../main.js";
 import { act } from "../output.js";
 
@@ -43,11 +44,14 @@ export function registerRun(program: Command, ctx: CliContext): void {
     )
     .option("--json", "print the structured result")
     .action(async (env: string, command: string[], opts: RunFlags) => {
+      const live = liveCommand(ctx.io, opts.json === true);
       ctx.exitCode = await act(
         ctx.io,
         opts,
         async () =>
           runOnce(ctx.engine(), commandString(command), {
+            ...(live.on_output ? { on_output: live.on_output } : {}),
+            ...(live.stdin ? { stdin: live.stdin } : {}),
             ...(opts.maxOutputBytes !== undefined
               ? { max_output_bytes: parseMaxOutputBytes(opts.maxOutputBytes) }
               : {}),
@@ -61,18 +65,13 @@ export function registerRun(program: Command, ctx: CliContext): void {
             ...(opts.env ? { env: keyValues(opts.env, "--env") } : {}),
             allow_host_compat: opts.allowHostCompat === true,
             signal: ctx.signal,
-          }),
+          }).finally(live.done),
         (r) => {
-          // Human mode: the command's own streams, as if it ran here.
-          if (r.stderr) ctx.io.stderr.write(r.stderr);
+          // Human mode: the command's own streams were written live, as if it ran here.
           if (r.timed_out) ctx.io.stderr.write(`pyro: command timed out\n`);
-          if (r.truncated)
-            ctx.io.stderr.write(
-              `pyro: output cut to its head and tail (stdout ${r.stdout_bytes} bytes, stderr ${r.stderr_bytes} bytes)\n`,
-            );
           if (r.execution_mode === "host_compat")
             ctx.io.stderr.write("pyro: warning: ran on the host without isolation (host_compat)\n");
-          return r.stdout;
+          return "";
         },
         (r) => (r.timed_out ? 124 : r.exit_code),
       );

@@ -1,5 +1,6 @@
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureImage, imageRef } from "../../../src/backends/docker/image.js";
 import { pyro as cli } from "../../helpers/cli.js";
@@ -88,6 +89,11 @@ describe.skipIf(skip !== "")(
       });
       expect(t).toMatchObject({ exit_code: 124, timed_out: true });
       expect(hostProcesses((a) => a[0]?.endsWith("sleep") === true && a[1] === "1002")).toEqual([]);
+      const piped = await h.pyro.run("debian:12", "cat; echo done", {
+        backend: "docker",
+        stdin: Readable.from([Buffer.from("via stdin\n")]),
+      });
+      expect(piped.stdout).toBe("via stdin\ndone\n");
       const big = await h.pyro.run("debian:12", "head -c 3000000 /dev/zero", { backend: "docker" });
       // Past 1 MiB a stream keeps its first and last 512 KiB around one marker line.
       expect([big.stdout_bytes, big.truncated]).toEqual([3000000, true]);

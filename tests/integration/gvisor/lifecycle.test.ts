@@ -1,5 +1,6 @@
 import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
+import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pyro as cli } from "../../helpers/cli.js";
 import {
@@ -69,6 +70,11 @@ describe.skipIf(skip !== "")(suiteTitle("gvisor one-shots and a workspace across
   it("one-shots report exit codes, cap output at 1 MiB and kill everything at the timeout", async () => {
     const failed = await h.pyro.run("debian:12", "echo err >&2; exit 7", { backend: "gvisor" });
     expect(failed).toMatchObject({ exit_code: 7, stderr: "err\n" });
+    const piped = await h.pyro.run("debian:12", "cat; echo done", {
+      backend: "gvisor",
+      stdin: Readable.from([Buffer.from("via stdin\n")]),
+    });
+    expect(piped.stdout).toBe("via stdin\ndone\n");
     const big = await h.pyro.run("debian:12", "head -c 3000000 /dev/zero", { backend: "gvisor" });
     // Past 1 MiB a stream keeps its first and last 512 KiB around one marker line.
     expect([big.stdout_bytes, big.truncated]).toEqual([3000000, true]);

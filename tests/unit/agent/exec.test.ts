@@ -1,5 +1,6 @@
 import { mkdir, readFile } from "node:fs/promises";
 import path from "node:path";
+import { Readable } from "node:stream";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { AgentError } from "../../../src/agent/errors.js";
 import { type AgentFixture, alive, eventually, startAgent } from "./helpers.js";
@@ -139,6 +140,48 @@ describe("exec", () => {
     const small = await run("echo hi", { max_output_bytes: 2000, log_output_bytes: 100_000 });
     expect(small).toMatchObject({ stdout: "hi\n", stdout_bytes: 3, truncated: false });
     expect(small.stdout_log).toBeUndefined();
+  });
+
+  it("sends the output live as tagged data frames when asked, and still returns it", async () => {
+    const frames: Buffer[] = [];
+    const r = await fx.client.request(
+      "exec",
+      {
+        command: "echo one; sleep 0.3; echo two >&2; echo three",
+        timeout_ms: 10_000,
+        max_output_bytes: 1024,
+        stream: true,
+      },
+      { onData: (c) => frames.push(Buffer.from(c)) },
+    );
+    const of = (tag: number) =>
+      Buffer.concat(frames.filter((f) => f[0] === tag).map((f) => f.subarray(1))).toString();
+    expect([of(1), of(2)]).toEqual(["one\nthree\n", "two\n"]);
+    expect(r).toMatchObject({ stdout: "one\nthree\n", stderr: "two\n", exit_code: 0 });
+  });
+
+  it("feeds the request's upload to the command's stdin, its end being EOF", async () => {
+    const r = await fx.client.request(
+      "exec",
+      { command: "cat; echo end", timeout_ms: 10_000, max_output_bytes: 1024, stdin: true },
+      { upload: Readable.from([Buffer.from("piped "), Buffer.from("in\n")]) },
+    );
+    expect(r.stdout).toBe("piped in\nend\n");
+    // A command that reads none of a large stdin still returns, and the connection stays usable.
+    const big = Readable.from(
+      (function* () {
+        for (let i = 0; i < 200; i++) yield Buffer.alloc(64 * 1024, 0x61);
+      })(),
+    );
+    const ignored = await fx.client.request(
+      "exec",
+      { command: "echo ignored", timeout_ms: 10_000, max_output_bytes: 1024, stdin: true },
+      { upload: big },
+    );
+    expect(ignored.stdout).toBe("ignored\n");
+    expect((await run("echo after")).stdout).toBe("after\n");
+    // Without stdin the command reads /dev/null.
+    expect((await run("cat; echo eof")).stdout).toBe("eof\n");
   });
 
   it("returns once the shell exits even if a background child keeps the pipes open", async () => {

@@ -1,7 +1,9 @@
+import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PyroError } from "../../../src/core/errors.js";
-import { checkMaxOutputBytes, parseMaxOutputBytes } from "../../../src/core/output.js";
+import { checkMaxOutputBytes, LiveRedactor, parseMaxOutputBytes } from "../../../src/core/output.js";
 import type { Pyro } from "../../../src/sdk/pyro.js";
+import { redactor } from "../../../src/state/redact.js";
 import { fakePyro } from "../../helpers/engine.js";
 
 const SEQ = Array.from({ length: 200_000 }, (_, i) => `${i + 1}\n`).join("");
@@ -116,5 +118,65 @@ describe("SDK output cap", () => {
     expect(r).toMatchObject({ truncated: true, stdout_bytes: SEQ.length, exit_code: 0 });
     expect(r.stdout.endsWith(SEQ.slice(-1024))).toBe(true);
     expect(r.stdout.startsWith(SEQ.slice(0, 1024))).toBe(true);
+  });
+});
+
+describe("LiveRedactor", () => {
+  const secrets = new Map([
+    ["SHORT", "abcd"],
+    ["LONG", "abcdefgh"],
+    ["TOKEN", "s3cr3t-t0ken"],
+  ]);
+  const feed = (chunks: string[]) => {
+    const r = new LiveRedactor(secrets, redactor(secrets));
+    return Buffer.concat([...chunks.map((c) => r.push(Buffer.from(c))), r.end()]).toString();
+  };
+
+  it("redacts a secret split across chunks, whatever the split", () => {
+    const text = "before s3cr3t-t0ken after abcdefgh and abcd.\n";
+    const whole = redactor(secrets)(text);
+    expect(whole).toBe("before [REDACTED:TOKEN] after [REDACTED:LONG] and [REDACTED:SHORT].\n");
+    for (let i = 1; i < text.length; i++) {
+      expect(feed([text.slice(0, i), text.slice(i)])).toBe(whole);
+    }
+    expect(feed(text.split(""))).toBe(whole);
+  });
+
+  it("writes at once all but what could still be the start of a secret", () => {
+    const r = new LiveRedactor(secrets, redactor(secrets));
+    // The longest secret has 12 characters: the last 11 wait for the next chunk.
+    const text = "progress 10%\nprogress 20%\n";
+    expect(r.push(Buffer.from(text)).toString()).toBe(text.slice(0, text.length - 11));
+    expect(r.end().toString()).toBe(text.slice(text.length - 11));
+  });
+
+  it("passes bytes through untouched when there are no secrets", () => {
+    const r = new LiveRedactor(new Map(), (t) => t);
+    const binary = Buffer.from([0xff, 0x00, 0xc3]);
+    expect(r.push(binary)).toBe(binary);
+    expect(r.end()).toHaveLength(0);
+  });
+});
+
+describe("live output and stdin through the SDK", () => {
+  let fx: Awaited<ReturnType<typeof fakePyro>>;
+  afterAll(() => fx?.cleanup());
+
+  it("execWorkspace sends output to on_output as it comes, secrets redacted, and reads stdin", async () => {
+    fx = await fakePyro();
+    const w = await fx.pyro.createWorkspace({ secrets: { API_KEY: "k3y-value-123" } });
+    const seen: string[] = [];
+    const r = await fx.pyro.execWorkspace(w.workspace_id, 'cat; printf "key=$API_KEY\\n" >&2', {
+      on_output: (stream, chunk) => seen.push(`${stream}:${chunk.toString()}`),
+      stdin: Readable.from([Buffer.from("from stdin\n")]),
+    });
+    expect(r).toMatchObject({ stdout: "from stdin\n", stderr: "key=[REDACTED:API_KEY]\n" });
+    expect(seen.filter((s) => s.startsWith("stdout:")).join("")).toBe("stdout:from stdin\n");
+    expect(
+      seen
+        .filter((s) => s.startsWith("stderr:"))
+        .map((s) => s.slice(7))
+        .join(""),
+    ).toBe("key=[REDACTED:API_KEY]\n");
   });
 });

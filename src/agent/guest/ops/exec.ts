@@ -8,9 +8,10 @@ import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import os from "node:os";
-import type { Readable } from "node:stream";
+import type { Readable, Writable } from "node:stream";
 import { HeadTailCapture } from "../../capture.js";
 import { AgentError } from "../../errors.js";
+import { EXEC_STREAM_TAG } from "../../op-schemas.js";
 import { hangUpSession, killTree, TREE_MARKER_VAR } from "../proctree.js";
 import type { OpHandler } from "./context.js";
 
@@ -29,6 +30,17 @@ export const TIMEOUT_EXIT_CODE = 124;
 // wait this long for the pipes to drain, then stop reading: exec returns when the
 // command's shell is done, not when everything it spawned is.
 const PIPE_GRACE_MS = 250;
+
+/**
+ * Pipes the request's upload into the command's stdin; EOF of the upload closes it. What
+ * the command does not read (it exited, or closed its stdin) is read and discarded, so
+ * the connection is not held up by it.
+ */
+function feedStdin(upload: Readable, stdin: Writable): void {
+  stdin.on("error", () => upload.resume());
+  upload.on("error", () => stdin.destroy());
+  upload.pipe(stdin);
+}
 
 function closed(stream: Readable): Promise<void> {
   return new Promise((resolve) => {
@@ -70,9 +82,13 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
   const child = spawn("/bin/sh", ["-c", args.command], {
     cwd,
     env,
-    stdio: ["ignore", "pipe", "pipe"],
+    stdio: [args.stdin ? "pipe" : "ignore", "pipe", "pipe"],
     detached: true,
   });
+  if (args.stdin && ctx.upload && child.stdin) feedStdin(ctx.upload, child.stdin);
+  // Both pipes exist: stdio[1] and stdio[2] are "pipe".
+  const out = child.stdout!;
+  const err = child.stderr!;
   if (ctx.idleCommands && child.pid !== undefined) {
     try {
       os.setPriority(child.pid, COMMAND_NICE);
@@ -87,8 +103,20 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
   const keep = Math.max(args.max_output_bytes, args.log_output_bytes ?? 0);
   const stdout = new HeadTailCapture(keep);
   const stderr = new HeadTailCapture(keep);
-  child.stdout.on("data", (c: Buffer) => stdout.push(c));
-  child.stderr.on("data", (c: Buffer) => stderr.push(c));
+  const collect = (pipe: Readable, capture: HeadTailCapture, tag: number) => {
+    pipe.on("data", (c: Buffer) => {
+      capture.push(c);
+      if (!args.stream) return;
+      // Live copy: the pipe waits while the host's channel is full, as a terminal would.
+      pipe.pause();
+      ctx.send(Buffer.concat([Buffer.of(tag), c])).then(
+        () => pipe.resume(),
+        () => pipe.resume(),
+      );
+    });
+  };
+  collect(out, stdout, EXEC_STREAM_TAG.stdout);
+  collect(err, stderr, EXEC_STREAM_TAG.stderr);
 
   let timedOut = false;
   let cancelled = false;
@@ -120,9 +148,9 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
     else if (child.pid !== undefined) await hangUpSession(child.pid, ["/bin/sh", "-c", args.command]);
     // Give the pipes a moment to deliver the tail of the output.
     const grace = new Promise((r) => setTimeout(r, PIPE_GRACE_MS).unref());
-    await Promise.race([Promise.all([closed(child.stdout), closed(child.stderr)]), grace]);
-    child.stdout.destroy();
-    child.stderr.destroy();
+    await Promise.race([Promise.all([closed(out), closed(err)]), grace]);
+    out.destroy();
+    err.destroy();
 
     if (cancelled && !timedOut)
       throw new AgentError("cancelled", "the command was cancelled; its processes were killed");
@@ -130,20 +158,20 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
     if (timedOut) exitCode = TIMEOUT_EXIT_CODE;
     else if (code !== null) exitCode = code;
     else exitCode = 128 + (sig ? (os.constants.signals[sig] ?? 0) : 0);
-    const out = stdout.render(args.max_output_bytes);
-    const err = stderr.render(args.max_output_bytes);
+    const o = stdout.render(args.max_output_bytes);
+    const e = stderr.render(args.max_output_bytes);
     return {
       exit_code: exitCode,
-      stdout: out.text,
-      stderr: err.text,
-      stdout_bytes: out.bytes,
-      stderr_bytes: err.bytes,
+      stdout: o.text,
+      stderr: e.text,
+      stdout_bytes: o.bytes,
+      stderr_bytes: e.bytes,
       // The history's cut, only where the result's cut left something out.
-      ...(keep > args.max_output_bytes && out.truncated ? { stdout_log: stdout.render().text } : {}),
-      ...(keep > args.max_output_bytes && err.truncated ? { stderr_log: stderr.render().text } : {}),
+      ...(keep > args.max_output_bytes && o.truncated ? { stdout_log: stdout.render().text } : {}),
+      ...(keep > args.max_output_bytes && e.truncated ? { stderr_log: stderr.render().text } : {}),
       duration_ms: Math.round(performance.now() - started),
       timed_out: timedOut,
-      truncated: out.truncated || err.truncated,
+      truncated: o.truncated || e.truncated,
     };
   } catch (err) {
     if (err instanceof AgentError) throw err;

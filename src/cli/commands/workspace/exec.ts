@@ -4,6 +4,7 @@ import { execInWorkspace, workspaceLogs } from "../../../core/exec.js";
 import { parseMaxOutputBytes } from "../../../core/output.js";
 import { summarizeWorkspace } from "../../../core/summary.js";
 import { collect, commandString, keyValues, positiveNumber } from "../../args.js";
+import { liveCommand } from "../../live.js";
 import type { CliContext } from "../../main.js";
 import { act } from "../../output.js";
 
@@ -30,6 +31,7 @@ export function registerExec(ws: Command, ctx: CliContext): void {
         command: string[],
         o: { timeout?: number; cwd?: string; env?: string[]; maxOutputBytes?: string; json?: boolean },
       ) => {
+        const live = liveCommand(ctx.io, o.json === true);
         ctx.exitCode = await act(
           ctx.io,
           o,
@@ -41,13 +43,14 @@ export function registerExec(ws: Command, ctx: CliContext): void {
               ...(o.maxOutputBytes !== undefined
                 ? { max_output_bytes: parseMaxOutputBytes(o.maxOutputBytes) }
                 : {}),
+              ...(live.on_output ? { on_output: live.on_output } : {}),
+              ...(live.stdin ? { stdin: live.stdin } : {}),
               signal: ctx.signal,
-            }),
+            }).finally(live.done),
           (r) => {
-            if (r.stderr) ctx.io.stderr.write(r.stderr);
+            // The streams were written live; only pyro's own notes remain.
             if (r.timed_out) ctx.io.stderr.write("pyro: command timed out; its process tree was killed\n");
-            if (r.truncated) ctx.io.stderr.write(truncatedNote(r));
-            return r.stdout;
+            return "";
           },
           (r) => (r.timed_out ? 124 : r.exit_code),
         );
@@ -114,11 +117,6 @@ export function registerExec(ws: Command, ctx: CliContext): void {
         },
       );
     });
-}
-
-/** The stderr note of a truncated exec: full sizes, and where the rest is. */
-function truncatedNote(r: { stdout_bytes: number; stderr_bytes: number; seq: number }): string {
-  return `pyro: output cut to its head and tail (stdout ${r.stdout_bytes} bytes, stderr ${r.stderr_bytes} bytes); \`pyro workspace logs ID --seq ${r.seq}\` has up to 1 MiB of each\n`;
 }
 
 function commandNumber(text: string): number {
