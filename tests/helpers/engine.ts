@@ -1,7 +1,9 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { expect } from "vitest";
 import { FakeBackend } from "../../src/backends/fake/backend.js";
+import { PyroError } from "../../src/core/errors.js";
 import { Pyro } from "../../src/sdk/pyro.js";
 import { FakeBuilder } from "./fake-builder.js";
 
@@ -32,4 +34,15 @@ export async function fakePyro(): Promise<{
       await rm(home, { recursive: true, force: true });
     },
   };
+}
+
+/** The `code` of the PyroError a promise rejects with (fails the test if it resolves). */
+export async function codeOf(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(PyroError);
+    return (err as PyroError).code;
+  }
+  throw new Error("expected a failure");
 }

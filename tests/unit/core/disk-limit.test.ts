@@ -1,7 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { PyroError } from "../../../src/core/errors.js";
 import { checkDiskMib } from "../../../src/core/workspaces.js";
-import { fakePyro } from "../../helpers/engine.js";
+import { codeOf, fakePyro } from "../../helpers/engine.js";
 
 let t: Awaited<ReturnType<typeof fakePyro>>;
 beforeEach(async () => {
@@ -10,16 +9,6 @@ beforeEach(async () => {
 afterEach(async () => {
   await t.cleanup();
 });
-
-async function codeOf(p: Promise<unknown>): Promise<string> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(PyroError);
-    return (err as PyroError).code;
-  }
-  throw new Error("expected a failure");
-}
 
 describe("disk limits", () => {
   it("refuses a disk limit out of range, or on a backend that cannot enforce it, before anything is made", async () => {

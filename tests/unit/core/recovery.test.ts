@@ -3,9 +3,8 @@ import { existsSync } from "node:fs";
 import { mkdir, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { PyroError } from "../../../src/core/errors.js";
 import { currentOwner } from "../../../src/core/recovery.js";
-import { fakePyro } from "../../helpers/engine.js";
+import { codeOf, fakePyro } from "../../helpers/engine.js";
 
 let t: Awaited<ReturnType<typeof fakePyro>>;
 beforeEach(async () => {
@@ -24,16 +23,6 @@ function deadOwner(): { pid: number; start_time: string } {
 
 const store = () => t.pyro.engine.workspaces.store;
 const dirOf = (id: string) => join(t.home, "workspaces", id);
-
-async function codeOf(p: Promise<unknown>): Promise<string> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(PyroError);
-    return (err as PyroError).code;
-  }
-  throw new Error("expected a failure");
-}
 
 describe("recovery after a killed client", () => {
   it("rolls back a create whose process died: the workspace is gone with its sandbox and files", async () => {

@@ -4,9 +4,9 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { FakeBackend } from "../../../src/backends/fake/backend.js";
 import { Engine } from "../../../src/core/engine.js";
-import { PyroError } from "../../../src/core/errors.js";
+import type { PyroError } from "../../../src/core/errors.js";
 import type { Pyro } from "../../../src/sdk/pyro.js";
-import { fakePyro } from "../../helpers/engine.js";
+import { codeOf, fakePyro } from "../../helpers/engine.js";
 
 let t: Awaited<ReturnType<typeof fakePyro>>;
 let pyro: Pyro;
@@ -24,16 +24,6 @@ afterEach(async () => {
   await t.cleanup();
   await rm(seed, { recursive: true, force: true });
 });
-
-async function codeOf(p: Promise<unknown>): Promise<string> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(PyroError);
-    return (err as PyroError).code;
-  }
-  throw new Error("expected a failure");
-}
 
 describe("workspace core on the fake backend", () => {
   it("creates a seeded, named, labelled workspace and reports the contract's fields", async () => {
