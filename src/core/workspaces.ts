@@ -441,7 +441,7 @@ export class Workspaces {
           // so it is not run again. The next request finds the sandbox dead and restarts it.
           await this.dropClient(w.workspace_id);
           const state = sandboxState(w);
-          const alive = state ? await backend.isRunning(state).catch(() => false) : false;
+          const alive = state ? await stillRunningAfterBreak(backend, state) : false;
           throw redactError(
             new PyroError(
               "backend_unavailable",
@@ -533,6 +533,24 @@ export class Workspaces {
 }
 
 /** An error whose message or hint may quote a secret (a failing command line, a path) is redacted. */
+/** How long a broken connection's sandbox is given to finish dying before it counts as alive. */
+const BREAK_SETTLE_MS = 2000;
+
+/**
+ * Whether the sandbox still runs after its agent connection broke mid-request. A killed
+ * sandbox closes its sockets before the kernel marks it dead (files are closed before the
+ * exit is reported), so the first look can still see it running: look again until it is
+ * gone or BREAK_SETTLE_MS have passed.
+ */
+async function stillRunningAfterBreak(backend: WorkspaceBackend, state: SandboxState): Promise<boolean> {
+  const deadline = Date.now() + BREAK_SETTLE_MS;
+  for (;;) {
+    if (!(await backend.isRunning(state).catch(() => false))) return false;
+    if (Date.now() >= deadline) return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 function redactError(err: PyroError, secrets: Map<string, string>): PyroError {
   if (secrets.size === 0) return err;
   const r = secretRedactor(secrets);

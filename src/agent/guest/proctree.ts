@@ -16,6 +16,10 @@ interface ProcInfo {
   ppid: number;
   pgid: number;
   sid: number;
+  /** R running or runnable, S sleeping, D in uninterruptible wait, T stopped... */
+  state: string;
+  /** utime + stime in clock ticks. */
+  cpuTicks: number;
 }
 
 /** Live (non-zombie) processes from /proc. Processes that vanish mid-scan are skipped. */
@@ -33,7 +37,13 @@ async function scanProc(): Promise<Map<number, ProcInfo>> {
         const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
         const state = fields[0];
         if (state === "Z" || state === "X") return;
-        procs.set(Number(n), { ppid: Number(fields[1]), pgid: Number(fields[2]), sid: Number(fields[3]) });
+        procs.set(Number(n), {
+          ppid: Number(fields[1]),
+          pgid: Number(fields[2]),
+          sid: Number(fields[3]),
+          state: state ?? "",
+          cpuTicks: Number(fields[11]) + Number(fields[12]),
+        });
       }),
   );
   return procs;
@@ -123,6 +133,13 @@ export async function killTree(rootPid: number, marker: string): Promise<void> {
 
 /** How long a hangup waits for forked children to exec what they were forked for. */
 export const SETTLE_MS = 500;
+/**
+ * How long it keeps waiting for a forking child that is runnable but has hardly run
+ * (commands run at nice 19: on a busy machine a fork can wait seconds for the CPU).
+ */
+export const SETTLE_STARVED_MS = 5000;
+/** CPU time (clock ticks, 10 ms each) after which a forking child is not starved but busy. */
+const STARVED_TICKS = 10;
 /** Above this many leftover processes the hangup does not wait for them (see settleForks). */
 export const SETTLE_MAX_MEMBERS = 32;
 
@@ -131,47 +148,70 @@ async function cmdline(pid: number): Promise<string | null> {
 }
 
 /**
+ * Whether a process left in a command's session may still be on its way to what it was
+ * forked for, so a hangup now could kill it before it protects itself. `own` is its
+ * /proc/PID/cmdline, `leader` the session leader's (the leader itself has exited by now),
+ * `parent` its parent's (null when unreadable); all NUL-separated.
+ *   - "" is a process inside execve(): the kernel has switched it to the new program's
+ *     memory but not yet written its arguments there. Measured: every exec passes through
+ *     this window, and a loaded machine can park a low-priority command in it.
+ *   - a copy of the leader's or its parent's command line: forked, not yet exec'd.
+ *   - nohup or setsid themselves: between their exec and the signal or setsid call that
+ *     protects what they start (they exec it right after).
+ */
+export function stillForking(own: string, leader: string | null, parent: string | null): boolean {
+  if (own === "") return true;
+  if (leader !== null && own === leader) return true;
+  if (parent !== null && own === parent) return true;
+  const argv0 = own
+    .slice(0, own.indexOf("\0") >>> 0)
+    .split("/")
+    .pop();
+  return argv0 === "nohup" || argv0 === "setsid";
+}
+
+/**
  * `nohup server &` as a command's last words: the shell forks a child that will exec
  * nohup, which will ignore SIGHUP, and the shell exits. A hangup between the fork and the
  * exec would kill the server (a closing terminal has the same race). So before hanging
- * up, wait (at most SETTLE_MS) while a member of the session is still a copy of its
- * parent or of the session leader's command line (`leader`, NUL-separated as in
- * /proc/PID/cmdline; the leader itself has exited by now): forked, not yet exec'd; or is
- * still nohup or setsid itself, not yet what it protects. A fork bomb of
- * shell functions stays such copies and is hung up after the wait.
+ * up, wait while a member of the session is still forking (see stillForking): at most
+ * SETTLE_MS, or SETTLE_STARVED_MS while such a member is runnable but has hardly had the
+ * CPU yet. A fork bomb of shell functions stays such copies and is hung up after the
+ * wait (at once when it has grown past SETTLE_MAX_MEMBERS).
  */
 async function settleForks(sid: number, leader: string | null): Promise<void> {
-  const deadline = Date.now() + SETTLE_MS;
-  while (Date.now() < deadline) {
+  const start = Date.now();
+  const firstTicks = new Map<number, number>();
+  for (;;) {
     const procs = await scanProc();
     const members = [...procs].filter(([pid, info]) => info.sid === sid && pid !== sid);
     // Many processes left behind is a bomb or a build's workers, not a `nohup` to wait for:
     // hang up at once (a wait would only let a bomb grow and take the agent's CPU).
     if (members.length > SETTLE_MAX_MEMBERS) return;
     let forking = false;
+    let starved = false;
     for (const [pid, info] of members) {
-      if (Date.now() >= deadline) return;
       const own = await cmdline(pid);
-      if (own === null) continue;
-      // nohup and setsid themselves: between their exec and the signal or setsid call
-      // that protects what they start (they exec it right after).
-      const argv0 = own
-        .slice(0, own.indexOf("\0") >>> 0)
-        .split("/")
-        .pop();
-      if (
-        (leader !== null && own === leader) ||
-        argv0 === "nohup" ||
-        argv0 === "setsid" ||
-        own === (await cmdline(info.ppid))
-      ) {
-        forking = true;
-        break;
-      }
+      // Gone (or a zombie's empty read racing its exit: the scan skipped zombies).
+      if (own === null || (own === "" && !(await alive(pid)))) continue;
+      if (!stillForking(own, leader, own === "" ? null : await cmdline(info.ppid))) continue;
+      forking = true;
+      const first = firstTicks.get(pid) ?? info.cpuTicks;
+      firstTicks.set(pid, first);
+      if ((info.state === "R" || info.state === "D") && info.cpuTicks - first < STARVED_TICKS) starved = true;
     }
-    if (!forking) return;
+    const waited = Date.now() - start;
+    if (!forking || waited >= SETTLE_STARVED_MS || (waited >= SETTLE_MS && !starved)) return;
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/** Whether `pid` is a live, non-zombie process. */
+async function alive(pid: number): Promise<boolean> {
+  const text = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => null);
+  if (!text) return false;
+  const state = text.slice(text.lastIndexOf(")") + 2, text.lastIndexOf(")") + 3);
+  return state !== "Z" && state !== "X";
 }
 
 /** Live processes of session `sid`, but never the agent or pid 1. */

@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { stillForking } from "../../../src/agent/guest/proctree.js";
 import { type AgentFixture, startAgent } from "./helpers.js";
 
 let fx: AgentFixture;
@@ -50,5 +51,25 @@ describe("exec: what a command leaves running", () => {
     } finally {
       await run(`pkill -f '${tag}' || true`);
     }
+  });
+});
+
+describe("stillForking: what the hangup waits for", () => {
+  const leader = "/bin/sh\0-c\0nohup sleep 300 &\0";
+  it("waits for a process inside execve (its command line reads empty until the kernel writes it)", () => {
+    // Measured on every exec: a child's /proc/PID/cmdline reads "" between the switch to
+    // the new program's memory and its arguments being written there. A hangup in that
+    // window killed `nohup sleep 300 &` on a loaded CI machine.
+    expect(stillForking("", leader, null)).toBe(true);
+  });
+  it("waits for a fork that has not exec'd yet, and for nohup and setsid themselves", () => {
+    expect(stillForking(leader, leader, "/sbin/init\0")).toBe(true);
+    expect(stillForking("bash\0-c\0x\0", null, "bash\0-c\0x\0")).toBe(true);
+    expect(stillForking("nohup\0sleep\x00300\0", leader, null)).toBe(true);
+    expect(stillForking("/usr/bin/setsid\0server\0", leader, null)).toBe(true);
+  });
+  it("does not wait for what has become its own program", () => {
+    expect(stillForking("sleep\x00300\0", leader, leader)).toBe(false);
+    expect(stillForking("python3\0-m\0http.server\0", leader, "bash\0")).toBe(false);
   });
 });

@@ -207,6 +207,26 @@ describe("workspace core on the fake backend", () => {
     expect((await pyro.execWorkspace(w.workspace_id, "cat keep.txt")).stdout).toBe("kept");
   });
 
+  it("a sandbox that dies mid-request is reported dead even when its death shows after the broken connection", async () => {
+    // A killed sandbox closes its sockets before the kernel reports it gone: the core
+    // must not call that "the connection broke" (retry) when the sandbox died (restart).
+    const w = await pyro.createWorkspace({ seedPath: seed });
+    await pyro.writeWorkspaceFile(w.workspace_id, "keep.txt", "kept");
+    const inFlight = pyro.execWorkspace(w.workspace_id, "sleep 30").then(
+      () => null,
+      (err: PyroError) => err,
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    const realIsRunning = t.backend.isRunning.bind(t.backend);
+    const reportedDeadAt = Date.now() + 400;
+    t.backend.isRunning = async (state) => Date.now() < reportedDeadAt || realIsRunning(state);
+    await t.backend.closeAll();
+    const err = await inFlight;
+    expect(err?.code).toBe("backend_unavailable");
+    expect(err?.message).toMatch(/died during the request/);
+    expect((await pyro.readWorkspaceFile(w.workspace_id, "keep.txt")).content).toBe("kept");
+  });
+
   it("deletes a workspace with every file it had", async () => {
     const w = await pyro.createWorkspace({ seedPath: seed, name: "gone" });
     const dir = pyro.engine.workspaces.workspaceDir(w.workspace_id);
