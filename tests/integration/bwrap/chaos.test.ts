@@ -4,7 +4,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pyro } from "../../helpers/cli.js";
-import { bwrapSkipReason, ENV_CACHE, exited, hostProcesses, spawnCli, suiteTitle } from "../../helpers/sandbox.js";
+import {
+  bwrapSkipReason,
+  ENV_CACHE,
+  exited,
+  hostProcesses,
+  spawnCli,
+  suiteTitle,
+} from "../../helpers/sandbox.js";
 
 /**
  * Chaos: the CLI is SIGKILLed at a random moment of a create, a reset, a start or a
@@ -111,7 +118,10 @@ describe.skipIf(skip !== "")(suiteTitle("chaos on bwrap (killed CLI calls)", ski
     // Nothing of any gone workspace is left running or holding a cgroup.
     for (const id of gone) {
       expect(cgroupsOf(id), `cgroups of ${id}`).toEqual([]);
-      expect(hostProcesses((argv) => argv.some((a) => a.includes(id))), `processes of ${id}`).toEqual([]);
+      expect(
+        hostProcesses((argv) => argv.some((a) => a.includes(id))),
+        `processes of ${id}`,
+      ).toEqual([]);
     }
   });
 });
