@@ -75,6 +75,8 @@ export class Engine {
     if (!this.stateStore) {
       mkdirSync(this.paths.home, { recursive: true, mode: 0o700 });
       this.stateStore = StateStore.open(join(this.paths.home, "state.db"));
+      // Secret values never reach the store: it redacts with each workspace's secrets.
+      this.stateStore.useRedactors((id) => this.workspaces.secretRedactorById(id));
     }
     return this.stateStore;
   }

@@ -1,10 +1,10 @@
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
-import { readFile } from "node:fs/promises";
+import { readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { redactor } from "../state/redact.js";
 import type { SecretRef } from "../state/types.js";
-import { atomicWriteFile } from "../util/fs.js";
 import { PyroError } from "./errors.js";
+import { type KeyStore, keyId, keyStores, userKey } from "./secret-key.js";
 
 /**
  * Workspace secrets: `NAME=literal`, `NAME=${HOST_VAR}` (read from the host environment
@@ -12,9 +12,11 @@ import { PyroError } from "./errors.js";
  * without one). Values reach every command as environment variables and are redacted
  * from command output, history, events, summaries and error messages.
  *
- * At rest: the state store keeps only names and reference kinds. Values are encrypted
- * with AES-256-GCM under a per-home key file (mode 0600) in the workspace's directory,
- * so a copied state database reveals nothing and a later process can still inject them.
+ * At rest: the state store keeps only names and reference kinds (and redacts values from
+ * everything it stores). Values are encrypted with AES-256-GCM in the workspace's
+ * directory under the user's key, which lives outside `$PYRO_HOME` (SecretVault,
+ * src/core/secret-key.ts): a copied home reveals nothing, and a later process of the
+ * same user can still inject them.
  */
 export type SecretPrompt = (name: string) => Promise<string>;
 
@@ -84,58 +86,148 @@ export function parseSecretOptions(items: readonly string[] | undefined): Record
   return out;
 }
 
-/** The per-home encryption key, created on first use with mode 0600. */
-async function homeKey(home: string): Promise<Buffer> {
-  const path = join(home, "secrets.key");
-  try {
-    const key = await readFile(path);
-    if (key.length === 32) return key;
-  } catch {
-    // made below
-  }
-  const key = randomBytes(32);
-  await atomicWriteFile(path, key, 0o600);
-  // Another process may have won the race: use whatever is on disk now.
-  return readFile(path);
+/** What `secrets.enc` holds: AES-256-GCM of the JSON name→value map. */
+interface SecretBlob {
+  /** 1: the old layout, key in `$PYRO_HOME/secrets.key`; 2: `kid` names the user key. */
+  v: 1 | 2;
+  kid?: string;
+  iv: string;
+  tag: string;
+  ct: string;
 }
 
-export async function saveSecrets(home: string, file: string, values: Map<string, string>): Promise<void> {
-  if (values.size === 0) return;
-  const key = await homeKey(home);
+function seal(key: Buffer, values: Map<string, string>): SecretBlob {
   const iv = randomBytes(12);
   const cipher = createCipheriv("aes-256-gcm", key, iv);
   const ct = Buffer.concat([
     cipher.update(JSON.stringify(Object.fromEntries(values)), "utf8"),
     cipher.final(),
   ]);
-  const blob = {
-    v: 1,
+  return {
+    v: 2,
+    kid: keyId(key),
     iv: iv.toString("base64"),
     tag: cipher.getAuthTag().toString("base64"),
     ct: ct.toString("base64"),
   };
-  await atomicWriteFile(file, JSON.stringify(blob), 0o600);
 }
 
-export async function loadSecrets(home: string, file: string): Promise<Map<string, string>> {
-  let blob: { iv: string; tag: string; ct: string };
-  try {
-    blob = JSON.parse(await readFile(file, "utf8"));
-  } catch {
-    return new Map();
+function open(key: Buffer, blob: SecretBlob): Map<string, string> {
+  const d = createDecipheriv("aes-256-gcm", key, Buffer.from(blob.iv, "base64"));
+  d.setAuthTag(Buffer.from(blob.tag, "base64"));
+  const text = Buffer.concat([d.update(Buffer.from(blob.ct, "base64")), d.final()]).toString("utf8");
+  return new Map(Object.entries(JSON.parse(text) as Record<string, string>));
+}
+
+function writeBlob(file: string, blob: SecretBlob): void {
+  const tmp = `${file}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
+  writeFileSync(tmp, JSON.stringify(blob), { mode: 0o600, flush: true });
+  renameSync(tmp, file);
+}
+
+/**
+ * Encrypts and decrypts workspace secrets (`secrets.enc` in each workspace directory)
+ * under the user's key, which lives outside `$PYRO_HOME` (src/core/secret-key.ts).
+ *
+ * The old layout kept the key in `$PYRO_HOME/secrets.key`. The first vault that opens
+ * such a home migrates it: the old key becomes the user key when there is none yet
+ * (nothing to re-encrypt), otherwise every `secrets.enc` of the home is re-encrypted
+ * under the user key; then the old key file is removed. A migration cut short by a kill
+ * leaves the old key in place and the next vault finishes it.
+ */
+export class SecretVault {
+  private key: Buffer | null = null;
+
+  private readonly stores: () => KeyStore[];
+
+  constructor(
+    private readonly home: string,
+    env: NodeJS.ProcessEnv,
+  ) {
+    // Looked up on use, once per vault (the keyring is asked only when needed).
+    let cached: KeyStore[] | null = null;
+    this.stores = () => {
+      cached ??= keyStores(env);
+      return cached;
+    };
   }
-  try {
-    const key = await readFile(join(home, "secrets.key"));
-    const d = createDecipheriv("aes-256-gcm", key, Buffer.from(blob.iv, "base64"));
-    d.setAuthTag(Buffer.from(blob.tag, "base64"));
-    const text = Buffer.concat([d.update(Buffer.from(blob.ct, "base64")), d.final()]).toString("utf8");
-    return new Map(Object.entries(JSON.parse(text) as Record<string, string>));
-  } catch {
-    throw new PyroError(
-      "internal",
-      "cannot decrypt this workspace's secrets",
-      "the key file under PYRO_HOME was changed or removed; recreate the workspace",
-    );
+
+  private legacyKeyFile(): string {
+    return join(this.home, "secrets.key");
+  }
+
+  /** The user's key, migrating an old home on first use. */
+  private currentKey(): Buffer {
+    if (this.key) return this.key;
+    let legacy: Buffer | null = null;
+    try {
+      legacy = readFileSync(this.legacyKeyFile());
+    } catch {
+      // no old layout
+    }
+    if (legacy && legacy.length !== 32) legacy = null;
+    const { key } = userKey(this.stores(), legacy ?? undefined);
+    this.key = key;
+    if (legacy) this.migrate(legacy, key);
+    return key;
+  }
+
+  private migrate(legacy: Buffer, key: Buffer): void {
+    if (!legacy.equals(key)) {
+      const root = join(this.home, "workspaces");
+      let ids: string[] = [];
+      try {
+        ids = readdirSync(root);
+      } catch {
+        // no workspaces
+      }
+      for (const id of ids) {
+        const file = join(root, id, "secrets.enc");
+        let blob: SecretBlob;
+        try {
+          blob = JSON.parse(readFileSync(file, "utf8")) as SecretBlob;
+        } catch {
+          continue;
+        }
+        if (blob.kid === keyId(key)) continue;
+        try {
+          writeBlob(file, seal(key, open(legacy, blob)));
+        } catch {
+          // Not the old key's (damaged, or someone else's): leave it as it is.
+        }
+      }
+    }
+    rmSync(this.legacyKeyFile(), { force: true });
+  }
+
+  save(file: string, values: Map<string, string>): void {
+    if (values.size === 0) return;
+    writeBlob(file, seal(this.currentKey(), values));
+  }
+
+  load(file: string): Map<string, string> {
+    // The key first: finding it may migrate this very file (see the class comment).
+    const key = this.currentKey();
+    let blob: SecretBlob;
+    try {
+      blob = JSON.parse(readFileSync(file, "utf8")) as SecretBlob;
+    } catch {
+      return new Map();
+    }
+    try {
+      return open(key, blob);
+    } catch {
+      const where = this.stores()
+        .map((s) => s.location)
+        .join(", or ");
+      throw new PyroError(
+        "internal",
+        blob.kid && blob.kid !== keyId(key)
+          ? `this workspace's secrets were encrypted under another key (id ${blob.kid}; the key in use is ${keyId(key)})`
+          : "cannot decrypt this workspace's secrets",
+        `the secrets key is kept in ${where}; restore the key this workspace was made with (PYRO_SECRET_KEY_FILE points at a key file), or recreate the workspace`,
+      );
+    }
   }
 }
 

@@ -13,7 +13,7 @@ import type { Engine } from "./engine.js";
 import { PyroError, toPyroError } from "./errors.js";
 import { assertAllowed, type Operation } from "./lifecycle.js";
 import { currentOwner, interrupted, recoverInterrupted, writeCreator } from "./recovery.js";
-import { loadSecrets, resolveSecrets, type SecretPrompt, saveSecrets, secretRedactor } from "./secrets.js";
+import { resolveSecrets, type SecretPrompt, SecretVault, secretRedactor } from "./secrets.js";
 import { type SeedSource, seedInto } from "./seed.js";
 import { workspaceListItem, workspaceView } from "./views.js";
 
@@ -81,9 +81,13 @@ export interface CreateOptions extends SeedSource {
  */
 export class Workspaces {
   private readonly clients = new Map<string, Promise<AgentClient>>();
-  private readonly secretCache = new Map<string, Promise<Map<string, string>>>();
+  private readonly secretCache = new Map<string, Map<string, string>>();
+  private readonly redactorCache = new Map<string, (text: string) => string>();
+  private readonly vault: SecretVault;
 
-  constructor(private readonly engine: Engine) {}
+  constructor(private readonly engine: Engine) {
+    this.vault = new SecretVault(engine.paths.home, engine.env);
+  }
 
   get store(): StateStore {
     return this.engine.store();
@@ -109,13 +113,35 @@ export class Workspaces {
 
   /** A workspace's secret values (decrypted once per client). */
   secretValues(w: WorkspaceRow): Promise<Map<string, string>> {
-    if (w.secret_refs.length === 0) return Promise.resolve(new Map());
-    let p = this.secretCache.get(w.workspace_id);
-    if (!p) {
-      p = loadSecrets(this.engine.paths.home, this.secretsFile(w.workspace_id));
-      this.secretCache.set(w.workspace_id, p);
+    try {
+      return Promise.resolve(this.secretValuesSync(w.workspace_id, w.secret_refs.length));
+    } catch (err) {
+      return Promise.reject(err);
     }
-    return p;
+  }
+
+  private secretValuesSync(id: string, refCount: number): Map<string, string> {
+    if (refCount === 0) return new Map();
+    let values = this.secretCache.get(id);
+    if (!values) {
+      values = this.vault.load(this.secretsFile(id));
+      this.secretCache.set(id, values);
+    }
+    return values;
+  }
+
+  /**
+   * The redactor the state store applies to what it stores for workspace `id` (called
+   * inside its write transactions, hence synchronous).
+   */
+  secretRedactorById(id: string): (text: string) => string {
+    let r = this.redactorCache.get(id);
+    if (!r) {
+      // The store asks only for workspaces that have secret refs.
+      r = secretRedactor(this.secretValuesSync(id, 1));
+      this.redactorCache.set(id, r);
+    }
+    return r;
   }
 
   workspaceDir(id: string): string {
@@ -224,8 +250,8 @@ export class Workspaces {
         current_snapshot: "baseline",
         secret_refs: secrets.refs,
       });
-      await saveSecrets(this.engine.paths.home, this.secretsFile(id), secrets.values);
-      this.secretCache.set(id, Promise.resolve(secrets.values));
+      this.vault.save(this.secretsFile(id), secrets.values);
+      this.secretCache.set(id, secrets.values);
       this.store.upsertSnapshot({
         workspace_id: id,
         name: "baseline",
@@ -312,6 +338,8 @@ export class Workspaces {
     await backend.destroy(this.sandboxSpec(w), sandboxState(w));
     await removeTree(this.workspaceDir(w.workspace_id));
     this.store.deleteWorkspace(w.workspace_id);
+    this.secretCache.delete(w.workspace_id);
+    this.redactorCache.delete(w.workspace_id);
   }
 
   private lastReap = 0;

@@ -36,6 +36,9 @@ function configure(db: Database.Database, path: string, memory: boolean): void {
   // drop the last commits, an acceptable trade for disposable workspaces.
   db.pragma("synchronous = NORMAL");
   db.pragma("foreign_keys = ON");
+  // Deleted rows (command output, events, a deleted workspace's history) are overwritten
+  // with zeros, not left in free pages for anyone who copies the file.
+  db.pragma("secure_delete = ON");
   migrate(db);
 }
 

@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type Database from "better-sqlite3";
+import { PyroError } from "../core/errors.js";
 import {
   type CommandDbRow,
   checkName,
@@ -38,6 +39,19 @@ import type {
   WorkspacePatch,
   WorkspaceRow,
 } from "./types.js";
+
+/** A workspace's secrets redactor, by id (throws when its secrets cannot be loaded). */
+export type RedactorSource = (workspaceId: string) => (text: string) => string;
+
+/** `value` with every string in it (keys included) passed through `r`. */
+function redactDeep<T>(value: T, r: (text: string) => string): T {
+  if (typeof value === "string") return r(value) as T;
+  if (Array.isArray(value)) return value.map((v) => redactDeep(v, r)) as T;
+  if (value !== null && typeof value === "object") {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [r(k), redactDeep(v, r)])) as T;
+  }
+  return value;
+}
 
 /** Options of `StateStore.open`. */
 export interface StateStoreOptions {
@@ -94,11 +108,37 @@ export class StateStore {
   private readonly db: Database.Database;
   private readonly now: () => Date;
   private readonly statements = new Map<string, Database.Statement>();
+  private redactors: RedactorSource | null = null;
 
   private constructor(path: string, db: Database.Database, now: () => Date) {
     this.path = path;
     this.db = db;
     this.now = now;
+  }
+
+  /**
+   * Gives the store what it needs to keep secret values out of everything it writes
+   * for a workspace that has secrets: commands, their output and events pass through
+   * the workspace's redactor inside the write, whatever the caller did before. Without
+   * a source, such writes are refused (fail closed).
+   */
+  useRedactors(source: RedactorSource): void {
+    this.redactors = source;
+  }
+
+  /** The redactor for workspace `id` (identity when it has no secrets). Inside a write. */
+  private redactorOf(id: string): (text: string) => string {
+    const row = this.sql("SELECT secret_refs FROM workspaces WHERE workspace_id = ?").get(id) as
+      | { secret_refs: string }
+      | undefined;
+    if (row === undefined) throw notFound(id);
+    if (row.secret_refs === "[]" || row.secret_refs === "") return (t) => t;
+    if (!this.redactors)
+      throw new PyroError(
+        "internal",
+        `refusing to store history of workspace ${id} without its secrets to redact`,
+      );
+    return this.redactors(id);
   }
 
   /**
@@ -235,7 +275,14 @@ export class StateStore {
 
   /** Deletes a workspace and (by cascade) its commands, events and snapshots. */
   deleteWorkspace(id: string): boolean {
-    return this.write(() => this.sql("DELETE FROM workspaces WHERE workspace_id = ?").run(id).changes > 0);
+    const deleted = this.write(
+      () => this.sql("DELETE FROM workspaces WHERE workspace_id = ?").run(id).changes > 0,
+    );
+    // secure_delete zeroes the freed pages, but the WAL still holds the frames that wrote
+    // them: fold it into the database and truncate it (best effort: a reader in another
+    // process can hold it back; the next delete tries again).
+    if (deleted && this.path !== ":memory:") this.db.pragma("wal_checkpoint(TRUNCATE)");
+    return deleted;
   }
 
   /**
@@ -265,7 +312,7 @@ export class StateStore {
    */
   recordCommand(id: string, cmd: NewCommand, output?: CommandOutput): number {
     return this.write(() => {
-      this.mustExist(id);
+      const r = this.redactorOf(id);
       const seq = this.nextSeq("commands", id);
       this.sql(
         `INSERT INTO commands (workspace_id, seq, command, cwd, exit_code, timed_out, duration_ms, started_at,
@@ -274,18 +321,23 @@ export class StateStore {
       ).run(
         id,
         seq,
-        cmd.command,
-        cmd.cwd,
+        r(cmd.command),
+        cmd.cwd === null ? null : r(cmd.cwd),
         cmd.exit_code,
         cmd.timed_out ? 1 : 0,
         Math.max(0, Math.round(cmd.duration_ms)),
         iso(cmd.started_at, "started_at"),
-        clipTail(cmd.stdout_tail),
-        clipTail(cmd.stderr_tail),
+        clipTail(r(cmd.stdout_tail)),
+        clipTail(r(cmd.stderr_tail)),
         cmd.truncated ? 1 : 0,
         cmd.execution_mode,
       );
-      if (output) this.keepOutput(id, seq, output);
+      if (output)
+        this.keepOutput(id, seq, {
+          ...output,
+          stdout: output.stdout === null ? null : r(output.stdout),
+          stderr: output.stderr === null ? null : r(output.stderr),
+        });
       return seq;
     });
   }
@@ -348,13 +400,13 @@ export class StateStore {
 
   /**
    * Appends a review event and returns its sequence number (per workspace, gap-free).
-   * `detail` is stored as JSON; redact it before calling.
+   * `detail` is stored as JSON, every string in it passed through the workspace's
+   * secrets redactor (see useRedactors).
    */
   recordEvent(id: string, kind: EventKind, detail: Record<string, unknown> = {}, at?: string | Date): number {
     const when = iso(at ?? this.now(), "at");
-    const body = json(detail);
     return this.write(() => {
-      this.mustExist(id);
+      const body = json(redactDeep(detail, this.redactorOf(id)));
       const seq = this.nextSeq("events", id);
       this.sql("INSERT INTO events (workspace_id, seq, kind, at, detail) VALUES (?, ?, ?, ?, ?)").run(
         id,

@@ -12,9 +12,12 @@ export async function fakePyro(): Promise<{
   pyro: Pyro;
   backend: FakeBackend;
   home: string;
+  /** XDG_CONFIG_HOME of the engine: the secrets key lives there, outside the home. */
+  configHome: string;
   cleanup: () => Promise<void>;
 }> {
   const home = await mkdtemp(join(tmpdir(), "pyro-core-"));
+  const configHome = await mkdtemp(join(tmpdir(), "pyro-config-"));
   const backend = new FakeBackend("bwrap");
   const pyro = new Pyro({
     home,
@@ -22,16 +25,18 @@ export async function fakePyro(): Promise<{
     builders: [new FakeBuilder()],
     backends: { bwrap: backend },
     // The fake stands in for bwrap: pin it, or a real stronger backend (gvisor) would win.
-    env: { PYRO_BACKEND: "bwrap" },
+    env: { PYRO_BACKEND: "bwrap", XDG_CONFIG_HOME: configHome },
   });
   return {
     pyro,
     backend,
     home,
+    configHome,
     cleanup: async () => {
       await pyro.close();
       await backend.closeAll();
       await rm(home, { recursive: true, force: true });
+      await rm(configHome, { recursive: true, force: true });
     },
   };
 }

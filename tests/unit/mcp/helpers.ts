@@ -77,7 +77,8 @@ export async function mcpFixture(
     builders: [builder],
     backends: { bwrap: backend },
     // The fake stands in for bwrap: pin it, or a real stronger backend (gvisor) would win.
-    env: { PYRO_BACKEND: "bwrap" },
+    // The secrets key goes to a config directory of the fixture, not the user's.
+    env: { PYRO_BACKEND: "bwrap", XDG_CONFIG_HOME: join(base, "config") },
   });
   const server = createServer(pyro, {
     baseDir: base,
