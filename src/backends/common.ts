@@ -3,8 +3,9 @@ import { randomBytes } from "node:crypto";
 import { closeSync, openSync } from "node:fs";
 import { link, lstat, mkdir, open, readFile, unlink } from "node:fs/promises";
 import { connect as netConnect, type Socket } from "node:net";
-import { basename, dirname, join } from "node:path";
+import { dirname, join } from "node:path";
 import { PyroError } from "../core/errors.js";
+import { withSocketPath } from "./sockpath.js";
 
 /** Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat), or null. */
 export async function procStartTime(pid: number): Promise<string | null> {
@@ -35,23 +36,31 @@ export async function sameProcessAlive(pid: unknown, startTime: unknown): Promis
   return fields[0] !== "Z" && fields[0] !== "X" && fields[19] === startTime;
 }
 
-/** Connects to a unix socket with a timeout. */
+/**
+ * Connects to a unix socket with a timeout. Paths longer than a socket address holds
+ * (107 bytes: a deep PYRO_HOME reaches that) go through the socket's directory's
+ * descriptor (see withSocketPath).
+ */
 export function connectUnix(path: string, timeoutMs: number): Promise<Socket> {
-  return new Promise((resolve, reject) => {
-    const sock = netConnect({ path });
-    const timer = setTimeout(() => {
-      sock.destroy();
-      reject(new PyroError("timeout", `connecting to ${path} timed out`));
-    }, timeoutMs);
-    sock.once("connect", () => {
-      clearTimeout(timer);
-      resolve(sock);
-    });
-    sock.once("error", (err) => {
-      clearTimeout(timer);
-      reject(err);
-    });
-  });
+  return withSocketPath(
+    path,
+    (usable) =>
+      new Promise<Socket>((resolve, reject) => {
+        const sock = netConnect({ path: usable });
+        const timer = setTimeout(() => {
+          sock.destroy();
+          reject(new PyroError("timeout", `connecting to ${path} timed out`));
+        }, timeoutMs);
+        sock.once("connect", () => {
+          clearTimeout(timer);
+          resolve(sock);
+        });
+        sock.once("error", (err) => {
+          clearTimeout(timer);
+          reject(err);
+        });
+      }),
+  );
 }
 
 /**
@@ -76,7 +85,8 @@ export function hostLinkDir(socketPath: string): string {
 export async function connectSandboxSocket(path: string, timeoutMs: number): Promise<Socket> {
   const dir = hostLinkDir(path);
   await mkdir(dir, { recursive: true, mode: 0o700 });
-  const linked = join(dir, `${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}`);
+  // Short: the whole path must fit a socket address where it can (see connectUnix).
+  const linked = join(dir, `s.${randomBytes(6).toString("hex")}`);
   try {
     await link(path, linked);
   } catch (err) {

@@ -1,6 +1,7 @@
 import { open, rename, rm, stat } from "node:fs/promises";
 import { PyroError } from "../core/errors.js";
 import { run } from "../util/run.js";
+import { LAUNCH_ENV } from "./common.js";
 
 /**
  * The disk limit of a namespace sandbox (bwrap, gVisor). Its writable layers live in a
@@ -33,7 +34,8 @@ export async function ensureDiskImage(path: string, mib: number): Promise<void> 
   // No reserved blocks (the sandbox is root anyway); lazy init keeps the image sparse.
   const r = await run(
     ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", partial],
-    { timeoutMs: 60_000 },
+    // LAUNCH_ENV's PATH has the sbin directories a user's PATH often lacks.
+    { timeoutMs: 60_000, env: { ...LAUNCH_ENV } },
   ).catch((err: Error) => ({ exitCode: -1, stdout: "", stderr: err.message }));
   if (r.exitCode !== 0) {
     await rm(partial, { force: true });

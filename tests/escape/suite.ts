@@ -211,11 +211,7 @@ export function escapeSuite(backend: BackendName): void {
         // Reversed, so the probe's own command line does not contain it.
         host_marker_reversed: [...ctx.markerText].reverse().join(""),
         host_marker_pid: ctx.marker.pid,
-        host_env_values: [
-          ctx.envValue,
-          ctx.home,
-          ...(process.env.PYRO_ENV_CACHE ? [process.env.PYRO_ENV_CACHE] : []),
-        ],
+        host_env_values: [ctx.envValue, ctx.home, ENV_CACHE],
         host_canary: ctx.canary,
         host_canary_content: ctx.canaryContent,
         host_write_target: ctx.writeTarget,

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import Docker from "dockerode";
 import { acquireLock } from "../../src/util/lock.js";
 import { isRoot, REPO_ROOT } from "./cli.js";
-import { ENV_CACHE, onPath } from "./sandbox.js";
+import { envCacheSkipReason, onPath } from "./sandbox.js";
 
 /**
  * The private Docker engine of the docker suites (scripts/dockerd-test): its socket lives
@@ -25,8 +25,7 @@ export function dockerSkipReason(): string {
   if (!isRoot) return "needs root: the suite starts its own dockerd";
   if (!onPath("dockerd") && !existsSync("/usr/sbin/dockerd"))
     return "dockerd is not installed (Debian package docker.io)";
-  if (!ENV_CACHE) return "PYRO_ENV_CACHE is not set, so debian:12 would be built from scratch";
-  return "";
+  return envCacheSkipReason();
 }
 
 export interface TestEngine {

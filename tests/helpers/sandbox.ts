@@ -3,6 +3,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
+import { resolvePaths } from "../../src/core/config.js";
 import { PyroError } from "../../src/core/errors.js";
 import type { CreateOptions } from "../../src/core/workspaces.js";
 import { Pyro } from "../../src/sdk/pyro.js";
@@ -15,8 +16,26 @@ import { isRoot, PYRO_BIN, REPO_ROOT } from "./cli.js";
  * left behind. Suites run the built agent (dist/), so `npm run build` comes first.
  */
 
-/** The shared, pre-built environment cache CI provides (debian:12 is already in it). */
-export const ENV_CACHE = process.env.PYRO_ENV_CACHE ?? "";
+/**
+ * The environment cache the tests share: PYRO_ENV_CACHE (CI keeps one outside the clone),
+ * else the default one, where `scripts/setup` builds debian:12. Resolved like the product
+ * does (src/core/config.ts), so a plain `npm test` after setup finds what setup built.
+ */
+export const ENV_CACHE = resolvePaths({ env: process.env }).environmentsDir;
+
+/** Why the shared cache cannot serve debian:12 without a from-scratch build, or "". */
+export function envCacheSkipReason(): string {
+  const built = (() => {
+    try {
+      return readdirSync(ENV_CACHE).some((e) => e.startsWith("debian_12@") || e.startsWith("debian:12@"));
+    } catch {
+      return false;
+    }
+  })();
+  return built
+    ? ""
+    : `debian:12 is not built in ${ENV_CACHE} (scripts/setup builds it; PYRO_ENV_CACHE moves it)`;
+}
 
 export function onPath(bin: string): boolean {
   return (process.env.PATH ?? "").split(delimiter).some((d) => d !== "" && existsSync(join(d, bin)));
@@ -28,8 +47,7 @@ const AGENT_ENTRY = join(REPO_ROOT, "dist", "agent", "guest", "main.js");
 export function bwrapSkipReason(): string {
   if (!isRoot) return "needs root: the bwrap backend mounts overlays and creates cgroups";
   if (!onPath("bwrap")) return "bubblewrap (bwrap) is not installed";
-  if (!ENV_CACHE) return "PYRO_ENV_CACHE is not set, so debian:12 would be built from scratch";
-  return "";
+  return envCacheSkipReason();
 }
 
 /**
@@ -39,22 +57,19 @@ export function bwrapSkipReason(): string {
 export function qemuSkipReason(): string {
   for (const bin of ["qemu-system-x86_64", "qemu-img", "mkfs.ext4", "busybox"])
     if (!onPath(bin)) return `${bin} is not installed (npm run setup)`;
-  if (!ENV_CACHE) return "PYRO_ENV_CACHE is not set, so debian:12 would be built from scratch";
-  return "";
+  return envCacheSkipReason();
 }
 
 /** Why the gVisor suites cannot run on this host, or "" when they can. */
 export function gvisorSkipReason(): string {
   if (!isRoot) return "needs root: the gvisor backend mounts overlays, creates cgroups and runs runsc";
   if (!onPath("runsc")) return "runsc (gVisor) is not installed";
-  if (!ENV_CACHE) return "PYRO_ENV_CACHE is not set, so debian:12 would be built from scratch";
-  return "";
+  return envCacheSkipReason();
 }
 
 /** Why the host-compat suite cannot run here, or "" when it can. */
 export function hostSkipReason(): string {
-  if (!ENV_CACHE) return "PYRO_ENV_CACHE is not set, so debian:12 would be built from scratch";
-  return "";
+  return envCacheSkipReason();
 }
 
 /** A describe title that says why it was skipped. */

@@ -3,20 +3,16 @@ import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { isRoot, pyro } from "../helpers/cli.js";
+import { ENV_CACHE } from "../helpers/sandbox.js";
 
 /**
  * Builds debian:12-base for real with debootstrap into the shared environment cache
- * (PYRO_ENV_CACHE; CI keeps it outside the clone so reruns are fast).
+ * (PYRO_ENV_CACHE, else the default cache setup uses; CI keeps it outside the clone so
+ * reruns are fast).
  */
-const cacheDir = process.env.PYRO_ENV_CACHE;
+const cacheDir = ENV_CACHE;
 const hasDebootstrap = existsSync("/usr/sbin/debootstrap");
-const reason = !isRoot
-  ? "needs root"
-  : !hasDebootstrap
-    ? "debootstrap not installed"
-    : !cacheDir
-      ? "PYRO_ENV_CACHE not set"
-      : "";
+const reason = !isRoot ? "needs root" : !hasDebootstrap ? "debootstrap not installed" : "";
 
 describe.skipIf(reason !== "")(`real debootstrap build${reason ? ` (skipped: ${reason})` : ""}`, () => {
   it("builds debian:12-base, caches it, and a second pull returns in under a second", {

@@ -8,7 +8,7 @@ import { FakeBackend } from "../../src/backends/fake/backend.js";
 import { Pyro } from "../../src/sdk/pyro.js";
 import { isRoot } from "../helpers/cli.js";
 import { FakeBuilder } from "../helpers/fake-builder.js";
-import { ENV_CACHE, onPath, qemuSkipReason } from "../helpers/sandbox.js";
+import { ENV_CACHE, envCacheSkipReason, onPath, qemuSkipReason } from "../helpers/sandbox.js";
 
 /** One backend under test: how to get a client for it, and why it can't run here. */
 export interface ParityTarget {
@@ -25,7 +25,7 @@ const implemented = new Set(new Pyro({ env: {} }).engine.implemented());
 
 function realSkip(name: BackendName): string {
   if (!implemented.has(name)) return `the ${name} backend is not implemented in this build`;
-  if (!ENV_CACHE) return "PYRO_ENV_CACHE is not set, so debian:12 would be built from scratch";
+  if (envCacheSkipReason()) return envCacheSkipReason();
   switch (name) {
     case "bwrap":
       if (!isRoot) return "needs root (overlay mounts, cgroups)";

@@ -1,6 +1,6 @@
 import { request } from "node:http";
 import { PyroError } from "../../core/errors.js";
-import { withSocketPath } from "./sockpath.js";
+import { withSocketPath } from "../sockpath.js";
 
 /**
  * A small client for Firecracker's HTTP API on its unix socket. Field names follow the

@@ -1,6 +1,6 @@
 import { connect as netConnect, type Socket } from "node:net";
 import { PyroError } from "../../core/errors.js";
-import { withSocketPath } from "./sockpath.js";
+import { withSocketPath } from "../sockpath.js";
 
 /**
  * The host side of Firecracker's vsock device (docs/vsock.md upstream): connect to the

@@ -1,5 +1,5 @@
 import { cp, mkdir, rm, stat } from "node:fs/promises";
-import { join } from "node:path";
+import { join, relative } from "node:path";
 import type { Duplex } from "node:stream";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import {
@@ -51,8 +51,10 @@ export class HostBackend implements WorkspaceBackend {
         join(spec.appDir, "dist/agent/guest/main.js"),
         "--root",
         root,
+        // Relative to its working directory (`root`): a socket address holds only 107
+        // bytes, and a deep PYRO_HOME makes the absolute path longer.
         "--listen",
-        socket,
+        relative(root, socket),
         "--alias",
         "/workspace",
         "--tmp",

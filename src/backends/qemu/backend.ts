@@ -196,7 +196,11 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
     const stateFd = incoming ? openSync(incoming, "r") : null;
     let pid: number;
     try {
-      pid = spawnDetached(argv, { logFile: l.log, ...(stateFd !== null ? { extraFds: [stateFd] } : {}) }).pid;
+      pid = spawnDetached(argv, {
+        logFile: l.log,
+        cwd: l.sockets,
+        ...(stateFd !== null ? { extraFds: [stateFd] } : {}),
+      }).pid;
     } finally {
       if (stateFd !== null) closeSync(stateFd);
     }

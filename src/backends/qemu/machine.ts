@@ -1,4 +1,4 @@
-import { join } from "node:path";
+import { join, relative } from "node:path";
 import { SERIAL_PORT_PREFIX } from "../vm/agent-disk.js";
 import { DISK_SERIAL, SERIAL_PORTS, type VmArtifacts } from "../vm/types.js";
 
@@ -15,7 +15,11 @@ export interface MachineSpec {
   stateDisk: string;
   /** Read-only seed disk (raw, SEED_DISK_BYTES long). */
   seedDisk: string;
-  /** Directory for the VM's sockets (QMP and one per serial port). */
+  /**
+   * Directory for the VM's sockets (QMP and one per serial port). QEMU must run with it
+   * as its working directory: the command line names the sockets relative to it, since a
+   * socket address holds only 107 bytes and a deep PYRO_HOME makes longer paths.
+   */
   socketDir: string;
   /** Restore the saved VM state readable on this fd of QEMU's (passed as an extra fd). */
   incomingFd?: number;
@@ -99,12 +103,12 @@ export function qemuArgv(m: MachineSpec): string[] {
     "-device",
     `virtio-serial-device,max_ports=${SERIAL_PORTS + 1}`,
     "-qmp",
-    `unix:${qemuOpt(qmpSocket(m.socketDir))},server=on,wait=off`,
+    `unix:${qemuOpt(relative(m.socketDir, qmpSocket(m.socketDir)))},server=on,wait=off`,
   ];
   for (let i = 0; i < SERIAL_PORTS; i++) {
     argv.push(
       "-chardev",
-      `socket,id=p${i},path=${qemuOpt(portSocket(m.socketDir, i))},server=on,wait=off`,
+      `socket,id=p${i},path=${qemuOpt(relative(m.socketDir, portSocket(m.socketDir, i)))},server=on,wait=off`,
       "-device",
       `virtserialport,chardev=p${i},name=${SERIAL_PORT_PREFIX}${i}`,
     );

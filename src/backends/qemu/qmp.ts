@@ -1,6 +1,7 @@
-import { connect, type Socket } from "node:net";
+import type { Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { PyroError } from "../../core/errors.js";
+import { connectUnix } from "../common.js";
 
 /**
  * A minimal client for the QEMU Machine Protocol (JSON lines over the `-qmp` unix socket):
@@ -47,11 +48,7 @@ export class QmpClient {
     let lastErr: unknown;
     while (Date.now() < deadline) {
       try {
-        const sock = await new Promise<Socket>((resolve, reject) => {
-          const s = connect({ path });
-          s.once("connect", () => resolve(s));
-          s.once("error", reject);
-        });
+        const sock = await connectUnix(path, Math.max(1000, deadline - Date.now()));
         const c = new QmpClient(sock);
         try {
           await c.next(Math.max(1000, deadline - Date.now())); // greeting

@@ -171,7 +171,7 @@ async function buildTemplate(t: TemplateInputs, dir: string): Promise<void> {
     allowSpawn: true,
   });
   const logFile = join(tmp, "qemu.log");
-  const { pid } = spawnDetached(argv, { logFile });
+  const { pid } = spawnDetached(argv, { logFile, cwd: sockets });
   const startTime = (await procStartTime(pid)) ?? "";
   let qmp: QmpClient | null = null;
   try {

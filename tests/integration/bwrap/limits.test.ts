@@ -1,7 +1,7 @@
 import { statfsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bwrapSkipReason, type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js";
+import { bwrapSkipReason, ENV_CACHE, type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js";
 
 /** A workspace at its pids limit: the bomb ends with its call and the workspace answers after. */
 const skip = bwrapSkipReason();
@@ -101,7 +101,7 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
     await h.pyro.execWorkspace(w, "setsid python3 freeze.py >/dev/null 2>&1 &");
     await new Promise((r) => setTimeout(r, 500));
     const { Pyro } = await import("../../../src/sdk/pyro.js");
-    const fresh = new Pyro({ home: h.home, environmentsDir: process.env.PYRO_ENV_CACHE ?? "" });
+    const fresh = new Pyro({ home: h.home, environmentsDir: ENV_CACHE });
     try {
       await expect(fresh.execWorkspace(w, "true")).rejects.toMatchObject({ code: "timeout" });
       expect((await fresh.stopWorkspace(w)).state).toBe("stopped");

@@ -15,6 +15,7 @@ import { firecrackerProbe } from "../../../src/backends/firecracker/probe.js";
 import { killVm, launchVm, spawnFirecracker } from "../../../src/backends/firecracker/vm.js";
 import { probeKvm } from "../../../src/backends/kvm.js";
 import { REPO_ROOT } from "../../helpers/cli.js";
+import { ENV_CACHE } from "../../helpers/sandbox.js";
 
 const scratch = await mkdtemp(join(tmpdir(), "pyro-fc-real-probe-"));
 const probe = await firecrackerProbe
@@ -31,9 +32,10 @@ const noFirecracker = probe.available && bin ? "" : (probe.reason ?? "the firecr
 /** A debian:12 environment from the shared cache, and the built agent: what a real workspace needs. */
 async function workspaceSkip(): Promise<{ reason: string; rootfs: string }> {
   if (noFirecracker) return { reason: noFirecracker, rootfs: "" };
-  const cache = process.env.PYRO_ENV_CACHE ?? "";
-  if (!cache) return { reason: "PYRO_ENV_CACHE is not set (no prebuilt debian:12 environment)", rootfs: "" };
-  const entry = (await readdir(cache).catch(() => [] as string[])).find((e) => e.startsWith("debian:12@"));
+  const cache = ENV_CACHE;
+  const entry = (await readdir(cache).catch(() => [] as string[])).find(
+    (e) => e.startsWith("debian_12@") || e.startsWith("debian:12@"),
+  );
   if (!entry) return { reason: `no debian:12 environment in ${cache}`, rootfs: "" };
   if (!existsSync(join(REPO_ROOT, "dist", "agent", "guest", "main.js")))
     return { reason: "the agent is not built (npm run build)", rootfs: "" };
