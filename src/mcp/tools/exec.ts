@@ -102,7 +102,8 @@ export const workspaceExec = defineTool({
     sentences(
       "Run a shell command in the workspace (`/bin/sh -c`, in /workspace unless cwd is given) and return exit_code, stdout, stderr and duration_ms.",
       "A non-zero exit code is a normal result (a failing test), not a tool error.",
-      "Files and installed packages persist between calls; processes and shell state (cd, variables) do not, so chain with && or pass cwd/env.",
+      "Files and installed packages persist between calls; shell state (cd, variables) does not, so chain with && or pass cwd/env.",
+      "Background jobs the command leaves behind end when the call returns; to keep one running (a dev server), start it with `nohup CMD >log 2>&1 &` or `setsid CMD &`: it then runs until the workspace is stopped, reset or deleted.",
       `Each stream is cut past max_output_bytes (default ${MCP_OUTPUT_BYTES} bytes) to its head and its tail (where test runners print their summary) around one '[... N bytes omitted ...]' line, with truncated: true; stdout_bytes/stderr_bytes are the full sizes.`,
       ifOffered(
         d,

@@ -180,10 +180,11 @@ describe("workspace core on the fake backend", () => {
     const out = await mkdtemp(join(tmpdir(), "pyro-out-"));
     try {
       const f = await pyro.exportWorkspace(w.workspace_id, "app.py", join(out, "app.py"));
-      expect(f).toMatchObject({ artifact_type: "file", output_path: join(out, "app.py") });
+      // The file's own size, not the archive's that carried it (a 15-byte file once said 10.0 KiB).
+      expect(f).toMatchObject({ artifact_type: "file", output_path: join(out, "app.py"), bytes: 15 });
       expect(await readFile(join(out, "app.py"), "utf8")).toBe("print('hello')\n");
       const d = await pyro.exportWorkspace(w.workspace_id, "src", join(out, "srcdir"));
-      expect(d.artifact_type).toBe("directory");
+      expect(d).toMatchObject({ artifact_type: "directory", bytes: 8 });
       expect(await readFile(join(out, "srcdir", "lib.txt"), "utf8")).toBe("one\ntwo\n");
       const pushed = await pyro.syncPushWorkspace(w.workspace_id, seed, { dest: "/workspace/copy" });
       expect(pushed.files).toBe(2);

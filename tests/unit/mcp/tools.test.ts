@@ -366,6 +366,13 @@ for (const sel of selections) {
           expect(t.description, `${name} mentions ${other}`).not.toMatch(new RegExp(`\\b${other}\\b`));
         }
         if (!WITHOUT_WORKSPACE.includes(name)) expect(t.inputSchema.required).toContain("workspace_id");
+        // What exec says about leftover processes matches what the agent does
+        // (tests/unit/agent/exec-leftovers.test.ts): jobs end, nohup/setsid survive.
+        if (name === "workspace_exec") {
+          expect(t.description).toMatch(/Background jobs .* end when the call returns/);
+          expect(t.description).toMatch(/nohup/);
+          expect(t.description).not.toMatch(/processes .* do not/);
+        }
       }
     });
 
