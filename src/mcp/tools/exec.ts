@@ -49,6 +49,15 @@ export const vmRun = defineTool({
     timeout_seconds: timeoutArg.optional(),
     vcpus: z.number().int().min(1).max(64).optional().describe("Virtual CPUs (default 1)."),
     memory_mib: z.number().int().min(64).optional().describe("Memory limit in MiB (default 1024)."),
+    disk_mib: z
+      .number()
+      .int()
+      .min(64)
+      .max(16 * 1024 * 1024)
+      .optional()
+      .describe(
+        "Disk limit in MiB for what commands write (default 10240); commands past it see ENOSPC. Only where the backend enforces it (bwrap, gvisor); elsewhere refused.",
+      ),
     network_policy: z
       .string()
       .optional()
@@ -70,6 +79,7 @@ export const vmRun = defineTool({
         timeout_seconds: a.timeout_seconds,
         vcpus: a.vcpus,
         memory_mib: a.memory_mib,
+        disk_mib: a.disk_mib,
         network_policy: a.network_policy,
         backend: a.backend,
         env: a.env,

@@ -47,6 +47,15 @@ export function workspaceCreate(fullCreate: boolean) {
     backend: backendArg.optional(),
     vcpus: z.number().int().min(1).max(64).optional().describe("Virtual CPUs (default 1)."),
     memory_mib: z.number().int().min(64).optional().describe("Memory limit in MiB (default 1024)."),
+    disk_mib: z
+      .number()
+      .int()
+      .min(64)
+      .max(16 * 1024 * 1024)
+      .optional()
+      .describe(
+        "Disk limit in MiB for what commands write (default 10240); commands past it see ENOSPC. Only where the backend enforces it (bwrap, gvisor); elsewhere refused.",
+      ),
     ttl_seconds: z
       .number()
       .int()
@@ -117,6 +126,7 @@ export function workspaceCreate(fullCreate: boolean) {
           backend: a.backend,
           vcpus: a.vcpus,
           memory_mib: a.memory_mib,
+          disk_mib: a.disk_mib,
           ttl_seconds: a.ttl_seconds,
           networkPolicy,
           secrets,
