@@ -1,6 +1,7 @@
 import { open, rename, rm, stat } from "node:fs/promises";
 import { PyroError } from "../core/errors.js";
 import { run } from "../util/run.js";
+import type { BackendName } from "./backend.js";
 import { LAUNCH_ENV } from "./common.js";
 
 /**
@@ -13,6 +14,13 @@ import { LAUNCH_ENV } from "./common.js";
  * ~25 ms and ~4 MB whatever its size.
  */
 export const DEFAULT_DISK_MIB = 10 * 1024;
+
+/**
+ * Backends that enforce a disk limit on what commands write: bwrap and gVisor put the
+ * writable layers on a sized ext4 image (this module); qemu sizes the VM's state
+ * filesystem (qemu/template.ts: one template per size).
+ */
+export const DISK_LIMITED: readonly BackendName[] = ["bwrap", "gvisor", "qemu"];
 /** Small enough for tests, large enough for ext4's own metadata and a Debian upper layer. */
 export const MIN_DISK_MIB = 64;
 

@@ -1,4 +1,5 @@
 import type { ExecutionMode } from "../backends/backend.js";
+import { DISK_LIMITED } from "../backends/disk-image.js";
 import type { WorkspaceListRow, WorkspaceRow } from "../state/types.js";
 
 /** The workspace object every surface returns for create/status/update (snake_case). */
@@ -22,8 +23,8 @@ export function workspaceView(w: WorkspaceRow, executionMode: ExecutionMode) {
       vcpus: w.spec.vcpus,
       memory_mib: w.spec.memory_mib,
       pids_max: w.spec.pids_max ?? null,
-      // Where the backend enforces one (bwrap, gVisor); null for workspaces made before it.
-      disk_mib: w.backend === "bwrap" || w.backend === "gvisor" ? (w.spec.disk_mib ?? null) : null,
+      // Where the backend enforces one (DISK_LIMITED); null for workspaces made before it.
+      disk_mib: DISK_LIMITED.includes(w.backend) ? (w.spec.disk_mib ?? null) : null,
     },
     error: w.error,
     /** Names and kinds only; values never leave the encrypted store. */

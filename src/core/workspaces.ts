@@ -3,6 +3,7 @@ import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentClient } from "../agent/client.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
+import { DISK_LIMITED } from "../backends/disk-image.js";
 import type { BuildProgress } from "../env/builder.js";
 import type { StateStore } from "../state/store.js";
 import type { NetworkPolicy, WorkspaceRow } from "../state/types.js";
@@ -27,9 +28,6 @@ export const DEFAULTS = {
   max_output_bytes: 1024 * 1024,
   ttl_seconds: 24 * 60 * 60,
 } as const;
-
-/** Backends that enforce a disk limit on the writable layers (backends/disk-image.ts). */
-const DISK_LIMITED: readonly BackendName[] = ["bwrap", "gvisor"];
 
 /**
  * A disk limit, validated before anything is made: whole MiB, 64 MiB to 16 TiB, and only

@@ -18,6 +18,7 @@ import {
   spawnDetached,
   terminateAndWait,
 } from "../common.js";
+import { DEFAULT_DISK_MIB } from "../disk-image.js";
 import { probeKvm } from "../kvm.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
 import { qcow2Overlay, seedImage, standaloneQcow2 } from "../vm/disks.js";
@@ -163,6 +164,7 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
         accel,
         vcpus: spec.limits.vcpus,
         memoryMib: spec.limits.memory_mib,
+        diskMib: spec.limits.disk_mib ?? DEFAULT_DISK_MIB,
         artifacts,
         cacheDir: vmCacheDir(spec),
         ...sig,
@@ -175,7 +177,11 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
       await qcow2Overlay(l.stateDisk, l.baseDisk, "qcow2");
       incoming = template.vmState;
     } else if (fresh) {
-      await standaloneQcow2(await blankStateDisk(vmCacheDir(spec)), "raw", l.baseDisk);
+      await standaloneQcow2(
+        await blankStateDisk(vmCacheDir(spec), spec.limits.disk_mib ?? DEFAULT_DISK_MIB),
+        "raw",
+        l.baseDisk,
+      );
       await qcow2Overlay(l.stateDisk, l.baseDisk, "qcow2");
     }
 

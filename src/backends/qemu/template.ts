@@ -7,14 +7,7 @@ import { PyroError } from "../../core/errors.js";
 import { exists, touch } from "../../util/fs.js";
 import { acquireLock } from "../../util/lock.js";
 import { killAndWait, logTail, procStartTime, spawnDetached } from "../common.js";
-import {
-  blankExt4,
-  qcow2Overlay,
-  SEED_DISK_BYTES,
-  STATE_DISK_MIB,
-  standaloneQcow2,
-  tmpName,
-} from "../vm/disks.js";
+import { blankExt4, qcow2Overlay, SEED_DISK_BYTES, standaloneQcow2, tmpName } from "../vm/disks.js";
 import { SERIAL_PORTS, type VmArtifacts } from "../vm/types.js";
 import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
@@ -41,6 +34,11 @@ export interface TemplateInputs {
   accel: Accel;
   vcpus: number;
   memoryMib: number;
+  /**
+   * Size of the state disk's filesystem: the workspace's disk limit. The saved state has
+   * that filesystem mounted, so each size has its own template.
+   */
+  diskMib: number;
   artifacts: VmArtifacts;
   /** `.vm` cache directory. */
   cacheDir: string;
@@ -64,7 +62,7 @@ export function templateKey(t: Omit<TemplateInputs, "cacheDir" | "signal" | "onP
         t.artifacts.agentDisk,
         t.artifacts.cmdline,
         SERIAL_PORTS,
-        STATE_DISK_MIB,
+        t.diskMib,
       ]),
     )
     .digest("hex")
@@ -103,12 +101,13 @@ export async function ensureTemplate(t: TemplateInputs): Promise<Template> {
 }
 
 /**
- * The blank ext4 image every state disk starts from, built once per cache and never
- * replaced afterwards (overlays of it may be in use: a replaced blank would corrupt them).
+ * The blank ext4 image of `mib` MiB a state disk starts from (sparse: only what is
+ * written takes space), built once per cache and size and never replaced afterwards
+ * (overlays of it may be in use: a replaced blank would corrupt them).
  */
-export async function blankStateDisk(cacheDir: string): Promise<string> {
-  const blank = join(cacheDir, `state-blank-${STATE_DISK_MIB}.ext4`);
-  await publishOnce(cacheDir, blank, (tmp) => blankExt4(tmp, STATE_DISK_MIB));
+export async function blankStateDisk(cacheDir: string, mib: number): Promise<string> {
+  const blank = join(cacheDir, `state-blank-${mib}.ext4`);
+  await publishOnce(cacheDir, blank, (tmp) => blankExt4(tmp, mib));
   return blank;
 }
 
@@ -150,7 +149,7 @@ async function publishOnce(
 }
 
 async function buildTemplate(t: TemplateInputs, dir: string): Promise<void> {
-  const blank = await blankStateDisk(t.cacheDir);
+  const blank = await blankStateDisk(t.cacheDir, t.diskMib);
   const placeholder = await seedPlaceholder(t.cacheDir);
   const tmp = `${dir}.building-${process.pid}-${Date.now()}`;
   await rm(tmp, { recursive: true, force: true });

@@ -56,7 +56,7 @@ export const vmRun = defineTool({
       .max(16 * 1024 * 1024)
       .optional()
       .describe(
-        "Disk limit in MiB for what commands write (default 10240); commands past it see ENOSPC. Only where the backend enforces it (bwrap, gvisor); elsewhere refused.",
+        "Disk limit in MiB for what commands write (default 10240); commands past it see ENOSPC. Only where the backend enforces it (bwrap, gvisor, qemu); elsewhere refused.",
       ),
     network_policy: z
       .string()

@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, statfsSync } from "node:fs";
 import { readdir } from "node:fs/promises";
 import { release } from "node:os";
 import { join } from "node:path";
@@ -93,6 +93,37 @@ describe.skipIf(skip !== "")(suiteTitle("qemu backend (microVM)", skip), () => {
       expect((await h.pyro.execWorkspace(w.workspace_id, "cat /workspace/k.txt /etc/pyro-test")).stdout).toBe(
         "kept\nrootfs\n",
       );
+    },
+  );
+
+  it(
+    "a disk limit sizes the VM's state filesystem: ENOSPC inside, the host's space kept, the workspace usable",
+    SLOW,
+    async () => {
+      // 128 MiB: a template of its own (the saved state has its filesystem mounted).
+      const w = (await h.create({ disk_mib: 128 })).workspace_id;
+      expect((await h.pyro.workspaceStatus(w)).limits).toMatchObject({ disk_mib: 128 });
+      const free = () => {
+        const s = statfsSync(h.home);
+        return s.bavail * s.bsize;
+      };
+      const before = free();
+      const r = await h.pyro.execWorkspace(
+        w,
+        "dd if=/dev/zero of=/workspace/big bs=1M count=300; echo dd=$?",
+        {
+          timeoutSeconds: 240,
+        },
+      );
+      expect(r.stderr).toMatch(/No space left on device/);
+      expect(r.stdout).toContain("dd=1");
+      expect(before - free()).toBeLessThan(160 * 1024 * 1024);
+      const after = await h.pyro.execWorkspace(
+        w,
+        "rm /workspace/big && echo fine > /workspace/ok.txt && cat /workspace/ok.txt",
+      );
+      expect(after.stdout).toBe("fine\n");
+      await h.pyro.deleteWorkspace(w);
     },
   );
 
