@@ -64,12 +64,18 @@ export class HostBackend implements WorkspaceBackend {
       { logFile, cwd: root, env: { ...LAUNCH_ENV, HOME: root } },
     );
     const startTime = (await procStartTime(pid)) ?? "";
-    await waitForSocket(socket, () => sameProcessAlive(pid, startTime), {
-      timeoutMs: 15_000,
-      logFile,
-      what: "host agent",
-      ...(options.signal ? { signal: options.signal } : {}),
-    });
+    try {
+      await waitForSocket(socket, () => sameProcessAlive(pid, startTime), {
+        timeoutMs: 15_000,
+        logFile,
+        what: "host agent",
+        ...(options.signal ? { signal: options.signal } : {}),
+      });
+    } catch (err) {
+      // A start that fails leaves nothing running (it once left the agent behind).
+      await killAndWait(pid, startTime);
+      throw err;
+    }
     return { backend: "host", pid, start_time: startTime, socket, log: logFile };
   }
 

@@ -1,13 +1,16 @@
-import { readdir } from "node:fs/promises";
+import { mkdir, readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { HostBackend } from "../../../src/backends/host/backend.js";
 import { pyro as cli } from "../../helpers/cli.js";
 import {
   errorOf,
   type Harness,
+  hostProcesses,
   hostSkipReason,
   openHarness,
   suiteTitle,
+  waitUntil,
   writeTree,
 } from "../../helpers/sandbox.js";
 
@@ -97,6 +100,32 @@ describe.skipIf(skip !== "")(suiteTitle("the host-compat backend", skip), () => 
     expect(reset).toMatchObject({ reset_count: 1, execution_mode: "host_compat" });
     expect((await h.pyro.execWorkspace(id, "ls -A")).stdout).toBe("app.txt\n");
     expect((await h.pyro.diffWorkspace(id)).changed).toBe(false);
+  });
+
+  it("a start that fails leaves no agent running", async () => {
+    // An agent that never answers (a package whose agent only sleeps), and a start
+    // cancelled while it waits: the backend must end what it spawned.
+    const base = await h.tempDir("host-silent");
+    await mkdir(join(base, "app", "dist", "agent", "guest"), { recursive: true });
+    await writeFile(join(base, "app", "dist", "agent", "guest", "main.js"), "setInterval(() => {}, 1000);\n");
+    await mkdir(join(base, "snapshots", "baseline"), { recursive: true });
+    const spec = {
+      workspace_id: "ws_000000000001",
+      dir: join(base, "ws"),
+      rootfs: "/",
+      snapshotsDir: join(base, "snapshots"),
+      snapshot: "baseline",
+      limits: { vcpus: 1, memory_mib: 256, pids_max: 64 },
+      appDir: join(base, "app"),
+      runtimeCacheDir: join(base, "runtime"),
+    };
+    const silent = () => hostProcesses((argv) => argv.some((a) => a.startsWith(join(base, "app"))));
+    const ac = new AbortController();
+    const started = new HostBackend().start(spec, { signal: ac.signal });
+    expect(await waitUntil(() => silent().length > 0, 10_000)).toBe(true);
+    ac.abort();
+    await expect(started).rejects.toBeDefined();
+    expect(await waitUntil(() => silent().length === 0, 10_000)).toBe(true);
   });
 
   it("deletes the workspace with its directory", async () => {
