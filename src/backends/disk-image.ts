@@ -17,10 +17,10 @@ export const DEFAULT_DISK_MIB = 10 * 1024;
 
 /**
  * Backends that enforce a disk limit on what commands write: bwrap and gVisor put the
- * writable layers on a sized ext4 image (this module); qemu sizes the VM's state
- * filesystem (qemu/template.ts: one template per size).
+ * writable layers on a sized ext4 image (this module); the VMs (qemu, firecracker) size
+ * their state filesystem (one template per size: the saved state has it mounted).
  */
-export const DISK_LIMITED: readonly BackendName[] = ["bwrap", "gvisor", "qemu"];
+export const DISK_LIMITED: readonly BackendName[] = ["bwrap", "gvisor", "qemu", "firecracker"];
 /** Small enough for tests, large enough for ext4's own metadata and a Debian upper layer. */
 export const MIN_DISK_MIB = 64;
 

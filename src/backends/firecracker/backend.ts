@@ -7,8 +7,9 @@ import { removeTree } from "../../util/mounts.js";
 import { firstLine, run, which } from "../../util/run.js";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { sameProcessAlive } from "../common.js";
+import { DEFAULT_DISK_MIB } from "../disk-image.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
-import { blankExt4, STATE_DISK_MIB, seedImage } from "../vm/disks.js";
+import { blankExt4, seedImage } from "../vm/disks.js";
 import { setupGuest } from "../vm/setup.js";
 import { MicroVmBackend } from "../vm/snapshots.js";
 import { AGENT_VSOCK_PORT, type VmArtifacts } from "../vm/types.js";
@@ -171,7 +172,8 @@ export class FirecrackerBackend extends MicroVmBackend implements WorkspaceBacke
       skipped = restored.reason;
     }
 
-    if (!(await exists(paths.state))) await this.deps.blankExt4(paths.state, STATE_DISK_MIB);
+    if (!(await exists(paths.state)))
+      await this.deps.blankExt4(paths.state, spec.limits.disk_mib ?? DEFAULT_DISK_MIB);
     const vm = await launchVm(bin, spec.dir, this.deps.spawn, signal);
     const state = this.stateOf(vm, "cold", null, skipped);
     try {

@@ -16,7 +16,8 @@ import { PyroError } from "../../core/errors.js";
 import { acquireLock } from "../../util/lock.js";
 import type { SandboxSpec } from "../backend.js";
 import { killAndWait } from "../common.js";
-import { SEED_DISK_BYTES, STATE_DISK_MIB } from "../vm/disks.js";
+import { DEFAULT_DISK_MIB } from "../disk-image.js";
+import { SEED_DISK_BYTES } from "../vm/disks.js";
 import type { VmArtifacts } from "../vm/types.js";
 import {
   type AgentProbe,
@@ -105,7 +106,8 @@ export async function templateKey(
     boot_args: bootArgs(artifacts),
     vcpus: limits.vcpus,
     memory_mib: limits.memory_mib,
-    state_disk_mib: STATE_DISK_MIB,
+    // The saved state has the state filesystem mounted: one template per disk limit.
+    state_disk_mib: limits.disk_mib ?? DEFAULT_DISK_MIB,
   };
   return createHash("sha256").update(JSON.stringify(inputs)).digest("hex").slice(0, 16);
 }
@@ -200,7 +202,7 @@ async function buildIn(
   // Every seed image is padded to this size, so the capacity the template's kernel probed
   // is the clone's real one (the PATCH after the load makes sure of it).
   await truncate(seed, SEED_DISK_BYTES);
-  await ctx.blankExt4(join(dir, DRIVE_FILES.state), STATE_DISK_MIB);
+  await ctx.blankExt4(join(dir, DRIVE_FILES.state), limits.disk_mib ?? DEFAULT_DISK_MIB);
   const vm = await launchVm(ctx.bin, dir, ctx.spawn, ctx.signal);
   try {
     await coldBoot(vm, artifacts, limits);

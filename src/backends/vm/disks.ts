@@ -19,9 +19,6 @@ import type { SandboxSpec } from "../backend.js";
  */
 export const SEED_DISK_BYTES = 256 * 1024 ** 3;
 
-/** Size of the writable state disk's filesystem (sparse: only what is written is stored). */
-export const STATE_DISK_MIB = 32 * 1024;
-
 /**
  * Writes an ext4 image of `dir` to `out` (atomically), sized for the tree with room to
  * spare. `readOnly` images get no journal (nothing ever writes them).

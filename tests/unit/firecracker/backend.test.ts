@@ -22,9 +22,9 @@ import { PROTOCOL_VERSION } from "../../../src/agent/messages.js";
 import { serveConnection } from "../../../src/agent/server.js";
 import type { SandboxSpec, SandboxState } from "../../../src/backends/backend.js";
 import { procStartTime, sameProcessAlive } from "../../../src/backends/common.js";
+import { DEFAULT_DISK_MIB } from "../../../src/backends/disk-image.js";
 import { FirecrackerBackend, type FirecrackerOptions } from "../../../src/backends/firecracker/backend.js";
 import { bootArgs, disksArg, driveConfigs, driveId } from "../../../src/backends/firecracker/vm.js";
-import { STATE_DISK_MIB } from "../../../src/backends/vm/disks.js";
 import type { VmArtifacts } from "../../../src/backends/vm/types.js";
 
 interface Req {
@@ -346,7 +346,8 @@ describe("FirecrackerBackend against a fake Firecracker", () => {
       pyro_state: join(s.dir, "state.img"),
       pyro_seed: join(s.dir, "seeds", "initial.ext4"),
     });
-    expect(blankCalls).toEqual([{ path: join(s.dir, "state.img"), sizeMib: STATE_DISK_MIB }]);
+    // The state filesystem is the disk limit (default 10 GiB).
+    expect(blankCalls).toEqual([{ path: join(s.dir, "state.img"), sizeMib: DEFAULT_DISK_MIB }]);
     expect(typeof bridgeOption).toBe("function");
     expect(setupCalls).toEqual([{ hostname: "pyro-cold1" }]);
     expect(state).toMatchObject({
@@ -515,7 +516,13 @@ describe("FirecrackerBackend against a fake Firecracker", () => {
     const st3 = await b.start(s3);
     expect(st3.template).not.toBe(key);
     expect(fake.vms).toHaveLength(6);
-    for (const st of [st1b, st2, st3]) await b.stop(st as SandboxState);
+    // Another disk limit too: the template's state filesystem is that size.
+    blankCalls.length = 0;
+    const s4 = spec("ws_fast4", { vcpus: 2, memory_mib: 512, pids_max: 256, disk_mib: 128 } as never);
+    const st4 = await b.start(s4);
+    expect(st4.template).not.toBe(key);
+    expect(blankCalls.map((c) => c.sizeMib)).toEqual([128]);
+    for (const st of [st1b, st2, st3, st4]) await b.stop(st as SandboxState);
   });
 
   it("falls back to a cold boot when Firecracker refuses the snapshot, and skips that template afterwards", async () => {
