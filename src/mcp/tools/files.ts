@@ -115,7 +115,7 @@ export const workspacePatchApply = defineTool({
   name: "workspace_patch_apply",
   title: "Apply a patch",
   description:
-    "Apply a unified diff (git style or plain; several files at once; paths relative to /workspace, a/ and b/ prefixes accepted) to the workspace. All or nothing: if any hunk does not apply, no file changes and the error (patch_rejected) names the file and hunk; read the file again and retry with correct context. Files can be added, modified and deleted.",
+    "Apply a patch to the workspace: a unified diff (git style or plain; several files at once; paths relative to /workspace, a/ and b/ prefixes accepted; hunk line numbers optional: a bare @@ hunk is located by its context, which must then appear exactly once) or the *** Begin Patch / *** Update File: / *** Add File: / *** Delete File: / *** Move to: / *** End Patch format. All or nothing: if any hunk does not apply, no file changes and the error (patch_rejected) names the file, the hunk and the line not found; read the file again and retry with correct context. Files can be added, modified, deleted and renamed. changed is false when the patch leaves every file as it was.",
   next: [
     ["workspace_exec", "rerun the failing command"],
     ["workspace_diff", "review all changes"],
@@ -125,7 +125,9 @@ export const workspacePatchApply = defineTool({
     patch: z
       .string()
       .min(1)
-      .describe("The unified diff text, e.g. '--- a/calc.py\\n+++ b/calc.py\\n@@ -1,2 +1,2 @@\\n ...'."),
+      .describe(
+        "The patch text: a unified diff, e.g. '--- a/calc.py\\n+++ b/calc.py\\n@@\\n def add(a, b):\\n-    return a - b\\n+    return a + b\\n', or '*** Begin Patch\\n*** Update File: calc.py\\n@@\\n...\\n*** End Patch'.",
+      ),
   }),
   output: z.looseObject({ workspace_id: z.string(), changed: z.boolean(), files: z.array(changeEntry) }),
   annotations: mutating({ destructive: true, idempotent: false }),

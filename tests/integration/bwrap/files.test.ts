@@ -221,6 +221,34 @@ describe.skipIf(skip !== "")(suiteTitle("file tools, patches and transfers on bw
     expect(await changes()).toEqual([]);
   });
 
+  it("applies patches as models write them (bare @@, the *** Begin Patch envelope) and refuses an ambiguous one", async () => {
+    const bare = ["--- a/src/main.py", "+++ b/src/main.py", "@@", " line 6", "-line 7", "+LINE 7", ""];
+    expect(await h.pyro.applyWorkspacePatch(id, bare.join("\n"))).toMatchObject({
+      changed: true,
+      files: [{ path: "src/main.py", status: "modified" }],
+    });
+    const envelope = [
+      "*** Begin Patch",
+      "*** Update File: README.md",
+      "@@",
+      "-hello",
+      "+hello, sandbox",
+      "*** End Patch",
+      "",
+    ];
+    await h.pyro.applyWorkspacePatch(id, envelope.join("\n"));
+    expect(await sh("sed -n 7p src/main.py; cat README.md")).toBe("LINE 7\nhello, sandbox\n");
+    await h.pyro.writeWorkspaceFile(id, "twice.txt", "x\ny\nx\n");
+    const err = await errorOf(
+      h.pyro.applyWorkspacePatch(id, "--- a/twice.txt\n+++ b/twice.txt\n@@\n-x\n+z\n"),
+    );
+    expect(err).toMatchObject({
+      code: "patch_rejected",
+      message: expect.stringContaining("appears 2 times"),
+    });
+    expect((await h.pyro.readWorkspaceFile(id, "twice.txt")).content).toBe("x\ny\nx\n");
+  });
+
   it("exports a file and a directory to host paths", async () => {
     const file = await h.pyro.exportWorkspace(id, "README.md", join(host, "README.out"));
     expect(file).toMatchObject({ artifact_type: "file", output_path: join(host, "README.out") });

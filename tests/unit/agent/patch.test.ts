@@ -90,7 +90,9 @@ describe("patch_apply", () => {
 `;
     const err = (await apply(patch).catch((e: AgentError) => e)) as AgentError;
     expect(err.code).toBe("patch_rejected");
-    expect(err.message).toBe("hunk 2 of src/app.py (@@ -3,2 +3,2 @@) does not apply");
+    expect(err.message).toBe(
+      'hunk 2 of src/app.py (@@ -3,2 +3,2 @@) does not apply: "main()  # this line is not in the file" was not found after a blank line',
+    );
     expect(await read("src/util.py")).toBe("A = 1\nB = 2\nC = 3\n");
     expect(await read("src/app.py")).toContain("print('hello')");
     expect(await readdir(fx.root)).not.toContain("brand");

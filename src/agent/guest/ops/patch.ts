@@ -1,15 +1,18 @@
 /**
- * `patch_apply`: applies a multi-file unified diff all-or-nothing. Every new content
- * is computed in memory and every path checked for containment before the first
- * write; writes are then staged next to their targets and only renamed into place
- * once all of them are staged.
+ * `patch_apply`: applies a multi-file patch (a unified diff, with or without hunk line
+ * numbers, or the `*** Begin Patch` envelope; see ../patch/) all-or-nothing. Every new
+ * content is computed in memory and every path checked for containment before the
+ * first write; writes are then staged next to their targets and only renamed into
+ * place once all of them are staged. Files whose bytes (and mode) end up as they were
+ * are neither written nor reported.
  */
 import { isUtf8 } from "node:buffer";
 import { mkdir, readFile, rm } from "node:fs/promises";
 import path from "node:path";
-import { applyPatch, parsePatch, type StructuredPatch } from "diff";
 import { AgentError } from "../../errors.js";
 import { type StagedWrite, stageWrite } from "../fsutil.js";
+import { applyHunks, HunkFailure } from "../patch/apply.js";
+import { type FilePatch, parsePatchText } from "../patch/parse.js";
 import { type ResolvedPath, Workspace } from "../paths.js";
 import type { OpHandler } from "./context.js";
 
@@ -18,9 +21,10 @@ type Status = "added" | "modified" | "deleted";
 /** What the patch does to one path, accumulated over every file patch that names it. */
 interface Plan {
   target: ResolvedPath;
-  /** Existed before the patch. */
-  existed: boolean;
-  /** Content after the patch; null means the file is deleted. */
+  /** Content before the patch; null when the file did not exist. */
+  original: string | null;
+  originalMode: number;
+  /** Content after the patch; null means the file is deleted (or still absent). */
   content: string | null;
   mode: number;
 }
@@ -33,48 +37,36 @@ function rejected(message: string): AgentError {
   );
 }
 
-/**
- * Strips git's `a/` and `b/` prefixes when the patch uses them (git header, or every
- * name carrying its prefix); plain `--- x` / `+++ x` names are kept. `/dev/null` → null.
- */
-function fileNames(fp: StructuredPatch): { oldName: string | null; newName: string | null } {
-  const raw = (n: string | undefined) => (n === undefined || n === "/dev/null" ? null : n);
-  const oldRaw = raw(fp.oldFileName);
-  const newRaw = raw(fp.newFileName);
-  const prefixed =
-    (oldRaw === null || oldRaw.startsWith("a/")) && (newRaw === null || newRaw.startsWith("b/"));
-  const strip = fp.isGit || prefixed;
-  return {
-    oldName: oldRaw !== null && strip && oldRaw.startsWith("a/") ? oldRaw.slice(2) : oldRaw,
-    newName: newRaw !== null && strip && newRaw.startsWith("b/") ? newRaw.slice(2) : newRaw,
-  };
+function statusOf(plan: Plan): Status | null {
+  if (plan.original === null) return plan.content === null ? null : "added";
+  if (plan.content === null) return "deleted";
+  return plan.content !== plan.original || plan.mode !== plan.originalMode ? "modified" : null;
 }
 
-/** Applies hunk prefixes until one fails, to name the first hunk that does not apply. */
-function failingHunk(source: string, fp: StructuredPatch): number {
-  for (let k = 1; k <= fp.hunks.length; k++) {
-    if (applyPatch(source, { ...fp, hunks: fp.hunks.slice(0, k) }) === false) return k;
-  }
-  return fp.hunks.length;
-}
-
-function hunkHeader(fp: StructuredPatch, index: number): string {
-  const h = fp.hunks[index - 1];
-  return h ? `@@ -${h.oldStart},${h.oldLines} +${h.newStart},${h.newLines} @@` : "@@ ? @@";
+/** A file patch that changes nothing by construction is a malformed patch, not a success. */
+function checkShape(fp: FilePatch, shown: string): void {
+  for (const [k, h] of fp.hunks.entries())
+    if (h.lines.length === 0)
+      throw new AgentError("invalid_argument", `hunk ${k + 1} of ${shown} (${h.header}) has no lines`);
+  const plainEdit = fp.oldName !== null && fp.oldName === fp.newName && fp.newMode === null;
+  if (plainEdit && fp.hunks.length === 0)
+    throw new AgentError(
+      "invalid_argument",
+      `the patch for ${shown} has no hunks`,
+      "each change is a hunk: a line starting with @@, then lines starting with ' ', '-' or '+'",
+    );
 }
 
 export const patchApply: OpHandler<"patch_apply"> = async (args, ctx) => {
   const { workspace } = ctx;
   if (args.patch.trim() === "") throw new AgentError("invalid_argument", "the patch is empty");
-  let parsed: StructuredPatch[];
-  try {
-    parsed = parsePatch(args.patch);
-  } catch (err) {
-    throw new AgentError("invalid_argument", `the patch could not be parsed: ${(err as Error).message}`);
-  }
-  const filePatches = parsed.filter((fp) => fp.hunks.length > 0 || fp.oldFileName || fp.newFileName);
+  const filePatches = parsePatchText(args.patch);
   if (filePatches.length === 0)
-    throw new AgentError("invalid_argument", "the patch contains no file changes");
+    throw new AgentError(
+      "invalid_argument",
+      "the patch contains no file changes",
+      "pass a unified diff (--- a/PATH, +++ b/PATH, @@ hunks) or a *** Begin Patch envelope",
+    );
 
   const plans = new Map<string, Plan>();
   const order: string[] = [];
@@ -95,51 +87,51 @@ export const patchApply: OpHandler<"patch_apply"> = async (args, ctx) => {
       content = bytes.toString("utf8");
       mode = target.stat.mode & 0o7777;
     }
-    const plan: Plan = { target, existed: target.stat !== null, content, mode };
+    const plan: Plan = { target, original: content, originalMode: mode, content, mode };
     plans.set(rel, plan);
     order.push(rel);
     return plan;
   }
 
   for (const fp of filePatches) {
-    if (fp.isBinary) throw rejected(`binary patches are not supported (${fp.newFileName ?? fp.oldFileName})`);
-    const { oldName, newName } = fileNames(fp);
-    const name = newName ?? oldName;
-    if (name === null)
-      throw new AgentError("invalid_argument", "a file patch names neither an old nor a new file");
+    const { oldName, newName } = fp;
+    const name = (newName ?? oldName)!;
+    const shown = Workspace.show(workspace.relative(name));
+    if (fp.binary) throw rejected(`binary patches are not supported (${shown})`);
     const source = oldName === null ? null : await load(oldName);
     const dest = newName === null ? null : await load(newName);
-    const shown = Workspace.show(workspace.relative(name));
+    // Hunks are written against the old file: name it in their errors.
+    const hunkFile = Workspace.show(workspace.relative(oldName ?? name));
+    checkShape(fp, hunkFile);
     if (oldName === null && dest!.content !== null) throw rejected(`${shown} already exists`);
-    if (oldName !== null && source!.content === null) throw rejected(`${shown} does not exist`);
-    const before = source?.content ?? "";
-    const after = applyPatch(before, fp);
-    if (after === false) {
-      const k = failingHunk(before, fp);
-      throw rejected(`hunk ${k} of ${shown} (${hunkHeader(fp, k)}) does not apply`);
+    if (source && source.content === null) throw rejected(`${hunkFile} does not exist`);
+    let after: string;
+    try {
+      after = applyHunks(source?.content ?? "", fp.hunks);
+    } catch (err) {
+      if (!(err instanceof HunkFailure)) throw err;
+      throw rejected(`hunk ${err.index} of ${hunkFile} (${err.hunk.header}) does not apply: ${err.why}`);
     }
     if (newName === null) {
-      if (after !== "") throw rejected(`the deletion of ${shown} does not remove all of its content`);
+      if (fp.hunks.length > 0 && after !== "")
+        throw rejected(`the deletion of ${shown} does not remove all of its content`);
       source!.content = null;
       continue;
     }
-    // A rename (different old and new names) deletes the old path.
+    // A rename (different old and new names) deletes the old path; a copy keeps it.
     if (source && source !== dest) {
       if (dest!.content !== null) throw rejected(`${shown} already exists`);
-      source.content = null;
+      if (!fp.copy) source.content = null;
+      dest!.mode = source.mode;
     }
     dest!.content = after;
-    if (fp.newMode && /^[0-7]+$/.test(fp.newMode)) dest!.mode = Number.parseInt(fp.newMode, 8) & 0o777;
+    if (fp.newMode !== null) dest!.mode = fp.newMode;
   }
 
   const files: { path: string; status: Status }[] = [];
   for (const rel of order) {
-    const plan = plans.get(rel)!;
-    if (!plan.existed && plan.content === null) continue;
-    files.push({
-      path: Workspace.show(rel),
-      status: !plan.existed ? "added" : plan.content === null ? "deleted" : "modified",
-    });
+    const status = statusOf(plans.get(rel)!);
+    if (status) files.push({ path: Workspace.show(rel), status });
   }
 
   // Stage every write; on any failure remove what was staged and the directories made.
@@ -148,7 +140,8 @@ export const patchApply: OpHandler<"patch_apply"> = async (args, ctx) => {
   try {
     for (const rel of order) {
       const plan = plans.get(rel)!;
-      if (plan.content === null) continue;
+      const status = statusOf(plan);
+      if (plan.content === null || (status !== "added" && status !== "modified")) continue;
       const made = await mkdir(path.dirname(plan.target.real), { recursive: true });
       if (made) madeDirs.push(made);
       staged.push(await stageWrite(plan.target.real, Buffer.from(plan.content, "utf8"), plan.mode));
@@ -161,7 +154,7 @@ export const patchApply: OpHandler<"patch_apply"> = async (args, ctx) => {
   for (const s of staged) await s.commit();
   for (const rel of order) {
     const plan = plans.get(rel)!;
-    if (plan.existed && plan.content === null) await rm(plan.target.real, { force: true });
+    if (statusOf(plan) === "deleted") await rm(plan.target.real, { force: true });
   }
   return { changed: files.length > 0, files };
 };

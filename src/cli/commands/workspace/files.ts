@@ -95,12 +95,14 @@ export function registerFiles(ws: Command, ctx: CliContext): void {
       );
     });
 
-  const patch = ws.command("patch").description("apply unified diffs");
+  const patch = ws
+    .command("patch")
+    .description("apply patches (unified diffs or the *** Begin Patch format)");
   patch
     .command("apply")
     .argument("<id>", "workspace id or name")
-    .option("--patch <text>", "the unified diff")
-    .option("--patch-file <file>", "read the unified diff from a host file")
+    .option("--patch <text>", "the patch: a unified diff (hunk line numbers optional) or *** Begin Patch")
+    .option("--patch-file <file>", "read the patch from a host file")
     .option("--json", "print the structured result")
     .action(async (id: string, o: { patch?: string; patchFile?: string; json?: boolean }) => {
       ctx.exitCode = await act(
