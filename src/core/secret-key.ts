@@ -176,6 +176,11 @@ export function defaultKeyFile(env: NodeJS.ProcessEnv): string {
   return resolve(config, "pyro", "secrets.key");
 }
 
+/** The key files this environment could use (to keep them out of seeds and exports). */
+export function secretKeyPaths(env: NodeJS.ProcessEnv): string[] {
+  return env.PYRO_SECRET_KEY_FILE ? [resolve(env.PYRO_SECRET_KEY_FILE)] : [defaultKeyFile(env)];
+}
+
 /**
  * The stores to consult, most preferred first (see the module comment). The keyring is
  * listed only when it answers.

@@ -1,4 +1,16 @@
-import { copyFile, cp, lstat, mkdir, mkdtemp, readlink, rm, stat, symlink } from "node:fs/promises";
+import {
+  copyFile,
+  cp,
+  lstat,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readlink,
+  realpath,
+  rm,
+  stat,
+  symlink,
+} from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import type { WorkspaceSeed } from "../state/types.js";
@@ -16,11 +28,16 @@ export interface SeedSource {
  * Fills `dest` (an empty directory: the baseline snapshot) from a seed. A Git checkout
  * contributes its tracked files (working-tree content); a plain directory is copied whole;
  * a repository URL is cloned first. Nothing here runs code from the seed.
+ *
+ * `exclude`: host paths never seeded even when the seed contains them: pyro's own home
+ * (other workspaces' files and secrets, and the baseline being written: a seed of `~`
+ * would copy into itself) and the secrets key.
  */
 export async function seedInto(
   dest: string,
   source: SeedSource,
   signal?: AbortSignal,
+  exclude: readonly string[] = [],
 ): Promise<WorkspaceSeed> {
   await mkdir(dest, { recursive: true });
   if (source.repo_url) return seedFromRepoUrl(dest, source.repo_url, source.repo_ref, signal);
@@ -34,15 +51,55 @@ export async function seedInto(
       "pass a directory or a Git checkout",
     );
   }
-  if (await isGitCheckout(src)) return seedFromGitCheckout(dest, src, src, signal);
-  await cp(src, dest, {
-    recursive: true,
-    verbatimSymlinks: true,
-    preserveTimestamps: true,
-    errorOnExist: false,
-  });
+  const excluded = await realPaths(exclude);
+  const keep = (path: string) => !excluded.some((e) => path === e || path.startsWith(`${e}/`));
+  if (await isGitCheckout(src)) return seedFromGitCheckout(dest, src, src, signal, undefined, keep);
+  await copyTree(await realpath(src), dest, await realpath(dest), keep);
   const size = await treeSize(dest);
   return { kind: "directory", source: src, file_count: size.files, bytes: size.bytes };
+}
+
+/**
+ * Copies the tree `src` into `dest` (fs.cp: symlinks as they are, timestamps kept) except
+ * what `keep` refuses. fs.cp refuses outright to copy a directory into its own subtree
+ * (a seed of `~` holds the home, which holds `dest`): directories on the way to `dest`
+ * are walked here instead, and only the branches beside it are handed to fs.cp.
+ */
+async function copyTree(
+  src: string,
+  dest: string,
+  realDest: string,
+  keep: (path: string) => boolean,
+): Promise<void> {
+  if (!realDest.startsWith(`${src}/`)) {
+    await cp(src, dest, {
+      recursive: true,
+      verbatimSymlinks: true,
+      preserveTimestamps: true,
+      errorOnExist: false,
+      filter: keep,
+    });
+    return;
+  }
+  await mkdir(dest, { recursive: true });
+  for (const entry of await readdir(src, { withFileTypes: true })) {
+    const from = join(src, entry.name);
+    if (!keep(from)) continue;
+    const to = join(dest, entry.name);
+    if (entry.isDirectory()) await copyTree(from, to, realDest, keep);
+    else await cp(from, to, { verbatimSymlinks: true, preserveTimestamps: true, errorOnExist: false });
+  }
+}
+
+/** Real paths of those that exist (a symlinked home is excluded where it really is). */
+async function realPaths(paths: readonly string[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const p of paths) {
+    out.push(resolve(p));
+    const real = await realpath(p).catch(() => null);
+    if (real && real !== resolve(p)) out.push(real);
+  }
+  return out;
 }
 
 async function isGitCheckout(dir: string): Promise<boolean> {
@@ -57,6 +114,7 @@ async function seedFromGitCheckout(
   reported: string,
   signal?: AbortSignal,
   ref?: string,
+  keep: (path: string) => boolean = () => true,
 ): Promise<WorkspaceSeed> {
   const ls = await run(["git", "-C", checkout, "ls-files", "-z", "--cached"], {
     timeoutMs: 60_000,
@@ -70,6 +128,7 @@ async function seedFromGitCheckout(
   let count = 0;
   for (const rel of files) {
     const from = join(checkout, rel);
+    if (!keep(from)) continue;
     const st = await lstat(from).catch(() => null);
     if (!st) continue; // tracked but deleted in the working tree: the seed has it deleted too
     const to = join(dest, rel);

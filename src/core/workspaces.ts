@@ -14,6 +14,7 @@ import type { Engine } from "./engine.js";
 import { PyroError, toPyroError } from "./errors.js";
 import { assertAllowed, type Operation } from "./lifecycle.js";
 import { currentOwner, interrupted, recoverInterrupted, writeCreator } from "./recovery.js";
+import { secretKeyPaths } from "./secret-key.js";
 import { resolveSecrets, type SecretPrompt, SecretVault, secretRedactor } from "./secrets.js";
 import { type SeedSource, seedInto } from "./seed.js";
 import { workspaceListItem, workspaceView } from "./views.js";
@@ -225,7 +226,11 @@ export class Workspaces {
     await writeCreator(dir);
     let created: WorkspaceRow | null = null;
     try {
-      const seed = await seedInto(baseline, options, options.signal);
+      const seed = await seedInto(baseline, options, options.signal, [
+        this.engine.paths.home,
+        this.engine.paths.environmentsDir,
+        ...secretKeyPaths(this.engine.env),
+      ]);
       created = this.store.createWorkspace({
         workspace_id: id,
         name: options.name ?? null,

@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -80,5 +80,47 @@ describe("lifecycle", () => {
     );
     expect(() => assertAllowed("running", "exec", "ws_1")).not.toThrow();
     expect(() => assertAllowed("stopped", "reset", "ws_1")).not.toThrow();
+  });
+});
+
+describe("seeding a directory that holds pyro's own files", () => {
+  it("leaves out the pyro home (other workspaces, the baseline being written) and the secrets key", async () => {
+    // `pyro workspace create --seed-path ~` with the default home under ~/.cache: the copy
+    // once failed ("cannot copy to a subdirectory of self") and would have carried every
+    // other workspace's files and the secrets key into the new one.
+    const { fakePyro } = await import("../../helpers/engine.js");
+    const t = await fakePyro();
+    try {
+      const user = join(dir, "user");
+      await mkdir(join(user, "project"), { recursive: true });
+      await writeFile(join(user, "project", "app.py"), "print(1)\n");
+      const { Pyro } = await import("../../../src/sdk/pyro.js");
+      const { FakeBuilder } = await import("../../helpers/fake-builder.js");
+      const pyro = new Pyro({
+        home: join(user, ".cache", "pyro"),
+        environmentsDir: join(user, ".cache", "pyro", "environments"),
+        builders: [new FakeBuilder()],
+        backends: { bwrap: t.backend },
+        env: { PYRO_BACKEND: "bwrap", XDG_CONFIG_HOME: join(user, ".config") },
+      });
+      try {
+        const other = await pyro.createWorkspace({ secrets: { TOKEN: "other-s3cret" } });
+        await pyro.writeWorkspaceFile(other.workspace_id, "private.txt", "other workspace's\n");
+        const w = await pyro.createWorkspace({ seedPath: user });
+        const files = (
+          await pyro.listWorkspaceFiles(w.workspace_id, "/workspace", { recursive: true })
+        ).entries.map((e: { path: string }) => e.path);
+        expect(files).toContain("project/app.py");
+        // ~/.cache stays (other programs' caches are the user's files); pyro's home in it does not.
+        expect(
+          files.filter((p: string) => p.startsWith(".cache/pyro") || p.startsWith(".config/pyro/secrets")),
+        ).toEqual([]);
+        expect(files.some((p: string) => p.startsWith(".config/pyro"))).toBe(true);
+      } finally {
+        await pyro.close();
+      }
+    } finally {
+      await t.cleanup();
+    }
   });
 });
