@@ -32,10 +32,10 @@ export class PyroError extends Error {
   readonly hint?: string;
 
   constructor(code: ErrorCode, message: string, hint?: string, options?: { cause?: unknown }) {
-    super(message, options);
+    super(bounded(message), options);
     this.name = "PyroError";
     this.code = code;
-    if (hint !== undefined) this.hint = hint;
+    if (hint !== undefined) this.hint = bounded(hint);
   }
 
   toJSON(): ErrorObject {
@@ -43,6 +43,31 @@ export class PyroError extends Error {
       ? { code: this.code, message: this.message }
       : { code: this.code, message: this.message, hint: this.hint };
   }
+}
+
+/** Longest quoted value kept whole in a message; longer ones keep a prefix and their length. */
+const QUOTE_MAX = 80;
+/** Longest message or hint: an error is read by a person or a model, never a data channel. */
+const MESSAGE_MAX = 2000;
+const LONG_QUOTE = new RegExp(`'([^'\\n]{${QUOTE_MAX + 1},})'`, "g");
+
+/**
+ * Errors quote what they were given (`no workspace 'x'`), and what they were given can be
+ * megabytes (a fuzzed id, a pasted file): a quoted value over QUOTE_MAX characters keeps
+ * a prefix and says how long it was, and the whole text is cut at MESSAGE_MAX.
+ */
+export function bounded(text: string): string {
+  const quoted = text.replace(LONG_QUOTE, (_, v: string) => quote(v));
+  return quoted.length > MESSAGE_MAX
+    ? `${quoted.slice(0, MESSAGE_MAX)}… (${quoted.length - MESSAGE_MAX} more characters)`
+    : quoted;
+}
+
+/** A value for a message: `'value'`, or its prefix and length when long. */
+export function quote(value: string): string {
+  return value.length > QUOTE_MAX
+    ? `'${value.slice(0, QUOTE_MAX - 20)}…' (${value.length} characters)`
+    : `'${value}'`;
 }
 
 /**

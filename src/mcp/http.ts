@@ -5,6 +5,7 @@ import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js";
 import { PyroError } from "../core/errors.js";
+import { exceedsDepth, MAX_JSON_DEPTH, MAX_MESSAGE_BYTES } from "./wire.js";
 
 /** Loopback only: the server runs commands and writes host files for whoever reaches it. */
 const LOOPBACK_HOSTS: Record<string, string> = {
@@ -15,7 +16,7 @@ const LOOPBACK_HOSTS: Record<string, string> = {
 };
 
 /** Largest request body accepted (a patch or a file's text travels in one request). */
-const MAX_BODY_BYTES = 32 * 1024 * 1024;
+const MAX_BODY_BYTES = MAX_MESSAGE_BYTES;
 
 export interface HttpAddress {
   host: string;
@@ -163,8 +164,11 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
     if (size > MAX_BODY_BYTES) throw new BodyError(413, `request body over ${MAX_BODY_BYTES} bytes`);
     chunks.push(chunk as Buffer);
   }
+  const text = Buffer.concat(chunks).toString("utf8");
+  if (exceedsDepth(text, MAX_JSON_DEPTH))
+    throw new BodyError(400, `the request body nests deeper than ${MAX_JSON_DEPTH} levels`);
   try {
-    return JSON.parse(Buffer.concat(chunks).toString("utf8"));
+    return JSON.parse(text);
   } catch {
     throw new BodyError(400, "the request body is not JSON");
   }

@@ -11,17 +11,67 @@ import { DEFAULT_ENVIRONMENT, OFFICIAL_ENVIRONMENTS } from "../env/catalog.js";
 
 // ---------------------------------------------------------------- arguments
 
-export const workspaceIdArg = z
-  .string()
-  .min(1)
-  .describe("The workspace: its id (ws_ followed by 12 hex digits) or its unique name.");
+/**
+ * Input limits: every string, record and array a tool takes is bounded, so no argument can
+ * make the server slow, huge or crash (docs/mcp.md, "Limits"). Sizes of file contents,
+ * patches and commands are in UTF-8 bytes; the rest in characters.
+ */
+export const INPUT_LIMITS = {
+  id: 128,
+  environment: 128,
+  path: 4096,
+  /** One argv string (Linux's MAX_ARG_STRLEN, the command is passed to `sh -c`). */
+  commandBytes: 128 * 1024 - 1,
+  textBytes: 16 * 1024 * 1024,
+  patchBytes: 16 * 1024 * 1024,
+  envEntries: 256,
+  envValueBytes: 128 * 1024 - 1,
+  labelEntries: 64,
+  labelKey: 63,
+  labelValue: 256,
+  secretEntries: 64,
+  secretValueBytes: 64 * 1024,
+  networkPolicy: 4096,
+} as const;
 
-export const environmentArg = z
-  .string()
-  .min(1)
-  .describe(
-    `Environment (root filesystem) to start from; default ${DEFAULT_ENVIRONMENT}. Official: ${OFFICIAL_ENVIRONMENTS.map((e) => e.name).join(", ")}.`,
-  );
+const noNul = (s: string) => !s.includes("\0");
+
+/** A string of at most `max` characters with no NUL byte (paths, ids, names). */
+export function boundedString(max: number, what: string, min = 1) {
+  return z
+    .string()
+    .min(min, `${what} cannot be empty`)
+    .max(max, `${what} is limited to ${max} characters`)
+    .refine(noNul, `${what} cannot contain a NUL byte`);
+}
+
+/** A string of at most `max` UTF-8 bytes. */
+export function byteBoundedString(max: number, what: string, min = 0, nul = false) {
+  const s = z
+    .string()
+    .min(min, `${what} cannot be empty`)
+    .max(max, `${what} is limited to ${max} bytes`)
+    .refine((v) => Buffer.byteLength(v) <= max, `${what} is limited to ${max} bytes`);
+  return nul ? s : s.refine(noNul, `${what} cannot contain a NUL byte`);
+}
+
+/** A record with at most `max` entries. */
+function boundedRecord<K extends z.ZodType<string>, V extends z.ZodType>(
+  key: K,
+  value: V,
+  max: number,
+  what: string,
+) {
+  return z.record(key, value).refine((r) => Object.keys(r).length <= max, `at most ${max} ${what}`);
+}
+
+export const workspaceIdArg = boundedString(INPUT_LIMITS.id, "workspace_id").describe(
+  "The workspace: its id (ws_ followed by 12 hex digits) or its unique name.",
+);
+
+export const environmentArg = boundedString(INPUT_LIMITS.environment, "environment").describe(
+  `Environment (root filesystem) to start from; default ${DEFAULT_ENVIRONMENT}. Official: ${OFFICIAL_ENVIRONMENTS.map((e) => e.name).join(", ")}.`,
+);
 
 export const backendArg = z
   .enum(BACKEND_NAMES)
@@ -29,10 +79,9 @@ export const backendArg = z
     "Isolation backend; omit it to get the strongest one that works on this host. 'host' (no isolation) works only when the server was started with --allow-host-compat.",
   );
 
-export const commandArg = z
-  .string()
-  .min(1)
-  .describe("Shell command string, run as `/bin/sh -c COMMAND` (pipes, && and quoting work as in a shell).");
+export const commandArg = byteBoundedString(INPUT_LIMITS.commandBytes, "command", 1).describe(
+  "Shell command string, run as `/bin/sh -c COMMAND` (pipes, && and quoting work as in a shell).",
+);
 
 export const timeoutArg = z
   .number()
@@ -42,28 +91,35 @@ export const timeoutArg = z
     "Seconds before the command's whole process tree is killed (default 300); the result then has timed_out: true.",
   );
 
-export const envArg = z
-  .record(
-    z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are letters, digits and _"),
-    z.string(),
-  )
-  .describe("Environment variables for the command(s), as an object {NAME: value}.");
+export const envArg = boundedRecord(
+  z
+    .string()
+    .max(256)
+    .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names are letters, digits and _"),
+  byteBoundedString(INPUT_LIMITS.envValueBytes, "an environment variable's value"),
+  INPUT_LIMITS.envEntries,
+  "environment variables",
+).describe("Environment variables for the command(s), as an object {NAME: value}.");
 
-export const labelsArg = z
-  .record(z.string().min(1), z.string())
-  .describe('Labels as an object {key: value}, e.g. {"task": "issue-42"}.');
+export const labelKeyArg = boundedString(INPUT_LIMITS.labelKey, "a label key");
 
-export const workspacePathArg = z
-  .string()
-  .min(1)
-  .describe(
-    "Path inside the workspace: relative to /workspace, or absolute under /workspace. Paths that leave /workspace are refused.",
-  );
+export const labelsArg = boundedRecord(
+  labelKeyArg,
+  boundedString(INPUT_LIMITS.labelValue, "a label value", 0),
+  INPUT_LIMITS.labelEntries,
+  "labels",
+).describe('Labels as an object {key: value}, e.g. {"task": "issue-42"}.');
 
-export const snapshotArg = z
-  .string()
-  .min(1)
-  .describe("Snapshot name; default 'baseline' (the seed the workspace was created from).");
+export const workspacePathArg = boundedString(INPUT_LIMITS.path, "path").describe(
+  "Path inside the workspace: relative to /workspace, or absolute under /workspace. Paths that leave /workspace are refused.",
+);
+
+/** A host path argument (seed_path, output_path, source_path); described by the tool. */
+export const hostPathArg = boundedString(INPUT_LIMITS.path, "a host path");
+
+export const snapshotArg = boundedString(INPUT_LIMITS.id, "snapshot").describe(
+  "Snapshot name; default 'baseline' (the seed the workspace was created from).",
+);
 
 export const hostPathNote =
   "Host path inside the server's project directory (or a directory the user allowed with --allow-host-path); a relative path is resolved against the project directory. Paths elsewhere, or through symlinks that lead out, are refused (path_outside_workspace).";

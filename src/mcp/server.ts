@@ -6,7 +6,7 @@ import {
   type ServerNotification,
   type ServerRequest,
 } from "@modelcontextprotocol/sdk/types.js";
-import type { z } from "zod";
+import { z } from "zod";
 import { PyroError, toPyroError } from "../core/errors.js";
 import type { Pyro } from "../sdk/pyro.js";
 import { HostPaths } from "./host-paths.js";
@@ -157,8 +157,12 @@ export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer
   }
 
   // Replaces the McpServer's tools/call handler (the SDK documents that setRequestHandler
-  // replaces); listing, capabilities and everything else stay the McpServer's.
-  server.server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+  // replaces); listing, capabilities and everything else stay the McpServer's. The schema
+  // given here is lenient on purpose: the SDK's Server checks the request against
+  // CallToolRequestSchema itself and answers -32602 (invalid params) when, say, `arguments`
+  // is not an object, whereas a failure of this schema would be answered -32603 (internal).
+  server.server.setRequestHandler(LENIENT_CALL, async (raw, extra) => {
+    const request = CallToolRequestSchema.parse(raw);
     const tool = byName.get(request.params.name);
     if (!tool) {
       return errorResult(
@@ -173,6 +177,8 @@ export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer
   });
   return server;
 }
+
+const LENIENT_CALL = z.object({ method: z.literal("tools/call"), params: z.unknown() });
 
 /** The result of a failed call: `isError` with the error object as structured content. */
 export function errorResult(e: PyroError): CallToolResult {

@@ -1,6 +1,5 @@
 import { stat } from "node:fs/promises";
 import { resolve } from "node:path";
-import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import type { Command } from "commander";
 import { debugEnabled } from "../../core/config.js";
 import { EXIT_OK, PyroError, toPyroError } from "../../core/errors.js";
@@ -8,6 +7,7 @@ import { parseHttpAddress, serveHttp } from "../../mcp/http.js";
 import { MODE_NAMES, PROFILE_NAMES, toolSet } from "../../mcp/profiles.js";
 import { defaultSeed, prefetch } from "../../mcp/seed.js";
 import { CallTracker, createServer } from "../../mcp/server.js";
+import { LineTransport } from "../../mcp/stdio.js";
 import { Pyro } from "../../sdk/pyro.js";
 import type { CliContext } from "../main.js";
 import { reportError } from "../output.js";
@@ -115,7 +115,7 @@ async function serve(ctx: CliContext, o: ServeFlags): Promise<number> {
       await endpoint.close();
     } else {
       const server = newServer();
-      const transport = new StdioServerTransport(process.stdin, ctx.io.stdout);
+      const transport = new LineTransport(process.stdin, ctx.io.stdout);
       const ended = new Promise<void>((done) => {
         // The stdio transport does not watch for EOF: a host closing our stdin is the end.
         process.stdin.once("end", done);

@@ -4,12 +4,14 @@ import { DEFAULT_ENVIRONMENT } from "../../env/catalog.js";
 import { fitLogs, fitStreams, MCP_OUTPUT_BYTES, maxOutputArg, truncationNote } from "../output.js";
 import {
   backendArg,
+  boundedString,
   changeEntry,
   commandArg,
   diffSummary,
   envArg,
   environmentArg,
   executionMode,
+  INPUT_LIMITS,
   timeoutArg,
   workspaceIdArg,
 } from "../schemas.js";
@@ -48,7 +50,13 @@ export const vmRun = defineTool({
     environment: environmentArg.optional(),
     timeout_seconds: timeoutArg.optional(),
     vcpus: z.number().int().min(1).max(64).optional().describe("Virtual CPUs (default 1)."),
-    memory_mib: z.number().int().min(64).optional().describe("Memory limit in MiB (default 1024)."),
+    memory_mib: z
+      .number()
+      .int()
+      .min(64)
+      .max(1024 * 1024)
+      .optional()
+      .describe("Memory limit in MiB (default 1024)."),
     disk_mib: z
       .number()
       .int()
@@ -135,9 +143,7 @@ export const workspaceExec = defineTool({
     workspace_id: workspaceIdArg,
     command: commandArg,
     timeout_seconds: timeoutArg.optional(),
-    cwd: z
-      .string()
-      .min(1)
+    cwd: boundedString(INPUT_LIMITS.path, "cwd")
       .optional()
       .describe("Working directory inside the workspace (default /workspace)."),
     env: envArg.optional(),

@@ -2,10 +2,13 @@ import { z } from "zod";
 import { exportFromWorkspace, syncPush } from "../../core/files.js";
 import { refuseOverwrite } from "../host-paths.js";
 import {
+  byteBoundedString,
   changeEntry,
   diffSummary,
   fileEntry,
+  hostPathArg,
   hostPathNote,
+  INPUT_LIMITS,
   snapshotArg,
   workspaceIdArg,
   workspacePathArg,
@@ -98,7 +101,9 @@ export const workspaceFileWrite = defineTool({
   input: z.strictObject({
     workspace_id: workspaceIdArg,
     path: workspacePathArg,
-    text: z.string().describe("The complete new content of the file (UTF-8)."),
+    text: byteBoundedString(INPUT_LIMITS.textBytes, "text", 0, true).describe(
+      "The complete new content of the file (UTF-8; at most 16 MiB: write bigger files with workspace_sync_push).",
+    ),
   }),
   output: z.looseObject({
     workspace_id: z.string(),
@@ -122,12 +127,9 @@ export const workspacePatchApply = defineTool({
   ],
   input: z.strictObject({
     workspace_id: workspaceIdArg,
-    patch: z
-      .string()
-      .min(1)
-      .describe(
-        "The patch text: a unified diff, e.g. '--- a/calc.py\\n+++ b/calc.py\\n@@\\n def add(a, b):\\n-    return a - b\\n+    return a + b\\n', or '*** Begin Patch\\n*** Update File: calc.py\\n@@\\n...\\n*** End Patch'.",
-      ),
+    patch: byteBoundedString(INPUT_LIMITS.patchBytes, "patch", 1, true).describe(
+      "The patch text: a unified diff, e.g. '--- a/calc.py\\n+++ b/calc.py\\n@@\\n def add(a, b):\\n-    return a - b\\n+    return a + b\\n', or '*** Begin Patch\\n*** Update File: calc.py\\n@@\\n...\\n*** End Patch'.",
+    ),
   }),
   output: z.looseObject({ workspace_id: z.string(), changed: z.boolean(), files: z.array(changeEntry) }),
   annotations: mutating({ destructive: true, idempotent: false }),
@@ -173,7 +175,7 @@ export const workspaceExport = defineTool({
   input: z.strictObject({
     workspace_id: workspaceIdArg,
     path: workspacePathArg.describe("File or directory inside the workspace to export."),
-    output_path: z.string().min(1).describe(`Where to write it on the host. ${hostPathNote}`),
+    output_path: hostPathArg.describe(`Where to write it on the host. ${hostPathNote}`),
     overwrite: z
       .boolean()
       .optional()
@@ -207,7 +209,7 @@ export const workspaceSyncPush = defineTool({
   next: [["workspace_exec", "use the files"]],
   input: z.strictObject({
     workspace_id: workspaceIdArg,
-    source_path: z.string().min(1).describe(`File or directory on the host. ${hostPathNote}`),
+    source_path: hostPathArg.describe(`File or directory on the host. ${hostPathNote}`),
     dest: workspacePathArg
       .optional()
       .describe("Directory inside the workspace to copy into (default /workspace)."),

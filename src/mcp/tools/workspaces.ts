@@ -1,10 +1,15 @@
 import { z } from "zod";
 import {
   backendArg,
+  boundedString,
+  byteBoundedString,
   defaultSeedObject,
   envArg,
   environmentArg,
+  hostPathArg,
   hostPathNote,
+  INPUT_LIMITS,
+  labelKeyArg,
   labelsArg,
   listItem,
   workspaceIdArg,
@@ -25,9 +30,7 @@ const createOutput = z.looseObject({ ...workspaceShape, default_seed: defaultSee
 export function workspaceCreate(fullCreate: boolean) {
   const base = {
     environment: environmentArg.optional(),
-    seed_path: z
-      .string()
-      .min(1)
+    seed_path: hostPathArg
       .optional()
       .describe(
         `Directory or Git checkout to copy into /workspace (a checkout contributes its tracked files). Omit it to use the server's default seed. ${hostPathNote}`,
@@ -46,7 +49,13 @@ export function workspaceCreate(fullCreate: boolean) {
       .describe("Environment variables for every command of this workspace, as {NAME: value}."),
     backend: backendArg.optional(),
     vcpus: z.number().int().min(1).max(64).optional().describe("Virtual CPUs (default 1)."),
-    memory_mib: z.number().int().min(64).optional().describe("Memory limit in MiB (default 1024)."),
+    memory_mib: z
+      .number()
+      .int()
+      .min(64)
+      .max(1024 * 1024)
+      .optional()
+      .describe("Memory limit in MiB (default 1024)."),
     disk_mib: z
       .number()
       .int()
@@ -60,22 +69,29 @@ export function workspaceCreate(fullCreate: boolean) {
       .number()
       .int()
       .positive()
+      .max(10 * 365 * 86_400)
       .optional()
       .describe("Seconds of inactivity after which the workspace is deleted (default 86400, one day)."),
   };
   const full = {
     secrets: z
       .record(
-        z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "secret names are letters, digits and _"),
-        z.string(),
+        z
+          .string()
+          .max(256)
+          .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "secret names are letters, digits and _"),
+        byteBoundedString(INPUT_LIMITS.secretValueBytes, "a secret", 0),
+      )
+      .refine(
+        (r) => Object.keys(r).length <= INPUT_LIMITS.secretEntries,
+        `at most ${INPUT_LIMITS.secretEntries} secrets`,
       )
       .optional()
       .describe(
         // biome-ignore lint/suspicious/noTemplateCurlyInString: the ${HOST_VAR} syntax of secret specs, literally
         "Secrets as {NAME: spec}: a literal value, or '${HOST_VAR}' to take the value of a variable of the server's environment. They reach every command as environment variables and are redacted from outputs, logs and summaries. '?' (prompt) is not available over MCP.",
       ),
-    network_policy: z
-      .string()
+    network_policy: boundedString(INPUT_LIMITS.networkPolicy, "network_policy")
       .optional()
       .describe(
         "Network policy: 'off' (default, no network at all). 'egress' and 'allowlist:HOST,...' are refused by this build (backend_unavailable).",
@@ -187,7 +203,11 @@ export const workspaceUpdate = defineTool({
     workspace_id: workspaceIdArg,
     name: z.string().min(1).max(63).optional().describe("New unique name."),
     labels: labelsArg.optional().describe("Labels to set, merged over the existing ones, as {key: value}."),
-    clear_labels: z.array(z.string().min(1)).optional().describe("Label keys to remove."),
+    clear_labels: z
+      .array(labelKeyArg)
+      .max(INPUT_LIMITS.labelEntries)
+      .optional()
+      .describe("Label keys to remove."),
   }),
   output: workspaceObject,
   annotations: mutating({ destructive: false, idempotent: true }),

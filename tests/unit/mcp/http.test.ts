@@ -68,7 +68,7 @@ describe("Streamable HTTP transport", () => {
 
   it("refuses a foreign Host or Origin header (DNS rebinding) and unknown paths", async () => {
     const { port } = new URL(endpoint.url);
-    const send = (path: string, headers: Record<string, string>) =>
+    const send = (path: string, headers: Record<string, string>, body?: string) =>
       new Promise<number>((resolve, reject) => {
         const req = request(
           {
@@ -84,7 +84,7 @@ describe("Streamable HTTP transport", () => {
           },
         );
         req.on("error", reject);
-        req.end(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }));
+        req.end(body ?? JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }));
       });
     expect(await send("/mcp", { host: `evil.example:${port}` })).toBe(403);
     expect(await send("/mcp", { host: `127.0.0.1:${port}`, origin: "https://evil.example" })).toBe(403);
@@ -93,5 +93,8 @@ describe("Streamable HTTP transport", () => {
     expect(
       await send("/mcp", { host: `127.0.0.1:${port}`, accept: "application/json, text/event-stream" }),
     ).toBe(400);
+    // Nested past the limit: refused before parsing (JSON.stringify of it would overflow the stack).
+    const deep = `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":${"[".repeat(100_000)}${"]".repeat(100_000)}}}`;
+    expect(await send("/mcp", { host: `127.0.0.1:${port}` }, deep)).toBe(400);
   });
 });
