@@ -16,7 +16,7 @@ import { bwrapSkipReason, type Harness, openHarness, suiteTitle, writeTree } fro
  * never named by it must be unchanged after it.
  */
 const skip = bwrapSkipReason();
-const RUNS = Number(process.env.PYRO_FUZZ_RUNS ?? 2000);
+const RUNS = Number(process.env.PYRO_FUZZ_RUNS ?? 3000);
 
 interface Reply {
   line: string;
