@@ -1,7 +1,6 @@
-import type { BackendName } from "../backends/backend.js";
 import { doctor } from "../core/doctor.js";
 import { Engine, type EngineOptions } from "../core/engine.js";
-import { type ExecOptions, execInWorkspace, workspaceLogs } from "../core/exec.js";
+import { execInWorkspace, workspaceLogs } from "../core/exec.js";
 import {
   applyPatch,
   diffWorkspace,
@@ -11,10 +10,27 @@ import {
   syncPush,
   writeFileToWorkspace,
 } from "../core/files.js";
-import { demo, prepare, type RunOptions, runOnce } from "../core/oneshot.js";
+import { demo, prepare, runOnce } from "../core/oneshot.js";
 import { createSnapshot, deleteSnapshot, listSnapshots, resetWorkspace } from "../core/snapshots.js";
 import { summarizeWorkspace } from "../core/summary.js";
-import type { CreateOptions } from "../core/workspaces.js";
+import type {
+  CreateCallOptions,
+  DemoCallOptions,
+  DoctorCallOptions,
+  ExecCallOptions,
+  ExportCallOptions,
+  ListFilesCallOptions,
+  LogsCallOptions,
+  PrepareCallOptions,
+  PruneCallOptions,
+  PullCallOptions,
+  ReadFileCallOptions,
+  RunCallOptions,
+  SnapshotCallOptions,
+  SyncPushCallOptions,
+  UpdateCallPatch,
+} from "./schemas.js";
+import { checkArgs } from "./validate.js";
 
 export type PyroOptions = EngineOptions;
 
@@ -22,6 +38,10 @@ export type PyroOptions = EngineOptions;
  * The SDK: the same operations and the same snake_case result objects as the CLI's
  * `--json` and the MCP tools. One instance per client; it keeps agent connections warm,
  * so call `close()` when done (workspaces keep running after it).
+ *
+ * Every method checks its arguments first (schemas.ts): a wrong type, a number out of
+ * range or an unknown option key rejects with an `invalid_argument` PyroError that names
+ * the method and the argument, and nothing has been changed.
  */
 export class Pyro {
   readonly engine: Engine;
@@ -32,7 +52,8 @@ export class Pyro {
     this.ws = this.engine.workspaces;
   }
 
-  doctor(options: { environment?: string } = {}) {
+  async doctor(options: DoctorCallOptions = {}) {
+    checkArgs("doctor", [options]);
     return doctor(this.engine, options);
   }
 
@@ -41,22 +62,22 @@ export class Pyro {
       .list()
       .then((environments) => ({ count: environments.length, environments }));
   }
-  pullEnvironment(name: string, options: { signal?: AbortSignal } = {}) {
+  async pullEnvironment(name: string, options: PullCallOptions = {}) {
+    checkArgs("pullEnvironment", [name, options]);
     return this.engine.environments.pull(name, options);
   }
-  inspectEnvironment(name: string) {
+  async inspectEnvironment(name: string) {
+    checkArgs("inspectEnvironment", [name]);
     return this.engine.environments.info(name);
   }
-  pruneEnvironments(options: { all?: boolean } = {}) {
+  async pruneEnvironments(options: PruneCallOptions = {}) {
+    checkArgs("pruneEnvironments", [options]);
     return this.engine.environments.prune(options);
   }
 
   /** `maxOutputBytes` (or `max_output_bytes`): per stream; past it a stream keeps its head and tail. */
-  run(
-    environment: string,
-    command: string,
-    options: Omit<RunOptions, "environment"> & { maxOutputBytes?: number } = {},
-  ) {
+  async run(environment: string, command: string, options: RunCallOptions = {}) {
+    checkArgs("run", [environment, command, options]);
     const { maxOutputBytes, ...rest } = options;
     return runOnce(this.engine, command, {
       ...rest,
@@ -64,16 +85,15 @@ export class Pyro {
       environment,
     });
   }
-  demo(options: { backend?: BackendName; allowHostCompat?: boolean } = {}) {
+  async demo(options: DemoCallOptions = {}) {
+    checkArgs("demo", [options]);
     return demo(this.engine, {
       ...(options.backend ? { backend: options.backend } : {}),
       allow_host_compat: options.allowHostCompat === true,
     });
   }
-  prepare(
-    environment: string,
-    options: { backend?: BackendName; allowHostCompat?: boolean; force?: boolean } = {},
-  ) {
+  async prepare(environment: string, options: PrepareCallOptions = {}) {
+    checkArgs("prepare", [environment, options]);
     return prepare(this.engine, environment, {
       ...(options.backend ? { backend: options.backend } : {}),
       allow_host_compat: options.allowHostCompat === true,
@@ -81,16 +101,8 @@ export class Pyro {
     });
   }
 
-  createWorkspace(
-    options: CreateOptions & {
-      promptSecret?: import("../core/secrets.js").SecretPrompt;
-      allowHostCompat?: boolean;
-      seedPath?: string;
-      repoUrl?: string;
-      repoRef?: string;
-      networkPolicy?: string;
-    } = {},
-  ) {
+  async createWorkspace(options: CreateCallOptions = {}) {
+    checkArgs("createWorkspace", [options]);
     const { allowHostCompat, seedPath, repoUrl, repoRef, networkPolicy, promptSecret, ...rest } = options;
     return this.ws.create({
       ...rest,
@@ -105,38 +117,38 @@ export class Pyro {
   listWorkspaces() {
     return this.ws.list();
   }
-  getWorkspace(workspaceId: string) {
+  async getWorkspace(workspaceId: string) {
+    checkArgs("getWorkspace", [workspaceId]);
     return this.ws.status(workspaceId);
   }
-  workspaceStatus(workspaceId: string) {
+  async workspaceStatus(workspaceId: string) {
+    checkArgs("workspaceStatus", [workspaceId]);
     return this.ws.status(workspaceId);
   }
-  updateWorkspace(
-    workspaceId: string,
-    patch: { name?: string; labels?: Record<string, string>; clearLabels?: string[] },
-  ) {
+  async updateWorkspace(workspaceId: string, patch: UpdateCallPatch) {
+    checkArgs("updateWorkspace", [workspaceId, patch]);
     return this.ws.update(workspaceId, {
       ...(patch.name !== undefined ? { name: patch.name } : {}),
       ...(patch.labels ? { set_labels: patch.labels } : {}),
       ...(patch.clearLabels ? { clear_labels: patch.clearLabels } : {}),
     });
   }
-  deleteWorkspace(workspaceId: string) {
+  async deleteWorkspace(workspaceId: string) {
+    checkArgs("deleteWorkspace", [workspaceId]);
     return this.ws.delete(workspaceId);
   }
-  stopWorkspace(workspaceId: string) {
+  async stopWorkspace(workspaceId: string) {
+    checkArgs("stopWorkspace", [workspaceId]);
     return this.ws.stop(workspaceId);
   }
-  startWorkspace(workspaceId: string) {
+  async startWorkspace(workspaceId: string) {
+    checkArgs("startWorkspace", [workspaceId]);
     return this.ws.start(workspaceId);
   }
 
   /** `maxOutputBytes` (or `max_output_bytes`): per stream; past it a stream keeps its head and tail. */
-  execWorkspace(
-    workspaceId: string,
-    command: string,
-    options: ExecOptions & { timeoutSeconds?: number; maxOutputBytes?: number } = {},
-  ) {
+  async execWorkspace(workspaceId: string, command: string, options: ExecCallOptions = {}) {
+    checkArgs("execWorkspace", [workspaceId, command, options]);
     const { timeoutSeconds, maxOutputBytes, ...rest } = options;
     return execInWorkspace(this.ws, workspaceId, command, {
       ...rest,
@@ -148,24 +160,25 @@ export class Pyro {
    * Command history; with `seq`, that one command with the whole output the history kept
    * (`maxOutputBytes` cuts it again, head and tail).
    */
-  workspaceLogs(
-    workspaceId: string,
-    options: { limit?: number; seq?: number; maxOutputBytes?: number } = {},
-  ) {
+  async workspaceLogs(workspaceId: string, options: LogsCallOptions = {}) {
+    checkArgs("workspaceLogs", [workspaceId, options]);
     const { maxOutputBytes, ...rest } = options;
     return workspaceLogs(this.ws, workspaceId, {
       ...rest,
       ...(maxOutputBytes !== undefined ? { max_output_bytes: maxOutputBytes } : {}),
     });
   }
-  summarizeWorkspace(workspaceId: string) {
+  async summarizeWorkspace(workspaceId: string) {
+    checkArgs("summarizeWorkspace", [workspaceId]);
     return summarizeWorkspace(this.ws, workspaceId);
   }
 
-  listWorkspaceFiles(workspaceId: string, path = "/workspace", options: { recursive?: boolean } = {}) {
+  async listWorkspaceFiles(workspaceId: string, path = "/workspace", options: ListFilesCallOptions = {}) {
+    checkArgs("listWorkspaceFiles", [workspaceId, path, options]);
     return listFiles(this.ws, workspaceId, path, options.recursive === true);
   }
-  readWorkspaceFile(workspaceId: string, path: string, options: { maxBytes?: number } = {}) {
+  async readWorkspaceFile(workspaceId: string, path: string, options: ReadFileCallOptions = {}) {
+    checkArgs("readWorkspaceFile", [workspaceId, path, options]);
     return readFileFromWorkspace(
       this.ws,
       workspaceId,
@@ -173,41 +186,51 @@ export class Pyro {
       options.maxBytes !== undefined ? { max_bytes: options.maxBytes } : {},
     );
   }
-  writeWorkspaceFile(workspaceId: string, path: string, content: string | Buffer) {
-    return writeFileToWorkspace(this.ws, workspaceId, path, content);
+  /** `content`: a string (written as UTF-8) or bytes (a Buffer or any Uint8Array). */
+  async writeWorkspaceFile(workspaceId: string, path: string, content: string | Uint8Array) {
+    checkArgs("writeWorkspaceFile", [workspaceId, path, content]);
+    const data =
+      typeof content === "string" || Buffer.isBuffer(content)
+        ? content
+        : Buffer.from(content.buffer, content.byteOffset, content.byteLength);
+    return writeFileToWorkspace(this.ws, workspaceId, path, data);
   }
-  applyWorkspacePatch(workspaceId: string, patch: string) {
+  async applyWorkspacePatch(workspaceId: string, patch: string) {
+    checkArgs("applyWorkspacePatch", [workspaceId, patch]);
     return applyPatch(this.ws, workspaceId, patch);
   }
-  diffWorkspace(workspaceId: string, options: { snapshot?: string } = {}) {
+  async diffWorkspace(workspaceId: string, options: SnapshotCallOptions = {}) {
+    checkArgs("diffWorkspace", [workspaceId, options]);
     return diffWorkspace(this.ws, workspaceId, options);
   }
-  exportWorkspace(
+  async exportWorkspace(
     workspaceId: string,
     path: string,
     outputPath: string,
-    options: { signal?: AbortSignal } = {},
+    options: ExportCallOptions = {},
   ) {
+    checkArgs("exportWorkspace", [workspaceId, path, outputPath, options]);
     return exportFromWorkspace(this.ws, workspaceId, path, outputPath, options.signal);
   }
-  syncPushWorkspace(
-    workspaceId: string,
-    source: string,
-    options: { dest?: string; signal?: AbortSignal } = {},
-  ) {
+  async syncPushWorkspace(workspaceId: string, source: string, options: SyncPushCallOptions = {}) {
+    checkArgs("syncPushWorkspace", [workspaceId, source, options]);
     return syncPush(this.ws, workspaceId, source, options.dest, options.signal);
   }
-  resetWorkspace(workspaceId: string, options: { snapshot?: string } = {}) {
+  async resetWorkspace(workspaceId: string, options: SnapshotCallOptions = {}) {
+    checkArgs("resetWorkspace", [workspaceId, options]);
     return resetWorkspace(this.ws, workspaceId, options);
   }
 
-  createSnapshot(workspaceId: string, name: string) {
+  async createSnapshot(workspaceId: string, name: string) {
+    checkArgs("createSnapshot", [workspaceId, name]);
     return createSnapshot(this.ws, workspaceId, name);
   }
-  listSnapshots(workspaceId: string) {
+  async listSnapshots(workspaceId: string) {
+    checkArgs("listSnapshots", [workspaceId]);
     return listSnapshots(this.ws, workspaceId);
   }
-  deleteSnapshot(workspaceId: string, name: string) {
+  async deleteSnapshot(workspaceId: string, name: string) {
+    checkArgs("deleteSnapshot", [workspaceId, name]);
     return deleteSnapshot(this.ws, workspaceId, name);
   }
 
