@@ -1,6 +1,8 @@
 import { join } from "node:path";
-import { editJson, isObject, loadJson } from "./files.js";
+import { PyroError } from "../core/errors.js";
+import { isObject, loadJson, writeConfig } from "./files.js";
 import type { EntryRead, HostContext, HostDriver, ServerEntry } from "./host.js";
+import { setJsonMember } from "./jsonc.js";
 import type { LaunchCommand } from "./launch.js";
 import { defineHost, runHostCli } from "./ops.js";
 
@@ -40,6 +42,17 @@ function jsonEntry(launch: { command: string; args: string[] }, env: Record<stri
   return { type: "stdio", command: launch.command, args: launch.args, env };
 }
 
+/** Sets (or, with undefined, removes) the user-scope pyro entry in the file itself. */
+async function editClaudeConfig(ctx: HostContext, entry: unknown): Promise<void> {
+  const path = claudeConfigPath(ctx);
+  const file = await loadJson(path);
+  if (file.error) throw new PyroError("conflict", `cannot parse ${path}: ${file.error}`);
+  const next = setJsonMember(file.text, ["mcpServers", "pyro"], entry, {
+    hint: "add the entry by hand from `pyro host print-config claude-code`",
+  });
+  if (next !== file.text) await writeConfig(path, next, 0o600);
+}
+
 const driver: HostDriver = {
   name: "claude-code",
   title: "Claude Code",
@@ -64,12 +77,12 @@ const driver: HostDriver = {
     return { ...base, entry: raw === undefined ? null : claudeEntry(raw) };
   },
 
-  desired(launch, keepEnv) {
+  desired(launch, existing) {
     return {
       type: "stdio",
       command: launch.command,
       args: launch.args,
-      env: keepEnv,
+      env: existing?.env ?? {},
       enabled: true,
       raw: null,
     };
@@ -95,10 +108,16 @@ const driver: HostDriver = {
       ]);
       return "cli";
     }
-    await editJson(claudeConfigPath(ctx), 0o600, (data) => {
-      const servers = isObject(data.mcpServers) ? data.mcpServers : {};
-      return { ...data, mcpServers: { ...servers, pyro: jsonEntry(desired, desired.env) } };
-    });
+    await editClaudeConfig(ctx, jsonEntry(desired, desired.env));
+    return "file";
+  },
+
+  async removeEntry(ctx, { binary }) {
+    if (binary) {
+      await runHostCli(ctx, [binary, "mcp", "remove", "--scope", "user", "pyro"]);
+      return "cli";
+    }
+    await editClaudeConfig(ctx, undefined);
     return "file";
   },
 

@@ -26,7 +26,8 @@ export function isObject(v: unknown): v is JsonObject {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-async function readText(path: string): Promise<string | null> {
+/** The file's text, or null when it does not exist. */
+export async function readText(path: string): Promise<string | null> {
   try {
     return await readFile(path, "utf8");
   } catch (err) {
@@ -88,18 +89,6 @@ export async function writeConfig(path: string, text: string, newMode: number): 
   await atomicWriteFile(target, text, mode);
 }
 
-/** Rewrites a JSON config with `edit` applied, keeping its indentation and final newline. */
-export async function editJson(
-  path: string,
-  newMode: number,
-  edit: (data: JsonObject) => JsonObject,
-): Promise<void> {
-  const file = await loadJson(path);
-  if (file.error) throw new Error(`cannot parse ${path}: ${file.error}`);
-  const out = JSON.stringify(edit(file.data), null, jsonIndent(file.text));
-  await writeConfig(path, file.exists && !file.text.endsWith("\n") ? out : `${out}\n`, newMode);
-}
-
 const TABLE_HEADER = /^\s*\[\[?\s*([^\]]*?)\s*\]\]?\s*(#.*)?$/;
 
 /** Splits a TOML header's dotted key into its parts (bare, "basic" or 'literal' keys). */
@@ -127,6 +116,26 @@ export function tomlKeyParts(key: string): string[] | null {
  * and leaves the rest alone. The caller verifies the outcome by parsing it.
  */
 export function replaceTomlTable(text: string, tablePath: readonly string[], section: string): string {
+  const spliced = spliceTomlTable(text, tablePath, section.replace(/\n+$/, "").split("\n"));
+  if (spliced !== null) return spliced;
+  let head = text;
+  if (head.trim().length === 0) head = "";
+  else if (!head.endsWith("\n")) head += "\n\n";
+  else if (!head.endsWith("\n\n")) head += "\n";
+  return `${head}${section.replace(/\n+$/, "")}\n`;
+}
+
+/**
+ * Removes the TOML table at `tablePath` and its sub-tables, the same line editor as
+ * `replaceTomlTable`: comments and blank lines that introduce what follows stay, and so
+ * does every other line. The text comes back unchanged when there is no such table.
+ */
+export function removeTomlTable(text: string, tablePath: readonly string[]): string {
+  return spliceTomlTable(text, tablePath, []) ?? text;
+}
+
+/** Puts `body` where the table at `tablePath` was; null when there is no such table. */
+function spliceTomlTable(text: string, tablePath: readonly string[], body: string[]): string | null {
   const lines = text.split("\n");
   const ownedAt = (i: number): boolean | null => {
     const m = TABLE_HEADER.exec(lines[i] ?? "");
@@ -134,7 +143,6 @@ export function replaceTomlTable(text: string, tablePath: readonly string[], sec
     const parts = tomlKeyParts(m[1] ?? "");
     return parts !== null && parts.length >= tablePath.length && tablePath.every((p, k) => parts[k] === p);
   };
-  const body = section.replace(/\n+$/, "").split("\n");
   const out: string[] = [];
   let inserted = false;
   let i = 0;
@@ -151,23 +159,22 @@ export function replaceTomlTable(text: string, tablePath: readonly string[], sec
     let k = j;
     while (k > i + 1 && /^\s*(#.*)?$/.test(lines[k - 1] ?? "")) k--;
     const trailing = lines.slice(k, j);
-    if (!inserted) {
+    const blankAfter = trailing.length > 0 && (trailing[0] ?? "").trim() === "";
+    if (!inserted && body.length > 0) {
       out.push(...body);
-      if (j < lines.length && (trailing.length === 0 || (trailing[0] ?? "").trim() !== "")) out.push("");
-      inserted = true;
+      if (j < lines.length && !blankAfter) out.push("");
+    } else if (body.length === 0 && (blankAfter || j === lines.length) && out.length > 0) {
+      // Removed: the blank line that separated the table goes with it.
+      if ((out[out.length - 1] ?? "").trim() === "") out.pop();
     }
+    inserted = true;
     out.push(...trailing);
     i = j;
   }
-  if (inserted) {
-    const joined = out.join("\n");
-    return joined.endsWith("\n") ? joined : `${joined}\n`;
-  }
-  let head = text;
-  if (head.trim().length === 0) head = "";
-  else if (!head.endsWith("\n")) head += "\n\n";
-  else if (!head.endsWith("\n\n")) head += "\n";
-  return `${head}${body.join("\n")}\n`;
+  if (!inserted) return null;
+  const joined = out.join("\n");
+  if (joined.trim() === "") return "";
+  return joined.endsWith("\n") ? joined : `${joined}\n`;
 }
 
 /** Renders `value` as the TOML table at `tablePath` (with sub-tables for nested objects). */

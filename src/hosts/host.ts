@@ -42,6 +42,11 @@ export interface ServerEntry {
   args: string[];
   env: Record<string, string>;
   enabled: boolean;
+  /**
+   * Host-specific keys pyro writes beside the launch, as stored (Codex's
+   * `tool_timeout_sec` and `startup_timeout_sec`); absent for hosts without any.
+   */
+  settings?: Record<string, unknown>;
   /** The entry exactly as stored, for --json. */
   raw: unknown;
 }
@@ -108,6 +113,18 @@ export interface ConnectResult {
   start?: StartProbe;
 }
 
+export interface DisconnectResult {
+  host: HostName;
+  /** True when an entry was removed; false when there was none (nothing was written). */
+  changed: boolean;
+  /** "cli" when the host's own CLI removed the entry, "file" when pyro edited the config. */
+  method: "cli" | "file" | "none";
+  config_path: string;
+  server_name: string;
+  /** E.g. a Claude Code local-scope entry that disconnect (user scope) leaves alone. */
+  notes: string[];
+}
+
 export interface RepairResult {
   host: HostName;
   /** "repaired" when the entry was rewritten, "none" when it was already ok. */
@@ -132,8 +149,8 @@ export interface PrintedConfig {
 
 /**
  * The one interface every host implements. The per-host files supply detection, the
- * config reader/writer and the snippet; `defineHost` (ops.ts) builds connect, check and
- * repair from them so that every host follows the same rules: idempotent, never
+ * config reader/writer and the snippet; `defineHost` (ops.ts) builds connect, disconnect,
+ * check and repair from them so that every host follows the same rules: idempotent, never
  * touches other servers, refuses to rewrite a file it cannot parse.
  */
 export interface Host {
@@ -142,6 +159,8 @@ export interface Host {
   detect(ctx: HostContext): Promise<Detection>;
   readEntry(ctx: HostContext): Promise<EntryRead>;
   connect(ctx: HostContext, launch: LaunchCommand, options?: { verify?: boolean }): Promise<ConnectResult>;
+  /** Removes pyro's entry; idempotent (`changed: false` when there is none). */
+  disconnect(ctx: HostContext): Promise<DisconnectResult>;
   check(ctx: HostContext, options?: { probe?: boolean }): Promise<HostCheck>;
   repair(
     ctx: HostContext,
@@ -151,8 +170,9 @@ export interface Host {
 }
 
 /**
- * What a host file provides. `writeEntry` either drives the host's CLI (when `binary`
- * is set) or edits the config file; `desired` is the entry connect wants to see.
+ * What a host file provides. `writeEntry` and `removeEntry` either drive the host's CLI
+ * (when `binary` is set and the host's CLI keeps the rest of the file) or edit the
+ * config file; `desired` is the entry connect wants to see.
  */
 export interface HostDriver {
   name: HostName;
@@ -166,12 +186,22 @@ export interface HostDriver {
   /** Arguments that print the CLI's version. */
   versionArgs: string[];
   readEntry(ctx: HostContext): Promise<EntryRead>;
-  /** The entry connect writes for a launch command, keeping `keepEnv` from an old entry. */
-  desired(launch: LaunchCommand, keepEnv: Record<string, string>): ServerEntry;
+  /**
+   * The entry connect writes for a launch command. It keeps the old entry's env, and
+   * any setting of the old entry that already satisfies pyro.
+   */
+  desired(launch: LaunchCommand, existing: ServerEntry | null): ServerEntry;
+  /** Faults of a stored entry that only this host has (e.g. a tool timeout too short). */
+  problems?(entry: ServerEntry): string[];
   writeEntry(
     ctx: HostContext,
     desired: ServerEntry,
     state: { binary: string | null; existing: ServerEntry | null },
+  ): Promise<"cli" | "file">;
+  /** Removes pyro's entry, which `readEntry` found; the same CLI-or-file rule as writeEntry. */
+  removeEntry(
+    ctx: HostContext,
+    state: { binary: string | null; existing: ServerEntry },
   ): Promise<"cli" | "file">;
   printConfig(launch: LaunchCommand, ctx?: HostContext): PrintedConfig;
 }

@@ -5,6 +5,7 @@ import { fileExists, isExecutable, resolveCommand } from "./files.js";
 import type {
   ConnectResult,
   Detection,
+  DisconnectResult,
   EntryRead,
   Host,
   HostCheck,
@@ -18,6 +19,7 @@ import {
   normaliseServeOptions,
   parseLaunch,
   pyroBinPath,
+  SERVER_NAME,
   type ServeOptions,
 } from "./launch.js";
 import { probeStart } from "./probe.js";
@@ -34,7 +36,7 @@ export function defineHost(driver: HostDriver): Host {
     async connect(ctx, launch, options = {}) {
       const read = await driver.readEntry(ctx);
       refuseUnparsable(driver, read);
-      const desired = driver.desired(launch, read.entry?.env ?? {});
+      const desired = driver.desired(launch, read.entry);
       let action: ConnectResult["action"] = "unchanged";
       let method: ConnectResult["method"] = "none";
       if (!read.entry || !sameEntry(read.entry, desired)) {
@@ -67,6 +69,35 @@ export function defineHost(driver: HostDriver): Host {
       if (options.verify !== false) {
         result.start = await probeStart(desired, ctx);
         result.starts = result.start.starts;
+      }
+      return result;
+    },
+
+    async disconnect(ctx) {
+      const read = await driver.readEntry(ctx);
+      refuseUnparsable(driver, read);
+      const result: DisconnectResult = {
+        host: driver.name,
+        changed: false,
+        method: "none",
+        config_path: read.config_path,
+        server_name: SERVER_NAME,
+        notes: [...read.notes],
+      };
+      if (!read.entry) return result;
+      const detection = await detectBinary(driver, ctx, { version: false });
+      result.method = await driver.removeEntry(ctx, {
+        binary: detection.installed ? detection.binary : null,
+        existing: read.entry,
+      });
+      result.changed = true;
+      const after = await driver.readEntry(ctx);
+      if (after.entry) {
+        throw new PyroError(
+          "internal",
+          `${driver.title}'s config at ${after.config_path} still holds a pyro entry after removing it`,
+          `remove the ${SERVER_NAME} entry by hand`,
+        );
       }
       return result;
     },
@@ -104,7 +135,7 @@ export function defineHost(driver: HostDriver): Host {
           starts: null,
           fix: `pyro host connect ${driver.name}`,
         };
-      const problems = await staticProblems(read.entry, driver.entryType, ctx, base.notes);
+      const problems = await staticProblems(read.entry, driver, ctx, base.notes);
       const result: HostCheck = {
         ...base,
         configured: true,
@@ -180,14 +211,18 @@ function refuseUnparsable(driver: HostDriver, read: EntryRead): void {
 /** Faults visible without starting anything; also adds notes about which pyro it runs. */
 async function staticProblems(
   entry: ServerEntry,
-  desiredType: string,
+  driver: HostDriver,
   ctx: HostContext,
   notes: string[],
 ): Promise<string[]> {
   const problems: string[] = [];
-  if (entry.type !== desiredType)
-    problems.push(`the entry's type is '${entry.type}', not a local ${desiredType} server`);
+  // The host's own word for a server it starts itself ("stdio", OpenCode's "local").
+  if (entry.type !== driver.entryType)
+    problems.push(
+      `the entry's type is '${entry.type}', not '${driver.entryType}' (a server the host starts)`,
+    );
   if (!entry.enabled) problems.push("the entry is disabled");
+  problems.push(...(driver.problems?.(entry) ?? []));
   if (!entry.command) {
     problems.push("the entry has no command");
     return problems;
@@ -213,11 +248,12 @@ export function sameEntry(a: ServerEntry, b: ServerEntry): boolean {
     a.command === b.command &&
     a.args.length === b.args.length &&
     a.args.every((x, i) => x === b.args[i]) &&
-    JSON.stringify(sortKeys(a.env)) === JSON.stringify(sortKeys(b.env))
+    JSON.stringify(sortKeys(a.env)) === JSON.stringify(sortKeys(b.env)) &&
+    JSON.stringify(sortKeys(a.settings ?? {})) === JSON.stringify(sortKeys(b.settings ?? {}))
   );
 }
 
-function sortKeys(o: Record<string, string>): Record<string, string> {
+function sortKeys<T>(o: Record<string, T>): Record<string, T> {
   return Object.fromEntries(Object.entries(o).sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0)));
 }
 
@@ -280,7 +316,8 @@ export async function runHostCli(
       const said = `${r.stderr}\n${r.stdout}`
         .split("\n")
         .map((l) => l.trim())
-        .filter((l) => l && !/^\d+: /.test(l) && l !== "Stack backtrace:")
+        // Codex prints a Rust backtrace and start-up warnings around its error.
+        .filter((l) => l && !/^\d+: /.test(l) && l !== "Stack backtrace:" && !/^WARNING:/.test(l))
         .slice(0, 2)
         .join(" / ");
       throw new PyroError(

@@ -53,10 +53,19 @@ describe("pyro host", () => {
   });
 
   it("print-config prints a valid config on stdout and the host-CLI line on stderr", () => {
+    const r = pyro(["host", "print-config", "claude-code"], env);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout).mcpServers.pyro.command).toBe(process.execPath);
+    expect(r.stderr).toMatch(/^# or run: claude mcp add pyro --scope user -- /);
+  });
+
+  it("print-config codex gives the table with its timeouts, and no `codex mcp add` line (it cannot set them)", () => {
     const r = pyro(["host", "print-config", "codex"], env);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/^\[mcp_servers\.pyro\]\ncommand = /);
-    expect(r.stderr).toMatch(/^# or run: codex mcp add pyro -- /);
+    expect(r.stdout).toMatch(/^tool_timeout_sec = 87000$/m);
+    expect(r.stdout).toMatch(/^startup_timeout_sec = 30$/m);
+    expect(r.stderr).toBe("");
   });
 
   it("connect writes the entry once and says so; the second run is unchanged", async () => {
@@ -91,6 +100,45 @@ describe("pyro host", () => {
       fix: "pyro host connect claude-code",
     });
     expect(hosts[2]).toMatchObject({ configured: true, status: "ok", starts: null, fix: null });
+  });
+
+  it("disconnect removes the entry and says so; the second run reports no change", async () => {
+    const path = join(home, ".config", "opencode", "opencode.json");
+    expect(pyro(["host", "connect", "opencode", "--no-verify"], env).code).toBe(0);
+    const first = pyro(["host", "disconnect", "opencode", "--json"], env);
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.json()).toEqual({
+      host: "opencode",
+      changed: true,
+      method: "file",
+      config_path: path,
+      server_name: "pyro",
+      notes: [],
+    });
+    expect(JSON.parse(await readFile(path, "utf8")).mcp).toEqual({});
+    const again = pyro(["host", "disconnect", "opencode"], env);
+    expect(again.code).toBe(0);
+    expect(again.stdout).toBe(`opencode: not connected (no 'pyro' entry in ${path})\n`);
+    expect(pyro(["host", "disconnect", "opencode", "--json"], env).json().changed).toBe(false);
+    expect(pyro(["host", "connect", "opencode", "--no-verify"], env).stdout).toMatch(/added 'pyro'/);
+    expect(pyro(["host", "disconnect", "opencode"], env).stdout).toBe(
+      `opencode: removed 'pyro' from ${path}\n`,
+    );
+  });
+
+  it("disconnect of an unknown host is a structured error, without a stack trace", () => {
+    const r = pyro(["host", "disconnect", "vim", "--json"], env);
+    expect(r.code).toBe(1);
+    expect(r.json()).toEqual({
+      error: {
+        code: "invalid_argument",
+        message: "unknown host 'vim'",
+        hint: "hosts: claude-code, codex, opencode",
+      },
+    });
+    expect(r.stderr).toBe(
+      "pyro: error [invalid_argument]: unknown host 'vim' (hint: hosts: claude-code, codex, opencode)\n",
+    );
   });
 
   it("an unknown host is a one-line invalid_argument error, and JSON under --json", () => {

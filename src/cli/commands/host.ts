@@ -3,6 +3,7 @@ import { EXIT_FAILURE, EXIT_OK } from "../../core/errors.js";
 import {
   allHosts,
   type ConnectResult,
+  type DisconnectResult,
   getHost,
   type HostCheck,
   hostContext,
@@ -53,7 +54,9 @@ function serveOptions(f: ServeFlags): ServeOptions {
 export function registerHost(program: Command, ctx: CliContext): void {
   const host = program
     .command("host")
-    .description("connect chat hosts (Claude Code, Codex, OpenCode) to pyro's MCP server, and check them");
+    .description(
+      "connect chat hosts (Claude Code, Codex, OpenCode) to pyro's MCP server, check them, or disconnect them",
+    );
   const hctx = () => hostContext(ctx.io.env, { signal: ctx.signal });
 
   serveFlags(
@@ -75,6 +78,15 @@ export function registerHost(program: Command, ctx: CliContext): void {
         renderConnect,
         (r) => (r.starts === false ? EXIT_FAILURE : EXIT_OK),
       );
+    });
+
+  host
+    .command("disconnect")
+    .description("remove pyro from a host's MCP servers (idempotent; other servers are left alone)")
+    .argument("<host>", "claude-code, codex or opencode")
+    .option("--json", "print the structured result")
+    .action(async (name: string, opts: { json?: boolean }) => {
+      ctx.exitCode = await act(ctx.io, opts, () => getHost(name).disconnect(hctx()), renderDisconnect);
     });
 
   serveFlags(
@@ -151,6 +163,17 @@ function renderConnect(r: ConnectResult): string {
   ];
   if (r.starts === false)
     lines.push(`  the entry is written but pyro does not start; see \`pyro host doctor ${r.host}\``);
+  return lines.join("\n");
+}
+
+function renderDisconnect(r: DisconnectResult): string {
+  const how = r.method === "cli" ? " with the host's CLI" : "";
+  const lines = [
+    r.changed
+      ? `${r.host}: removed '${r.server_name}'${how} from ${r.config_path}`
+      : `${r.host}: not connected (no '${r.server_name}' entry in ${r.config_path})`,
+    ...r.notes.map((n) => `  note: ${n}`),
+  ];
   return lines.join("\n");
 }
 

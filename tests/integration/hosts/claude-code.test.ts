@@ -89,4 +89,16 @@ describe.skipIf(skip !== "")(suiteTitle("Claude Code, for real", skip), () => {
     expect(r.json().after.status).toBe("ok");
     expect(listLine(mcpList(), "pyro")).toMatch(/Connected/);
   });
+
+  it("disconnect removes pyro with `claude mcp remove`, keeps the other server, and is idempotent", () => {
+    const r = h.pyro(["host", "disconnect", "claude-code", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.json()).toMatchObject({ host: "claude-code", changed: true, method: "cli" });
+    const list = mcpList();
+    expect(listLine(list, "pyro")).toBe("");
+    expect(listLine(list, "other")).toContain("/bin/echo hi");
+    const again = h.pyro(["host", "disconnect", "claude-code", "--json"]);
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.json()).toMatchObject({ changed: false, method: "none" });
+  });
 });

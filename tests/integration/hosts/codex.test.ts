@@ -6,21 +6,27 @@ import { type HostHome, hostHome, realHostSkipReason } from "../../helpers/hosts
 import { suiteTitle } from "../../helpers/sandbox.js";
 
 /**
- * The real Codex CLI in a throwaway HOME: connect goes through `codex mcp add`;
- * `codex mcp list` must show pyro enabled (Codex does not launch servers to list them,
- * so pyro's own doctor is what proves it starts).
+ * The real Codex CLI in a throwaway HOME: pyro edits its own table (`codex mcp add`
+ * drops comments and cannot set timeouts) and Codex reads it back; `codex mcp list`
+ * must show pyro enabled (Codex does not launch servers to list them, so pyro's own
+ * doctor is what proves it starts).
  */
 const skip = await realHostSkipReason("codex");
 
 const SEED = `# my codex config
 model = "o3"   # keep me
 
+# servers I use
 [mcp_servers.other]
-command = "/bin/echo"
+# echo, for testing
+command = "/bin/echo"   # trailing comment
 args = ["hi"]
 
+# reviews
 [profiles.review]
-model = "gpt-5"
+model = "gpt-5" # inline comment
+
+# end of file
 `;
 
 describe.skipIf(skip !== "")(suiteTitle("Codex, for real", skip), () => {
@@ -33,7 +39,13 @@ describe.skipIf(skip !== "")(suiteTitle("Codex, for real", skip), () => {
   };
   const expectSeedIntact = async () => {
     const text = await h.read(CONFIG);
-    expect(text).toContain('# my codex config\nmodel = "o3"   # keep me');
+    // Every line of the seed, comments included, is still there, in order.
+    const lines = text.split("\n");
+    let at = 0;
+    for (const line of SEED.split("\n")) {
+      at = lines.indexOf(line, at);
+      expect(at, line).toBeGreaterThanOrEqual(0);
+    }
     const doc = parse(text) as any;
     expect(doc.mcp_servers.other).toEqual({ command: "/bin/echo", args: ["hi"] });
     expect(doc.profiles).toEqual({ review: { model: "gpt-5" } });
@@ -48,10 +60,12 @@ describe.skipIf(skip !== "")(suiteTitle("Codex, for real", skip), () => {
     await h?.cleanup();
   });
 
-  it("connect adds pyro with `codex mcp add`, and `codex mcp list` shows it enabled", async () => {
+  it("connect adds pyro with its timeouts, `codex mcp list` shows it enabled, and every comment stays", async () => {
     const r = h.pyro(["host", "connect", "codex", "--json"]);
     expect(r.code, r.stderr).toBe(0);
-    expect(r.json()).toMatchObject({ host: "codex", action: "added", method: "cli", starts: true });
+    expect(r.json()).toMatchObject({ host: "codex", action: "added", method: "file", starts: true });
+    const got = h.host("codex", ["mcp", "get", "pyro", "--json"]).json();
+    expect(got).toMatchObject({ tool_timeout_sec: 87000, startup_timeout_sec: 30 });
     const pyro = listed("pyro");
     expect(pyro).toMatchObject({ enabled: true, transport: { type: "stdio", command: process.execPath } });
     expect(pyro.transport.args).toEqual([PYRO_BIN, "mcp", "serve"]);
@@ -93,5 +107,48 @@ describe.skipIf(skip !== "")(suiteTitle("Codex, for real", skip), () => {
     expect(r.json().after.status).toBe("ok");
     expect(listed("pyro").transport.args).toEqual([PYRO_BIN, "mcp", "serve"]);
     await expectSeedIntact();
+  });
+
+  it("host doctor calls an entry without tool_timeout_sec broken (Codex would cut a long exec at 60 s); repair adds it", async () => {
+    const text = await h.read(CONFIG);
+    await h.write(CONFIG, text.replace(/^tool_timeout_sec = .*\n/m, ""));
+    expect(h.host("codex", ["mcp", "get", "pyro", "--json"]).json().tool_timeout_sec).toBeNull();
+    const d = h.pyro(["host", "doctor", "codex", "--no-start", "--json"]).json().hosts[0];
+    expect(d.status).toBe("broken");
+    expect(d.problems.join(" ")).toMatch(/^tool_timeout_sec is not set/);
+    const r = h.pyro(["host", "repair", "codex", "--json"]);
+    expect(r.json().after.status).toBe("ok");
+    expect(h.host("codex", ["mcp", "get", "pyro", "--json"]).json().tool_timeout_sec).toBe(87000);
+    await expectSeedIntact();
+  });
+
+  it("a config Codex rejects is put back as it was, and connect says what Codex said, without a backtrace", async () => {
+    const good = await h.read(CONFIG);
+    // Valid TOML, wrong type for Codex: Codex refuses to load the whole file.
+    const bad = good.replace("[profiles.review]\n", "[profiles.review]\nmodel_reasoning_effort = 7\n");
+    await h.write(CONFIG, bad.replace(/^tool_timeout_sec = .*\n/m, ""));
+    const before = await h.read(CONFIG);
+    const r = h.pyro(["host", "connect", "codex", "--no-verify"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(
+      /^pyro: error \[conflict\]: Codex does not accept .*config\.toml with pyro's entry/,
+    );
+    expect(r.stderr).toContain("profiles.review.model_reasoning_effort");
+    expect(r.stderr).not.toMatch(/backtrace|<unknown>|\n\s+at /i);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(await h.read(CONFIG)).toBe(before);
+    await h.write(CONFIG, good);
+  });
+
+  it("disconnect removes pyro's table (`codex mcp list` no longer has it), keeps the rest, and is idempotent", async () => {
+    const r = h.pyro(["host", "disconnect", "codex", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.json()).toMatchObject({ host: "codex", changed: true, method: "file" });
+    expect(listed("pyro")).toBeUndefined();
+    expect(listed("other")).toBeDefined();
+    await expectSeedIntact();
+    expect(await h.read(CONFIG)).not.toContain("[mcp_servers.pyro]");
+    const again = h.pyro(["host", "disconnect", "codex", "--json"]);
+    expect(again.json()).toMatchObject({ changed: false, method: "none" });
   });
 });

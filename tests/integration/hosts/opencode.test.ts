@@ -1,4 +1,4 @@
-import { mkdir } from "node:fs/promises";
+import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PYRO_BIN } from "../../helpers/cli.js";
@@ -97,4 +97,59 @@ describe.skipIf(skip !== "")(suiteTitle("OpenCode, for real", skip), () => {
     expect(listLine(mcpList(), "pyro")).toMatch(/connected/);
     await expectSeedIntact();
   });
+
+  it("disconnect removes pyro (`opencode mcp list` no longer has it), keeps the rest, and is idempotent", async () => {
+    const r = h.pyro(["host", "disconnect", "opencode", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.json()).toMatchObject({ host: "opencode", changed: true, method: "file" });
+    const list = mcpList();
+    expect(listLine(list, "pyro")).toBe("");
+    expect(listLine(list, "other")).toMatch(/disabled/);
+    await expectSeedIntact();
+    expect(h.pyro(["host", "disconnect", "opencode", "--json"]).json().changed).toBe(false);
+  });
+});
+
+/** OpenCode reads comments and trailing commas in opencode.json and opencode.jsonc; so does pyro. */
+describe.skipIf(skip !== "")(suiteTitle("OpenCode with a commented config, for real", skip), () => {
+  let h: HostHome;
+  const SEED = `{
+  // my OpenCode config
+  "$schema": "https://opencode.ai/config.json",
+  "autoupdate": false, // no surprises
+  "mcp": {
+    /* someone else's server */
+    "other": { "type": "local", "command": ["/bin/echo", "hi"], "enabled": false },
+  },
+}
+`;
+  beforeAll(async () => {
+    h = await hostHome();
+    await mkdir(join(h.home, ".config", "opencode"), { recursive: true });
+  });
+  afterAll(async () => {
+    await h?.cleanup();
+  });
+
+  it.each(["opencode.json", "opencode.jsonc"])(
+    "connect edits %s in place, opencode reports pyro connected, and disconnect gives the file back byte for byte",
+    async (name) => {
+      const config = `.config/opencode/${name}`;
+      await h.write(config, SEED);
+      const r = h.pyro(["host", "connect", "opencode", "--json"]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.json()).toMatchObject({ action: "added", config_path: join(h.home, config), starts: true });
+      const text = await h.read(config);
+      for (const comment of ["// my OpenCode config", "// no surprises", "/* someone else's server */"])
+        expect(text).toContain(comment);
+      const list = h.host("opencode", ["mcp", "list"]);
+      expect(list.code, list.stderr).toBe(0);
+      expect(listLine(list.plain, "pyro")).toMatch(/connected/);
+      expect(listLine(list.plain, "other")).toMatch(/disabled/);
+
+      expect(h.pyro(["host", "disconnect", "opencode", "--json"]).json().changed).toBe(true);
+      expect(await h.read(config)).toBe(SEED);
+      await rm(join(h.home, config));
+    },
+  );
 });

@@ -200,11 +200,46 @@ describe.each(cases)("$host.name config merging", (c) => {
     ]);
   });
 
+  it("disconnect removes pyro and nothing else; a second disconnect reports no change", async () => {
+    await c.host.connect(home.ctx, fakeLaunch(), { verify: false });
+    const r = await c.host.disconnect(home.ctx);
+    expect(r).toEqual({
+      host: c.host.name,
+      changed: true,
+      method: "file",
+      config_path: path,
+      server_name: "pyro",
+      notes: [],
+    });
+    expect(Object.keys(c.servers(await text()))).toEqual(["other"]);
+    await expectOthersIntact();
+    expect((await c.host.check(home.ctx)).status).toBe("missing");
+
+    const after = await text();
+    const again = await c.host.disconnect(home.ctx);
+    expect(again).toMatchObject({ changed: false, method: "none" });
+    expect(await text()).toBe(after);
+  });
+
+  it("connect then disconnect gives the seed back byte for byte", async () => {
+    await c.host.connect(home.ctx, fakeLaunch({ profile: "workspace-full" }), { verify: false });
+    await c.host.disconnect(home.ctx);
+    expect(await text()).toBe(c.seed);
+  });
+
+  it("disconnect with no config at all changes nothing and creates no file", async () => {
+    await rm(path);
+    const r = await c.host.disconnect(home.ctx);
+    expect(r).toMatchObject({ changed: false, method: "none", config_path: path });
+    await expect(stat(path)).rejects.toMatchObject({ code: "ENOENT" });
+  });
+
   it("refuses to rewrite a config it cannot parse, and leaves it untouched", async () => {
     const garbage = `${c.seed.slice(0, Math.floor(c.seed.length / 2))}\n}{ not a config\n`;
     await writeFile(path, garbage);
     await expect(c.host.connect(home.ctx, fakeLaunch())).rejects.toMatchObject({ code: "conflict" });
     await expect(repair()).rejects.toMatchObject({ code: "conflict" });
+    await expect(c.host.disconnect(home.ctx)).rejects.toMatchObject({ code: "conflict" });
     expect(await text()).toBe(garbage);
     const r = await c.host.check(home.ctx);
     expect(r.status).toBe("broken");

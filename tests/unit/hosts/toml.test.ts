@@ -1,7 +1,7 @@
 import { parse } from "smol-toml";
 import { describe, expect, it } from "vitest";
-import { setCodexEntry } from "../../../src/hosts/codex.js";
-import { replaceTomlTable, tomlKeyParts, tomlTable } from "../../../src/hosts/files.js";
+import { removeCodexEntry, setCodexEntry } from "../../../src/hosts/codex.js";
+import { removeTomlTable, replaceTomlTable, tomlKeyParts, tomlTable } from "../../../src/hosts/files.js";
 
 const PATH = ["mcp_servers", "pyro"];
 const section = tomlTable(PATH, { command: "/usr/bin/node", args: ["/p/bin/pyro.js", "mcp", "serve"] });
@@ -66,5 +66,28 @@ describe("editing pyro's table in a TOML config", () => {
   it("refuses, rather than guesses, when pyro is written as an inline table", () => {
     const text = `[mcp_servers]\npyro = { command = "old" }\n`;
     expect(() => setCodexEntry(text, { command: "new", args: [] })).toThrow(/cannot safely edit/);
+  });
+
+  it("removes the table and its sub-tables, keeping the comments around them", () => {
+    const text = `# mine\nmodel = "o3"\n\n# before\n[mcp_servers.pyro]\ncommand = "x"\n\n[mcp_servers.pyro.env]\nA = "1"\n\n# after\n[profiles.x]\nmodel = "m"\n`;
+    expect(removeTomlTable(text, PATH)).toBe(
+      `# mine\nmodel = "o3"\n\n# before\n\n# after\n[profiles.x]\nmodel = "m"\n`,
+    );
+  });
+
+  it("appending pyro's table and removing it again gives the file back byte for byte", () => {
+    for (const text of [`model = "o3"\n`, `[a]\nb = 1 # c\n`, ""])
+      expect(removeTomlTable(replaceTomlTable(text, PATH, section), PATH)).toBe(text);
+  });
+
+  it("removing a table that is not there changes nothing", () => {
+    const text = `[mcp_servers.pyro-old]\ncommand = "keep"\n`;
+    expect(removeTomlTable(text, PATH)).toBe(text);
+  });
+
+  it("refuses to remove pyro written as an inline table", () => {
+    expect(() => removeCodexEntry(`[mcp_servers]\npyro = { command = "old" }\n`)).toThrow(
+      /cannot safely edit/,
+    );
   });
 });
