@@ -17,11 +17,22 @@ export function keyValues(items: string[] | undefined, what: string): Record<str
   return out;
 }
 
+/** A parser for a positive number option (`--timeout 2.5`); Infinity and NaN are refused. */
 export function positiveNumber(name: string) {
   return (value: string): number => {
-    const n = Number(value);
+    const n = value.trim() === "" ? Number.NaN : Number(value);
     if (!Number.isFinite(n) || n <= 0)
       throw new PyroError("invalid_argument", `${name} must be a positive number, got '${value}'`);
+    return n;
+  };
+}
+
+/** A parser for a whole-number option (`--vcpus 2`, `--memory 512`). */
+export function wholeNumber(name: string) {
+  return (value: string): number => {
+    const n = /^\s*\d+\s*$/.test(value) ? Number(value) : Number.NaN;
+    if (!Number.isSafeInteger(n) || n <= 0)
+      throw new PyroError("invalid_argument", `${name} must be a whole number above 0, got '${value}'`);
     return n;
   };
 }

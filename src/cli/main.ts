@@ -1,6 +1,6 @@
 import { Command, CommanderError } from "commander";
 import { Engine } from "../core/engine.js";
-import { EXIT_OK, EXIT_USAGE, PyroError } from "../core/errors.js";
+import { EXIT_OK, EXIT_USAGE, PyroError, toPyroError } from "../core/errors.js";
 import { type Io, reportError } from "./output.js";
 
 type Register = (program: Command, ctx: CliContext) => void;
@@ -54,6 +54,8 @@ export function buildProgram(ctx: CliContext, groups: Register[]): Command {
 }
 
 const PACKAGE_VERSION = "0.1.0";
+/** How long a cancelled CLI process may take to stop before it is ended. */
+const FORCED_EXIT_MS = 10_000;
 
 /** The CLI entry point; returns the exit code instead of calling process.exit. */
 export async function main(argv: string[], io?: Partial<Io>): Promise<number> {
@@ -67,7 +69,19 @@ export async function main(argv: string[], io?: Partial<Io>): Promise<number> {
   const stdin = io ? io.stdin : process.stdin.isTTY ? undefined : process.stdin;
   if (stdin) fullIo.stdin = stdin;
   const abort = new AbortController();
-  const onSignal = () => abort.abort();
+  let forced: NodeJS.Timeout | undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
+    abort.abort();
+    // A real process that does not end after its work was cancelled is ended: a signal
+    // must never be ignored (in-process callers, such as tests, manage their own life).
+    if (!io && !forced) {
+      forced = setTimeout(() => {
+        fullIo.stderr.write(`pyro: cancelled (${signal}); the operation did not stop in time\n`);
+        process.exit(128 + (signal === "SIGINT" ? 2 : 15));
+      }, FORCED_EXIT_MS);
+      forced.unref();
+    }
+  };
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
   let engine: Engine | undefined;
@@ -81,6 +95,11 @@ export async function main(argv: string[], io?: Partial<Io>): Promise<number> {
     exitCode: EXIT_OK,
   };
   const wantsJson = argv.includes("--json");
+  if (argv.length <= 2) {
+    // Bare `pyro`: the help, which is what was asked for, not a usage error.
+    buildProgram(ctx, await loadGroups(argv)).outputHelp();
+    return EXIT_OK;
+  }
   try {
     await buildProgram(ctx, await loadGroups(argv)).parseAsync(argv);
     return ctx.exitCode;
@@ -95,7 +114,11 @@ export async function main(argv: string[], io?: Partial<Io>): Promise<number> {
         EXIT_USAGE,
       );
     }
-    throw err;
+    // An option parser's refusal (`--vcpus abc`) is a usage error; anything else that
+    // escaped a command is rendered like every other error, never as a stack trace.
+    if (err instanceof PyroError && err.code === "invalid_argument")
+      return reportError(fullIo, { json: wantsJson }, err, EXIT_USAGE);
+    return reportError(fullIo, { json: wantsJson }, toPyroError(err));
   } finally {
     await engine?.close();
     process.removeListener("SIGINT", onSignal);

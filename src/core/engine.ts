@@ -1,4 +1,3 @@
-import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
@@ -19,6 +18,7 @@ import type { Builder } from "../env/builder.js";
 import { EnvironmentCache } from "../env/cache.js";
 import { DebootstrapBuilder } from "../env/debootstrap.js";
 import { StateStore } from "../state/store.js";
+import { makeDirsSync } from "../util/fs.js";
 import { type PathOptions, type PyroPaths, resolvePaths } from "./config.js";
 import { PyroError } from "./errors.js";
 import { Workspaces } from "./workspaces.js";
@@ -73,7 +73,7 @@ export class Engine {
   /** The state store, opened on first use (commands like `doctor` never touch it). */
   store(): StateStore {
     if (!this.stateStore) {
-      mkdirSync(this.paths.home, { recursive: true, mode: 0o700 });
+      makeDirsSync(this.paths.home, 0o700);
       this.stateStore = StateStore.open(join(this.paths.home, "state.db"));
       // Secret values never reach the store: it redacts with each workspace's secrets.
       this.stateStore.useRedactors((id) => this.workspaces.secretRedactorById(id));

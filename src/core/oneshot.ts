@@ -10,7 +10,7 @@ import { execInWorkspace } from "./exec.js";
 import { applyPatch, diffWorkspace } from "./files.js";
 import { checkMaxOutputBytes, type OutputListener } from "./output.js";
 import { resetWorkspace } from "./snapshots.js";
-import { type CreateOptions, checkDiskMib, DEFAULTS, parseNetworkPolicy } from "./workspaces.js";
+import { type CreateOptions, checkDiskMib, checkLimits, DEFAULTS, parseNetworkPolicy } from "./workspaces.js";
 
 export interface RunOptions {
   environment?: string;
@@ -44,6 +44,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
   const started = performance.now();
   if (command.trim() === "") throw new PyroError("invalid_argument", "the command is empty");
   const maxOutputBytes = checkMaxOutputBytes(options.max_output_bytes ?? DEFAULTS.max_output_bytes);
+  checkLimits(options);
   const backend = await engine.chooseBackend(options.backend, options.allow_host_compat === true);
   parseNetworkPolicy(options.network_policy);
   if (options.network_policy && options.network_policy !== "off") {

@@ -27,7 +27,6 @@ import {
   constants,
   fsyncSync,
   linkSync,
-  mkdirSync,
   openSync,
   readFileSync,
   rmSync,
@@ -35,6 +34,7 @@ import {
 } from "node:fs";
 import { homedir } from "node:os";
 import { delimiter, dirname, join, resolve } from "node:path";
+import { makeDirsSync } from "../util/fs.js";
 import { PyroError } from "./errors.js";
 
 export const KEY_BYTES = 32;
@@ -78,7 +78,7 @@ export class FileKeyStore implements KeyStore {
 
   create(key: Buffer): Buffer {
     const dir = dirname(this.location);
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    makeDirsSync(dir, 0o700);
     const tmp = `${this.location}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
     const fd = openSync(tmp, "wx", 0o600);
     try {

@@ -3,6 +3,7 @@ import { lstat, mkdir, mkdtemp, readdir, rename, rm, stat } from "node:fs/promis
 import { basename, dirname, join, resolve } from "node:path";
 import type { Readable } from "node:stream";
 import { packTree } from "../agent/tarsafe.js";
+import { makeDirs } from "../util/fs.js";
 import { PyroError, toPyroError } from "./errors.js";
 import { type Extracted, extractUntrusted } from "./untrusted-tar.js";
 
@@ -54,7 +55,7 @@ export class ExportWriter {
         "choose a new output path",
       );
     }
-    await mkdir(this.tmpParent, { recursive: true });
+    await makeDirs(this.tmpParent);
     this.tmp = await mkdtemp(join(this.tmpParent, ".pyro-export-"));
     await mkdir(join(this.tmp, "tree"));
     this.spool = createWriteStream(join(this.tmp, "archive.tar"), { mode: 0o600 });

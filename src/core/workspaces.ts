@@ -51,6 +51,29 @@ export function checkDiskMib(mib: number | undefined, backend?: BackendName): nu
   return mib;
 }
 
+/** Smallest memory limit a sandbox starts with (the agent and a shell need about 40 MiB). */
+export const MIN_MEMORY_MIB = 64;
+
+/**
+ * CPU, memory and TTL limits, validated before anything is made (a sandbox given 1 MiB
+ * died during start with an empty log): whole numbers, vcpus 1-64, memory 64 MiB-1 TiB,
+ * a TTL of 1 s to 10 years.
+ */
+export function checkLimits(o: { vcpus?: number; memory_mib?: number; ttl_seconds?: number | null }): void {
+  const check = (value: number | undefined | null, what: string, min: number, max: number, unit: string) => {
+    if (value === undefined || value === null) return;
+    if (!Number.isInteger(value) || value < min || value > max)
+      throw new PyroError(
+        "invalid_argument",
+        `invalid ${what} ${String(value).slice(0, 20)}`,
+        `give a whole number of ${unit} from ${min} to ${max}`,
+      );
+  };
+  check(o.vcpus, "vcpus", 1, 64, "CPUs");
+  check(o.memory_mib, "memory limit", MIN_MEMORY_MIB, 1024 * 1024, "MiB");
+  check(o.ttl_seconds, "ttl", 1, 10 * 365 * 86_400, "seconds");
+}
+
 export interface CreateOptions extends SeedSource {
   /** Secret specs by name: a literal, `${HOST_VAR}`, or `?` (prompted through `prompt_secret`). */
   secrets?: Record<string, string>;
@@ -195,6 +218,13 @@ export class Workspaces {
     const environment = options.environment ?? "debian:12";
     const backend = await this.engine.chooseBackend(options.backend, options.allow_host_compat === true);
     const diskMib = checkDiskMib(options.disk_mib, backend.name);
+    checkLimits(options);
+    if (options.repo_ref !== undefined && !options.repo_url)
+      throw new PyroError(
+        "invalid_argument",
+        "a repository ref (--repo-ref) needs a repository URL (--repo-url)",
+        "give the repository with --repo-url, or drop --repo-ref",
+      );
     const policy = parseNetworkPolicy(options.network_policy);
     if (policy !== "off") {
       throw new PyroError(

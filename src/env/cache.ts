@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { PyroError } from "../core/errors.js";
-import { atomicWriteFile, fsyncDir, pidAlive, treeSize } from "../util/fs.js";
+import { atomicWriteFile, fsyncDir, makeDirs, pidAlive, treeSize } from "../util/fs.js";
 import { acquireLock } from "../util/lock.js";
 import { removeTree } from "../util/mounts.js";
 import type { Builder, BuildProgress } from "./builder.js";
@@ -133,7 +133,7 @@ export class EnvironmentCache {
     if (!builder) {
       throw new PyroError("build_failed", `no builder for source kind '${spec.source.kind}'`);
     }
-    await mkdir(join(this.root, LOCK_DIR), { recursive: true });
+    await makeDirs(join(this.root, LOCK_DIR));
     const release = await acquireLock(join(this.root, LOCK_DIR, `${key}.lock`), {
       ...(options.lockTimeoutMs !== undefined ? { timeoutMs: options.lockTimeoutMs } : {}),
       ...(options.signal ? { signal: options.signal } : {}),

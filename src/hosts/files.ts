@@ -1,8 +1,8 @@
 import { constants } from "node:fs";
-import { access, mkdir, readFile, realpath, stat } from "node:fs/promises";
+import { access, readFile, realpath, stat } from "node:fs/promises";
 import { delimiter, dirname, isAbsolute, join } from "node:path";
 import { parse as parseToml, stringify as stringifyToml } from "smol-toml";
-import { atomicWriteFile } from "../util/fs.js";
+import { atomicWriteFile, makeDirs } from "../util/fs.js";
 
 /**
  * Config-file plumbing shared by the hosts: read a JSON or TOML config without
@@ -85,7 +85,7 @@ export async function writeConfig(path: string, text: string, newMode: number): 
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
   }
-  await mkdir(dirname(target), { recursive: true });
+  await makeDirs(dirname(target));
   await atomicWriteFile(target, text, mode);
 }
 

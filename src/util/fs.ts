@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
-import { lstat, open, readdir, rename, rm, stat, utimes } from "node:fs/promises";
-import { basename, dirname, join } from "node:path";
+import { lstatSync, mkdirSync, statSync } from "node:fs";
+import { lstat, mkdir, open, readdir, rename, rm, stat, utimes } from "node:fs/promises";
+import { basename, dirname, join, resolve } from "node:path";
 
 /**
  * Writes a file atomically: a temp file in the same directory, fsync, rename.
@@ -109,4 +110,63 @@ export async function touch(path: string): Promise<boolean> {
     () => true,
     () => false,
   );
+}
+
+/**
+ * `mkdir -p` that always ends. Node's `mkdir(path, {recursive: true})` (sync, callback and
+ * promise forms alike) loops forever at 100% CPU when a parent cannot be created and
+ * mkdir answers ENOENT for it (`/proc/nope/x`): every path a user names goes through
+ * this instead. It finds the deepest existing ancestor, then creates each missing
+ * component once; an error is the error of the component that failed.
+ */
+export async function makeDirs(path: string, mode = 0o777): Promise<void> {
+  const chain: string[] = [];
+  for (let p = resolve(path); ; p = dirname(p)) {
+    const s = await lstat(p).catch(absent);
+    if (s) {
+      if (!s.isDirectory() && !(await stat(p)).isDirectory()) throw notDir(p);
+      break;
+    }
+    chain.unshift(p);
+    if (dirname(p) === p) break;
+  }
+  for (const dir of chain) await mkdir(dir, { mode }).catch((err) => existingDir(err, dir));
+}
+
+export function makeDirsSync(path: string, mode = 0o777): void {
+  const chain: string[] = [];
+  for (let p = resolve(path); ; p = dirname(p)) {
+    let s: import("node:fs").Stats | null;
+    try {
+      s = lstatSync(p);
+    } catch (err) {
+      s = absent(err);
+    }
+    if (s) {
+      if (!s.isDirectory() && !statSync(p).isDirectory()) throw notDir(p);
+      break;
+    }
+    chain.unshift(p);
+    if (dirname(p) === p) break;
+  }
+  for (const dir of chain) {
+    try {
+      mkdirSync(dir, { mode });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST" || !statSync(dir).isDirectory()) throw err;
+    }
+  }
+}
+
+function absent(err: unknown): null {
+  if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
+  throw err;
+}
+
+async function existingDir(err: unknown, dir: string): Promise<void> {
+  if ((err as NodeJS.ErrnoException).code !== "EEXIST" || !(await stat(dir)).isDirectory()) throw err;
+}
+
+function notDir(p: string): NodeJS.ErrnoException {
+  return Object.assign(new Error(`ENOTDIR: not a directory, mkdir '${p}'`), { code: "ENOTDIR", path: p });
 }

@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { demo, prepare, runOnce } from "../../core/oneshot.js";
 import { parseMaxOutputBytes } from "../../core/output.js";
-import { backendName, collect, commandString, keyValues, positiveNumber } from "../args.js";
+import { backendName, collect, commandString, keyValues, positiveNumber, wholeNumber } from "../args.js";
 import { liveCommand } from "../live.js";
 import type { CliContext } from "../main.js";
 import { act } from "../output.js";
@@ -26,13 +26,9 @@ export function registerRun(program: Command, ctx: CliContext): void {
     .description("one-shot: create a workspace, run one command, capture its output, destroy it")
     .argument("<env>", "environment, e.g. debian:12")
     .argument("[command...]", "command after --: one shell string, or an argv")
-    .option("--vcpus <n>", "virtual CPUs (default 1)", positiveNumber("--vcpus"))
-    .option("--memory <mib>", "memory limit in MiB (default 1024)", positiveNumber("--memory"))
-    .option(
-      "--disk <mib>",
-      "disk limit of the writable layer in MiB (default 10240)",
-      positiveNumber("--disk"),
-    )
+    .option("--vcpus <n>", "virtual CPUs (default 1)", wholeNumber("--vcpus"))
+    .option("--memory <mib>", "memory limit in MiB (default 1024)", wholeNumber("--memory"))
+    .option("--disk <mib>", "disk limit of the writable layer in MiB (default 10240)", wholeNumber("--disk"))
     .option("--timeout <s>", "command timeout in seconds (default 300)", positiveNumber("--timeout"))
     .option("--network <policy>", "network policy: off (default)")
     .option("--backend <name>", "isolation backend (default: strongest that works)")

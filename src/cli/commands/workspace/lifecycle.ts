@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { parseSecretOptions } from "../../../core/secrets.js";
 import type { WorkspaceView } from "../../../core/views.js";
-import { backendName, collect, keyValues, positiveNumber } from "../../args.js";
+import { backendName, collect, keyValues, wholeNumber } from "../../args.js";
 import type { CliContext } from "../../main.js";
 import { act, table } from "../../output.js";
 import { terminalSecretPrompt } from "../../prompt.js";
@@ -39,17 +39,13 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
     )
     .option("--backend <name>", "isolation backend (default: strongest that works)")
     .option("--allow-host-compat", "allow the host backend (no isolation)")
-    .option("--vcpus <n>", "virtual CPUs (default 1)", positiveNumber("--vcpus"))
-    .option("--memory <mib>", "memory limit in MiB (default 1024)", positiveNumber("--memory"))
-    .option(
-      "--disk <mib>",
-      "disk limit of the writable layers in MiB (default 10240)",
-      positiveNumber("--disk"),
-    )
+    .option("--vcpus <n>", "virtual CPUs (default 1)", wholeNumber("--vcpus"))
+    .option("--memory <mib>", "memory limit in MiB (default 1024)", wholeNumber("--memory"))
+    .option("--disk <mib>", "disk limit of the writable layers in MiB (default 10240)", wholeNumber("--disk"))
     .option(
       "--ttl <s>",
       "seconds of inactivity before the workspace is reaped (default 86400)",
-      positiveNumber("--ttl"),
+      wholeNumber("--ttl"),
     )
     .option("--id-only", "print only the workspace id")
     .option("--json", "print the structured result")

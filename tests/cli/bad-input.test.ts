@@ -1,0 +1,84 @@
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pyro } from "../helpers/cli.js";
+
+/**
+ * Bad input on the CLI (issue 11, item 4): every refusal is one line on stderr (or the
+ * error object under --json) with the right exit code, never a stack trace, and nothing
+ * is made. These are refused before any backend is asked, so they run on any machine.
+ */
+let home: string;
+let env: NodeJS.ProcessEnv;
+beforeAll(async () => {
+  home = await mkdtemp(join(tmpdir(), "pyro-cli-bad-"));
+  env = { PYRO_HOME: home, PYRO_ENV_CACHE: join(home, "environments") };
+});
+afterAll(async () => {
+  await rm(home, { recursive: true, force: true });
+});
+
+const noTrace = (text: string) => expect(text).not.toMatch(/\n\s+at |PyroError:|file:\/\//);
+
+describe("numeric options", () => {
+  const cases: [string[], RegExp][] = [
+    [
+      ["run", "debian:12", "--timeout", "abc", "--", "true"],
+      /--timeout must be a positive number, got 'abc'/,
+    ],
+    [["run", "debian:12", "--timeout", "-1", "--", "true"], /--timeout must be a positive number/],
+    [["run", "debian:12", "--timeout", "0", "--", "true"], /--timeout must be a positive number/],
+    [
+      ["run", "debian:12", "--timeout", "1e309", "--", "true"],
+      /--timeout must be a positive number, got '1e309'/,
+    ],
+    [["run", "debian:12", "--vcpus", "abc", "--", "true"], /--vcpus must be a whole number/],
+    [["run", "debian:12", "--vcpus", "-1", "--", "true"], /--vcpus must be a whole number/],
+    [["run", "debian:12", "--vcpus", "1.5", "--", "true"], /--vcpus must be a whole number/],
+    [["workspace", "create", "--ttl=-5"], /--ttl must be a whole number/],
+    [["workspace", "create", "--memory", "12x"], /--memory must be a whole number/],
+    [["workspace", "exec", "w", "--timeout", "NaN", "--", "true"], /--timeout must be a positive number/],
+  ];
+  for (const [args, message] of cases) {
+    it(`pyro ${args.join(" ")} is a usage error (exit 2), one line`, () => {
+      const r = pyro(args, env);
+      expect(r.code).toBe(2);
+      noTrace(r.stderr);
+      expect(r.stderr.trim().split("\n")).toHaveLength(1);
+      expect(r.stderr).toMatch(message);
+      const j = pyro([...args, "--json"], env);
+      expect(j.code).toBe(2);
+      expect(j.json().error.code).toBe("invalid_argument");
+    });
+  }
+});
+
+describe("limits and seeds the core refuses before making anything", () => {
+  it("--memory below the minimum is invalid_argument, not a sandbox that dies on start", () => {
+    const r = pyro(["workspace", "create", "--memory", "1", "--json"], env);
+    expect(r.code).toBe(1);
+    expect(r.json().error).toMatchObject({ code: "invalid_argument", message: "invalid memory limit 1" });
+    expect(pyro(["run", "debian:12", "--memory", "1", "--", "true"], env).stderr).toMatch(
+      /invalid memory limit 1/,
+    );
+    expect(pyro(["run", "debian:12", "--vcpus", "65", "--", "true"], env).stderr).toMatch(/invalid vcpus 65/);
+  });
+
+  it("--repo-ref without --repo-url is refused, not ignored", () => {
+    const r = pyro(["workspace", "create", "--repo-ref", "main", "--json"], env);
+    expect(r.code).toBe(1);
+    expect(r.json().error.code).toBe("invalid_argument");
+    expect(r.json().error.message).toMatch(/needs a repository URL/);
+    expect(pyro(["workspace", "list", "--json"], env).json().count).toBe(0);
+  });
+});
+
+describe("bare pyro", () => {
+  it("prints the help and exits 0", () => {
+    const r = pyro([], env);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^Usage: pyro/);
+    expect(r.stderr).toBe("");
+  });
+});
