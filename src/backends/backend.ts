@@ -3,8 +3,9 @@
  * Every backend can be probed (does it work on this host, and why not); later issues add
  * `create(spec)` returning a handle with a byte channel to the guest agent.
  */
-export const BACKEND_NAMES = ["firecracker", "qemu", "gvisor", "docker", "bwrap", "host"] as const;
-export type BackendName = (typeof BACKEND_NAMES)[number];
+import type { BackendName, ExecutionMode } from "../names.js";
+
+export { BACKEND_NAMES, type BackendName, type ExecutionMode } from "../names.js";
 
 export interface ProbeResult {
   name: BackendName;
@@ -67,8 +68,6 @@ export interface SandboxSpec {
 
 /** Live facts about a started sandbox; persisted in the state store so any process can reattach. */
 export type SandboxState = Record<string, unknown> & { backend: BackendName };
-
-export type ExecutionMode = "guest_agent" | "host_compat";
 
 /** A one-shot command in a throwaway sandbox (no workspace, no agent, no state). */
 export interface OneShotSpec {

@@ -1,5 +1,5 @@
 import { open, rename, rm, stat } from "node:fs/promises";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { run } from "../util/run.js";
 import type { BackendName } from "./backend.js";
 import { LAUNCH_ENV } from "./common.js";

@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
 import { Readable } from "node:stream";
 import { HeadTailCapture } from "../agent/capture.js";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import type { OneShotResult, OneShotSpec } from "./backend.js";
 import type { CgroupLimits } from "./bwrap/cgroups.js";
 import { killAndWait, LAUNCH_ENV, procStartTime, spawnDetached } from "./common.js";

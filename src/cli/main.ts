@@ -1,6 +1,6 @@
 import { Command, CommanderError } from "commander";
 import { Engine } from "../core/engine.js";
-import { EXIT_OK, EXIT_USAGE, PyroError, toPyroError } from "../core/errors.js";
+import { EXIT_OK, EXIT_USAGE, PyroError, toPyroError } from "../errors.js";
 import { type Io, reportError } from "./output.js";
 
 type Register = (program: Command, ctx: CliContext) => void;

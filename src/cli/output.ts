@@ -1,6 +1,6 @@
 import type { Readable, Writable } from "node:stream";
 import { debugEnabled } from "../core/config.js";
-import { EXIT_FAILURE, EXIT_OK, type PyroError, toPyroError } from "../core/errors.js";
+import { EXIT_FAILURE, EXIT_OK, type PyroError, toPyroError } from "../errors.js";
 
 /** Where a CLI invocation writes, and how. One per `main()` call: no globals. */
 export interface Io {

@@ -1,4 +1,4 @@
-import type { BuildProgress } from "../env/builder.js";
+import type { BuildProgress } from "../core/vocabulary.js";
 import { formatBytes } from "../util/fs.js";
 import type { Io } from "./output.js";
 

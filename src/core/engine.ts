@@ -17,10 +17,10 @@ import { BACKEND_PROBES } from "../backends/registry.js";
 import type { Builder } from "../env/builder.js";
 import { EnvironmentCache } from "../env/cache.js";
 import { DebootstrapBuilder } from "../env/debootstrap.js";
+import { PyroError } from "../errors.js";
 import { StateStore } from "../state/store.js";
 import { makeDirsSync } from "../util/fs.js";
 import { type PathOptions, type PyroPaths, resolvePaths } from "./config.js";
-import { PyroError } from "./errors.js";
 import { Workspaces } from "./workspaces.js";
 
 export interface EngineOptions extends PathOptions {

@@ -1,6 +1,6 @@
 import type { Readable } from "node:stream";
 import { EXEC_STREAM_TAG } from "../agent/op-schemas.js";
-import { PyroError } from "./errors.js";
+import { PyroError } from "../errors.js";
 import {
   checkMaxOutputBytes,
   clipText,

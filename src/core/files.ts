@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
-import { PyroError } from "./errors.js";
+import { PyroError } from "../errors.js";
 import { ExportWriter, packHostPath } from "./transfer.js";
 import type { Workspaces } from "./workspaces.js";
 

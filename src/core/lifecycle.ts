@@ -1,5 +1,5 @@
+import { PyroError } from "../errors.js";
 import type { WorkspaceState } from "../state/types.js";
-import { PyroError } from "./errors.js";
 
 /**
  * The workspace lifecycle in one place: which operations each state allows. A call in the

@@ -6,10 +6,16 @@
  */
 import { StringDecoder } from "node:string_decoder";
 import { MAX_EXEC_OUTPUT_BYTES } from "../agent/op-schemas.js";
+import { PyroError } from "../errors.js";
 import { MIN_SECRET_LENGTH } from "../state/redact.js";
-import { PyroError } from "./errors.js";
 
-export { clipText, HeadTailCapture, MARKER_MAX_BYTES, omittedMarker } from "../agent/capture.js";
+export {
+  characterStart,
+  clipText,
+  HeadTailCapture,
+  MARKER_MAX_BYTES,
+  omittedMarker,
+} from "../agent/capture.js";
 
 /** Smallest `max_output_bytes` accepted: room for a useful head and tail. */
 export const MIN_OUTPUT_BYTES = 1024;

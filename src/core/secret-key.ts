@@ -34,8 +34,8 @@ import {
 } from "node:fs";
 import { homedir } from "node:os";
 import { delimiter, dirname, join, resolve } from "node:path";
+import { PyroError } from "../errors.js";
 import { makeDirsSync } from "../util/fs.js";
-import { PyroError } from "./errors.js";
 
 export const KEY_BYTES = 32;
 

@@ -1,9 +1,9 @@
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import { readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { PyroError } from "../errors.js";
 import { redactor } from "../state/redact.js";
 import type { SecretRef } from "../state/types.js";
-import { PyroError } from "./errors.js";
 import { type KeyStore, keyId, keyStores, userKey } from "./secret-key.js";
 
 /**

@@ -13,10 +13,10 @@ import {
 } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
+import { PyroError } from "../errors.js";
 import type { WorkspaceSeed } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
 import { run, which } from "../util/run.js";
-import { PyroError } from "./errors.js";
 
 export interface SeedSource {
   seed_path?: string | undefined;

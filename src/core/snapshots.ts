@@ -1,4 +1,4 @@
-import { PyroError } from "./errors.js";
+import { PyroError } from "../errors.js";
 import { assertAllowed } from "./lifecycle.js";
 import { ExportWriter } from "./transfer.js";
 import { workspaceView } from "./views.js";

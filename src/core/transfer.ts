@@ -3,8 +3,8 @@ import { lstat, mkdir, mkdtemp, readdir, rename, rm, stat } from "node:fs/promis
 import { basename, dirname, join, resolve } from "node:path";
 import type { Readable } from "node:stream";
 import { packTree } from "../agent/tarsafe.js";
+import { PyroError, toPyroError } from "../errors.js";
 import { makeDirs } from "../util/fs.js";
-import { PyroError, toPyroError } from "./errors.js";
 import { type Extracted, extractUntrusted } from "./untrusted-tar.js";
 
 /**

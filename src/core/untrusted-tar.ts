@@ -21,7 +21,7 @@ import { lchownSync, lstatSync, readdirSync, readlinkSync, symlinkSync, unlinkSy
 import path from "node:path";
 import * as tar from "tar";
 import { linkStaysInside } from "../agent/tarsafe.js";
-import { PyroError } from "./errors.js";
+import { PyroError } from "../errors.js";
 
 const posix = path.posix;
 const FILE_TYPES = new Set(["File", "OldFile", "ContiguousFile"]);

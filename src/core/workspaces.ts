@@ -2,16 +2,17 @@ import { randomBytes } from "node:crypto";
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentClient } from "../agent/client.js";
+import { AgentError } from "../agent/errors.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { DISK_LIMITED } from "../backends/disk-image.js";
 import type { BuildProgress } from "../env/builder.js";
+import { PyroError, toPyroError } from "../errors.js";
 import type { StateStore } from "../state/store.js";
 import type { NetworkPolicy, WorkspaceRow } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
 import { acquireLock } from "../util/lock.js";
 import { removeTree } from "../util/mounts.js";
 import type { Engine } from "./engine.js";
-import { PyroError, toPyroError } from "./errors.js";
 import { assertAllowed, type Operation } from "./lifecycle.js";
 import { currentOwner, interrupted, recoverInterrupted, writeCreator } from "./recovery.js";
 import { secretKeyPaths } from "./secret-key.js";
@@ -496,8 +497,10 @@ export class Workspaces {
         this.store.touch(w.workspace_id);
         return result;
       } catch (err) {
-        const code = (err as { code?: string }).code;
-        if (code === "agent_disconnected" || code === "protocol_violation") {
+        if (
+          err instanceof AgentError &&
+          (err.code === "agent_disconnected" || err.code === "protocol_violation")
+        ) {
           // The connection broke while the request was in flight: it may have run in part,
           // so it is not run again. The next request finds the sandbox dead and restarts it.
           await this.dropClient(w.workspace_id);

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { atomicWriteFile, fsyncDir, makeDirs, pidAlive, treeSize } from "../util/fs.js";
 import { acquireLock } from "../util/lock.js";
 import { removeTree } from "../util/mounts.js";

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 
 /**
  * The environment catalog: named root filesystems and the recipe that makes each one.

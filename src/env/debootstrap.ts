@@ -1,6 +1,6 @@
 import { mkdir, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { treeSize } from "../util/fs.js";
 import { firstLine, run, which } from "../util/run.js";
 import type { BuildContext, Builder, BuildOutput, BuildProgress } from "./builder.js";

@@ -1,5 +1,5 @@
 import { join } from "node:path";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { isObject, loadJson, writeConfig } from "./files.js";
 import type { EntryRead, HostContext, HostDriver, ServerEntry } from "./host.js";
 import { setJsonMember } from "./jsonc.js";

@@ -2,7 +2,7 @@ import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { parse as parseToml } from "smol-toml";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { stringRecord } from "./claude-code.js";
 import {
   isObject,

@@ -1,5 +1,5 @@
 import { homedir } from "node:os";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { claudeCode } from "./claude-code.js";
 import { codex } from "./codex.js";
 import { genericConfig } from "./generic.js";

@@ -8,7 +8,7 @@ import {
   printParseErrorCode,
   SyntaxKind,
 } from "jsonc-parser";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { isObject, type JsonObject, jsonIndent, type LoadedFile, readText } from "./files.js";
 
 /**

@@ -1,6 +1,6 @@
 import { isAbsolute, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 
 /** The name every host's config knows pyro by. */
 export const SERVER_NAME = "pyro";

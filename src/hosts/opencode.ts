@@ -1,5 +1,5 @@
 import { basename, join } from "node:path";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { stringRecord } from "./claude-code.js";
 import { isObject, type JsonObject, type LoadedFile, writeConfig } from "./files.js";
 import type { EntryRead, HostContext, HostDriver, ServerEntry } from "./host.js";

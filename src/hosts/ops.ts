@@ -1,5 +1,5 @@
 import { isAbsolute } from "node:path";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { run } from "../util/run.js";
 import { fileExists, isExecutable, resolveCommand } from "./files.js";
 import type {

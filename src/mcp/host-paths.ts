@@ -1,7 +1,7 @@
 import { lstat, readdir, realpath } from "node:fs/promises";
 import { homedir } from "node:os";
 import { basename, dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
-import { PyroError, toPyroError } from "../core/errors.js";
+import { PyroError, toPyroError } from "../errors.js";
 
 /**
  * The host directories an MCP server lets tool arguments name (seed_path, source_path,

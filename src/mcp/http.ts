@@ -4,7 +4,7 @@ import type { AddressInfo } from "node:net";
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { exceedsDepth, MAX_JSON_DEPTH, MAX_MESSAGE_BYTES } from "./wire.js";
 
 /** Loopback only: the server runs commands and writes host files for whoever reaches it. */

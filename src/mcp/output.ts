@@ -5,8 +5,13 @@
  * content a model reads, and structuredContent), so the streams are cut to fit.
  */
 import { z } from "zod";
-import { characterStart } from "../agent/capture.js";
-import { clipText, HISTORY_OUTPUT_BYTES, MAX_OUTPUT_BYTES, MIN_OUTPUT_BYTES } from "../core/output.js";
+import {
+  characterStart,
+  clipText,
+  HISTORY_OUTPUT_BYTES,
+  MAX_OUTPUT_BYTES,
+  MIN_OUTPUT_BYTES,
+} from "../core/output.js";
 
 /** Default `max_output_bytes` of MCP calls, per stream. */
 export const MCP_OUTPUT_BYTES = 16 * 1024;

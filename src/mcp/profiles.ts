@@ -3,7 +3,7 @@
  * level; a mode is a curated set for one workflow (CONTRACT §5). Pinned by
  * tests/unit/mcp/profiles.test.ts; docs/mcp.md lists the same sets.
  */
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 
 export const TOOL_NAMES = [
   "vm_run",

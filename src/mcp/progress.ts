@@ -1,4 +1,4 @@
-import type { BuildProgress } from "../env/builder.js";
+import type { BuildProgress } from "../core/vocabulary.js";
 
 /** What a tool handler may report while it works. */
 export interface Progress {

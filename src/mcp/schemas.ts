@@ -5,9 +5,8 @@
  * add fields without breaking clients that validate.
  */
 import { z } from "zod";
-import { BACKEND_NAMES } from "../backends/backend.js";
-import { ERROR_CODES } from "../core/errors.js";
-import { DEFAULT_ENVIRONMENT, OFFICIAL_ENVIRONMENTS } from "../env/catalog.js";
+import { BACKEND_NAMES, DEFAULT_ENVIRONMENT, OFFICIAL_ENVIRONMENTS } from "../core/vocabulary.js";
+import { ERROR_CODES } from "../errors.js";
 
 // ---------------------------------------------------------------- arguments
 

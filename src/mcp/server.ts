@@ -7,7 +7,7 @@ import {
   type ServerRequest,
 } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
-import { PyroError, toPyroError } from "../core/errors.js";
+import { PyroError, toPyroError } from "../errors.js";
 import type { Pyro } from "../sdk/pyro.js";
 import { HostPaths } from "./host-paths.js";
 import { TOOL_NAMES, type ToolName, type ToolSet, toolSet } from "./profiles.js";

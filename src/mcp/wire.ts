@@ -7,7 +7,7 @@
  * model sees why its call failed. Refusals never quote the input back beyond a short prefix.
  */
 import { type JSONRPCMessage, JSONRPCMessageSchema } from "@modelcontextprotocol/sdk/types.js";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 
 /** Largest message: a 16 MiB file text (the file_write limit) escaped as JSON fits. */
 export const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;

@@ -14,10 +14,10 @@
  * on top of the SDK, and its descriptions are written for a model, not a programmer.
  */
 import { z } from "zod";
-import { BACKEND_NAMES, type BackendName } from "../backends/backend.js";
 import type { ExecOptions } from "../core/exec.js";
 import type { RunOptions } from "../core/oneshot.js";
 import { MAX_OUTPUT_BYTES, MIN_OUTPUT_BYTES } from "../core/output.js";
+import { BACKEND_NAMES, type BackendName } from "../core/vocabulary.js";
 import type { CreateOptions } from "../core/workspaces.js";
 
 // ---------------------------------------------------------------- option types

@@ -6,7 +6,7 @@
  * characters, an object by its keys, so a huge input cannot make a huge message.
  */
 import type { z } from "zod";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { type CheckedMethod, type Param, SIGNATURES } from "./schemas.js";
 
 const QUOTE_CHARS = 80;

@@ -2,7 +2,7 @@
  * Conversions between typed rows and SQLite columns, and the checks that keep bad
  * values out of the database. Internal to `src/state`.
  */
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import type {
   CommandRow,
   EventKind,

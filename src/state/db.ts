@@ -5,7 +5,7 @@
 import { chmodSync, closeSync, fstatSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
 import Database from "better-sqlite3";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { migrate } from "./migrations.js";
 
 /**

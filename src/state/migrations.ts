@@ -1,5 +1,5 @@
 import type Database from "better-sqlite3";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 
 /**
  * One schema step. `up` runs inside a write transaction together with the

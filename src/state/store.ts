@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type Database from "better-sqlite3";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import {
   type CommandDbRow,
   checkName,

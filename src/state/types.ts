@@ -1,11 +1,12 @@
 /**
  * Row types of the state store. Field names are snake_case and match the public
- * contract (CONTRACT.md §5), so core can hand rows to every surface without renaming.
+ * contract (the product contract's result objects), so core can hand rows to every surface without renaming.
  * Timestamps are ISO-8601 UTC strings as produced by `Date.prototype.toISOString()`;
  * the store normalises every timestamp it is given to that form so that ordering by
  * string comparison in SQL is ordering by time.
  */
 import type { BackendName } from "../backends/backend.js";
+import type { ExecutionMode } from "../names.js";
 
 /** Lifecycle states a workspace row can be in. Transitions are core's business. */
 export const WORKSPACE_STATES = ["creating", "running", "stopped", "error", "deleting"] as const;
@@ -14,8 +15,7 @@ export type WorkspaceState = (typeof WORKSPACE_STATES)[number];
 /** `off` (default), `egress`, or `allowlist:host1,host2`. */
 export type NetworkPolicy = "off" | "egress" | `allowlist:${string}`;
 
-/** `guest_agent` for an isolating backend, `host_compat` for the `host` backend. */
-export type ExecutionMode = "guest_agent" | "host_compat";
+export type { ExecutionMode } from "../names.js";
 
 /** Where the workspace's files came from; its content is the baseline snapshot. */
 export interface WorkspaceSeed {

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { link, open, readFile, rename, rm } from "node:fs/promises";
 import { hostname } from "node:os";
-import { PyroError } from "../core/errors.js";
+import { PyroError } from "../errors.js";
 import { pidAlive } from "./fs.js";
 
 export interface LockOptions {

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "vitest";
 import { FakeBackend } from "../../src/backends/fake/backend.js";
-import { PyroError } from "../../src/core/errors.js";
+import { PyroError } from "../../src/errors.js";
 import { Pyro } from "../../src/sdk/pyro.js";
 import { FakeBuilder } from "./fake-builder.js";
 

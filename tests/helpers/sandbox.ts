@@ -4,8 +4,8 @@ import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { resolvePaths } from "../../src/core/config.js";
-import { PyroError } from "../../src/core/errors.js";
 import type { CreateOptions } from "../../src/core/workspaces.js";
+import { PyroError } from "../../src/errors.js";
 import { Pyro } from "../../src/sdk/pyro.js";
 import { isRoot, PYRO_BIN, REPO_ROOT } from "./cli.js";
 

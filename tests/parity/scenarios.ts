@@ -3,7 +3,7 @@ import { mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "vitest";
-import type { PyroError } from "../../src/core/errors.js";
+import type { PyroError } from "../../src/errors.js";
 import type { Pyro } from "../../src/sdk/pyro.js";
 import { PYRO_BIN, REPO_ROOT } from "../helpers/cli.js";
 import type { ParityTarget } from "./backends.js";

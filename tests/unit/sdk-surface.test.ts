@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ERROR_CODES } from "../../src/core/errors.js";
+import { ERROR_CODES } from "../../src/errors.js";
 import * as sdk from "../../src/sdk/index.js";
 
 describe("public SDK surface", () => {

@@ -2,7 +2,7 @@ import { closeSync, openSync } from "node:fs";
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { exists } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { closeSync, openSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { DEFAULT_DISK_MIB, ensureDiskImage } from "../disk-image.js";

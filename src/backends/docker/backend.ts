@@ -3,7 +3,7 @@ import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
 import { AgentClient } from "../../agent/client.js";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { atomicWriteFile } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";

@@ -6,7 +6,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import Docker from "dockerode";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { engineEndpoints } from "./probe.js";
 
 /** Deadlines of engine calls. Imports and waits get their own. */

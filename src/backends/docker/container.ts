@@ -3,7 +3,7 @@
  * can pin them, and the check that the engine applied the isolation and limits asked for.
  */
 
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import type { SandboxSpec } from "../backend.js";
 import { OVERLAY_OPTIONS } from "../bwrap/launch.js";
 import { seccompSecurityOpt } from "./seccomp.js";

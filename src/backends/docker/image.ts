@@ -9,7 +9,7 @@ import { mkdir, readFile, realpath, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type Docker from "dockerode";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { acquireLock } from "../../util/lock.js";
 import { deadline, engineError, ignoreGone } from "./client.js";
 

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
 import { HeadTailCapture } from "../../agent/capture.js";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { CALL_MS, deadline, engineError, ignoreGone, withTimeout } from "./client.js";
 import { type InspectedHostConfig, oneShotContainerBody, unappliedSettings } from "./container.js";

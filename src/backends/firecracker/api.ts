@@ -1,5 +1,5 @@
 import { request } from "node:http";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { withSocketPath } from "../sockpath.js";
 
 /**

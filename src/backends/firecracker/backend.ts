@@ -1,7 +1,7 @@
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { exists } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import { firstLine, run, which } from "../../util/run.js";

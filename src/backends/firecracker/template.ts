@@ -12,7 +12,7 @@ import {
   writeFile,
 } from "node:fs/promises";
 import { join } from "node:path";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { acquireLock } from "../../util/lock.js";
 import type { SandboxSpec } from "../backend.js";
 import { killAndWait } from "../common.js";

@@ -2,7 +2,7 @@ import { rm, symlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { AgentClient } from "../../agent/client.js";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import type { SandboxSpec } from "../backend.js";
 import {
   killAndWait,

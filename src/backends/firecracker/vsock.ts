@@ -1,5 +1,5 @@
 import { connect as netConnect, type Socket } from "node:net";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { withSocketPath } from "../sockpath.js";
 
 /**

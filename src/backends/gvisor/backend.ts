@@ -2,7 +2,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { exists } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import { which } from "../../util/run.js";

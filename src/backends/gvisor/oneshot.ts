@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { CgroupLimits, detectCgroups } from "../bwrap/cgroups.js";

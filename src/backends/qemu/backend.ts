@@ -5,7 +5,7 @@ import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentClient } from "../../agent/client.js";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { exists, touch } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import { firstLine, run, which } from "../../util/run.js";

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { open, readFile, stat, unlink, writeFile } from "node:fs/promises";
 import type { Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { connectUnix, procStartTime, sameProcessAlive } from "../common.js";
 import { SERIAL_PORTS } from "../vm/types.js";
 import { portSocket } from "./machine.js";

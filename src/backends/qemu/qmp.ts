@@ -1,6 +1,6 @@
 import type { Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { connectUnix } from "../common.js";
 
 /**

@@ -3,7 +3,7 @@ import { link, mkdir, open, readdir, rename, rm, stat, writeFile } from "node:fs
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentClient } from "../../agent/client.js";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { exists, touch } from "../../util/fs.js";
 import { acquireLock } from "../../util/lock.js";
 import { killAndWait, logTail, procStartTime, spawnDetached } from "../common.js";

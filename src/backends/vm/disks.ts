@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { exists, treeSize } from "../../util/fs.js";
 import { firstLine, run } from "../../util/run.js";
 import type { SandboxSpec } from "../backend.js";

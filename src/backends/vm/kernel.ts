@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { PyroError } from "../../core/errors.js";
+import { PyroError } from "../../errors.js";
 import { acquireLock } from "../../util/lock.js";
 import { firstLine, run, which } from "../../util/run.js";
 

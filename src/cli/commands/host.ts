@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { EXIT_FAILURE, EXIT_OK } from "../../core/errors.js";
+import { EXIT_FAILURE, EXIT_OK } from "../../errors.js";
 import {
   allHosts,
   type ConnectResult,

@@ -2,7 +2,7 @@ import { stat } from "node:fs/promises";
 import { resolve } from "node:path";
 import type { Command } from "commander";
 import { debugEnabled } from "../../core/config.js";
-import { EXIT_OK, PyroError, toPyroError } from "../../core/errors.js";
+import { EXIT_OK, PyroError, toPyroError } from "../../errors.js";
 import { parseHttpAddress, serveHttp } from "../../mcp/http.js";
 import { MODE_NAMES, PROFILE_NAMES, toolSet } from "../../mcp/profiles.js";
 import { defaultSeed, prefetch } from "../../mcp/seed.js";

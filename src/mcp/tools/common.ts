@@ -1,5 +1,5 @@
-import type { BackendName } from "../../backends/backend.js";
-import { DEFAULT_ENVIRONMENT } from "../../env/catalog.js";
+import type { BackendName } from "../../core/vocabulary.js";
+import { DEFAULT_ENVIRONMENT } from "../../core/vocabulary.js";
 import type { ToolContext } from "../tool.js";
 
 /**

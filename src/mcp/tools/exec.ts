@@ -1,6 +1,5 @@
 import { z } from "zod";
-import { BACKEND_NAMES } from "../../backends/backend.js";
-import { DEFAULT_ENVIRONMENT } from "../../env/catalog.js";
+import { BACKEND_NAMES, DEFAULT_ENVIRONMENT } from "../../core/vocabulary.js";
 import { fitLogs, fitStreams, MCP_OUTPUT_BYTES, maxOutputArg, truncationNote } from "../output.js";
 import {
   backendArg,

@@ -1,7 +1,7 @@
 import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ERROR_CODES } from "../../../src/core/errors.js";
+import { ERROR_CODES } from "../../../src/errors.js";
 import { PYRO_BIN } from "../../helpers/cli.js";
 import { bwrapSkipReason, type Harness, openHarness, suiteTitle, writeTree } from "../../helpers/sandbox.js";
 

@@ -1,7 +1,7 @@
 import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PyroError } from "../../../src/core/errors.js";
 import { checkMaxOutputBytes, LiveRedactor, parseMaxOutputBytes } from "../../../src/core/output.js";
+import { PyroError } from "../../../src/errors.js";
 import type { Pyro } from "../../../src/sdk/pyro.js";
 import { redactor } from "../../../src/state/redact.js";
 import { fakePyro } from "../../helpers/engine.js";

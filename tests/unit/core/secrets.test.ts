@@ -5,8 +5,8 @@ import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { PyroError } from "../../../src/core/errors.js";
 import { SecretVault } from "../../../src/core/secrets.js";
+import type { PyroError } from "../../../src/errors.js";
 import { Pyro } from "../../../src/sdk/pyro.js";
 import { fakePyro } from "../../helpers/engine.js";
 import { FakeBuilder } from "../../helpers/fake-builder.js";

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { FakeBackend } from "../../../src/backends/fake/backend.js";
 import { Engine } from "../../../src/core/engine.js";
-import type { PyroError } from "../../../src/core/errors.js";
+import type { PyroError } from "../../../src/errors.js";
 import type { Pyro } from "../../../src/sdk/pyro.js";
 import { codeOf, fakePyro } from "../../helpers/engine.js";
 

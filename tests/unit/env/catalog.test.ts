@@ -1,11 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { PyroError } from "../../../src/core/errors.js";
 import {
   canonicalJson,
   findEnvironment,
   OFFICIAL_ENVIRONMENTS,
   recipeKey,
 } from "../../../src/env/catalog.js";
+import { PyroError } from "../../../src/errors.js";
 
 describe("environment catalog", () => {
   it("lists exactly the three official environments of the contract", () => {

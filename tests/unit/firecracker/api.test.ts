@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { FirecrackerApi, faultMessage } from "../../../src/backends/firecracker/api.js";
-import { PyroError } from "../../../src/core/errors.js";
+import { PyroError } from "../../../src/errors.js";
 
 interface Recorded {
   method: string;

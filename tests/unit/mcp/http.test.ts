@@ -2,7 +2,7 @@ import { request } from "node:http";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PyroError } from "../../../src/core/errors.js";
+import { PyroError } from "../../../src/errors.js";
 import { type HttpEndpoint, parseHttpAddress, serveHttp } from "../../../src/mcp/http.js";
 import { createServer } from "../../../src/mcp/server.js";
 import { fakePyro } from "../../helpers/engine.js";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { PyroError } from "../../../src/core/errors.js";
+import { PyroError } from "../../../src/errors.js";
 import {
   MODE_NAMES,
   MODES,

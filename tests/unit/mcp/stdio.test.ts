@@ -1,7 +1,7 @@
 import { PassThrough } from "node:stream";
 import type { JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js";
 import { describe, expect, it } from "vitest";
-import { bounded, PyroError, quote } from "../../../src/core/errors.js";
+import { bounded, PyroError, quote } from "../../../src/errors.js";
 import { LineTransport } from "../../../src/mcp/stdio.js";
 import { decodeMessage, exceedsDepth, oversizeReply } from "../../../src/mcp/wire.js";
 

@@ -2,7 +2,7 @@ import { mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { PyroError } from "../../../src/core/errors.js";
+import { PyroError } from "../../../src/errors.js";
 import { Pyro } from "../../../src/sdk/pyro.js";
 import { SIGNATURES } from "../../../src/sdk/schemas.js";
 import { fakePyro } from "../../helpers/engine.js";

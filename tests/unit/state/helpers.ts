@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import ts from "typescript";
-import { PyroError } from "../../../src/core/errors.js";
+import { PyroError } from "../../../src/errors.js";
 import type { NewCommand, NewWorkspace } from "../../../src/state/types.js";
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -68,7 +68,9 @@ export function compileStateModule(): { storeUrl: string; cleanup: () => void } 
     ...readdirSync(join(repoRoot, "src/state"))
       .filter((f) => f.endsWith(".ts"))
       .map((f) => `state/${f}`),
-    "core/errors.ts",
+    "errors.ts",
+    "names.ts",
+    "agent/errors.ts",
   ];
   for (const rel of sources) {
     const { outputText } = ts.transpileModule(readFileSync(join(repoRoot, "src", rel), "utf8"), {

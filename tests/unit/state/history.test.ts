@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { PyroError } from "../../../src/core/errors.js";
+import type { PyroError } from "../../../src/errors.js";
 import { TAIL_BYTES } from "../../../src/state/codec.js";
 import { StateStore } from "../../../src/state/store.js";
 import { sampleCommand, sampleWorkspace, tempDir } from "./helpers.js";

@@ -12,7 +12,7 @@ import {
   seedsDir,
   treeId,
 } from "../../../src/backends/vm/disks.js";
-import { PyroError } from "../../../src/core/errors.js";
+import { PyroError } from "../../../src/errors.js";
 import { treeSize } from "../../../src/util/fs.js";
 import { run, which } from "../../../src/util/run.js";
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { GUEST_MODULES, modinfoDepends, moduleLoadOrder } from "../../../src/backends/vm/kernel.js";
-import { PyroError } from "../../../src/core/errors.js";
+import { PyroError } from "../../../src/errors.js";
 
 /** A .ko-like buffer: some ELF-ish bytes, then a NUL-separated .modinfo section. */
 function ko(...modinfo: string[]): Buffer {

@@ -8,7 +8,7 @@ import { procStartTime } from "../../../src/backends/common.js";
 import { portSocket } from "../../../src/backends/qemu/machine.js";
 import { connectPort } from "../../../src/backends/qemu/ports.js";
 import { SERIAL_PORTS } from "../../../src/backends/vm/types.js";
-import { PyroError } from "../../../src/core/errors.js";
+import { PyroError } from "../../../src/errors.js";
 import { eventually } from "../agent/helpers.js";
 
 /** QEMU's per-port chardev sockets, faked: each greets a client with its port number. */

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { QmpClient } from "../../../src/backends/qemu/qmp.js";
-import { PyroError } from "../../../src/core/errors.js";
+import { PyroError } from "../../../src/errors.js";
 
 type Reply = Record<string, unknown> | "close" | "silent";
 

@@ -1,8 +1,8 @@
 import type { Command } from "commander";
-import { PyroError } from "../../../core/errors.js";
 import { execInWorkspace, workspaceLogs } from "../../../core/exec.js";
 import { parseMaxOutputBytes } from "../../../core/output.js";
 import { summarizeWorkspace } from "../../../core/summary.js";
+import { PyroError } from "../../../errors.js";
 import { collect, commandString, keyValues, positiveNumber } from "../../args.js";
 import { liveCommand } from "../../live.js";
 import type { CliContext } from "../../main.js";

@@ -1,5 +1,4 @@
 import type { Command } from "commander";
-import { PyroError } from "../../../core/errors.js";
 import {
   applyPatch,
   diffWorkspace,
@@ -10,6 +9,7 @@ import {
   syncPush,
   writeFileToWorkspace,
 } from "../../../core/files.js";
+import { PyroError } from "../../../errors.js";
 import { formatBytes } from "../../../util/fs.js";
 import type { CliContext } from "../../main.js";
 import { act } from "../../output.js";

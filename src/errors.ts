@@ -1,3 +1,5 @@
+import { AgentError } from "./agent/errors.js";
+
 /**
  * The one error type of pyro. Callers branch on `code`, never on message text.
  * Every surface renders it the same way: `{error: {code, message, hint?}}`.
@@ -123,10 +125,8 @@ const CHANNEL_TABLE: Record<string, { code: ErrorCode; hint: string }> = {
 };
 
 function codedError(err: unknown): PyroError | null {
-  if (!(err instanceof Error) || err.name !== "AgentError") return null;
-  const { code, hint } = err as Error & { code?: unknown; hint?: unknown };
-  if (typeof code !== "string") return null;
-  const h = typeof hint === "string" ? hint : undefined;
+  if (!(err instanceof AgentError)) return null;
+  const { code, hint: h } = err;
   if ((ERROR_CODES as readonly string[]).includes(code))
     return new PyroError(code as ErrorCode, err.message, h, { cause: err });
   const mapped = CHANNEL_TABLE[code];

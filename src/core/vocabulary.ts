@@ -1,0 +1,10 @@
+/**
+ * What surfaces (CLI, MCP, SDK, hosts) may name from below core: the shared vocabulary
+ * (errors, backend names, execution mode) and the environment catalogue's names. Surfaces
+ * import these from here, never from backends/ or env/ (tests/unit/architecture.test.ts).
+ */
+
+export type { BuildProgress } from "../env/builder.js";
+export { DEFAULT_ENVIRONMENT, OFFICIAL_ENVIRONMENTS } from "../env/catalog.js";
+export * from "../errors.js";
+export * from "../names.js";
