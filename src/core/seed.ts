@@ -16,7 +16,8 @@ import { dirname, join, resolve } from "node:path";
 import { PyroError } from "../errors.js";
 import type { WorkspaceSeed } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
-import { run, which } from "../util/run.js";
+import { run } from "../util/run.js";
+import { cloneRepo, gitToplevel, headCommit } from "./git.js";
 
 export interface SeedSource {
   seed_path?: string | undefined;
@@ -103,9 +104,8 @@ async function realPaths(paths: readonly string[]): Promise<string[]> {
 }
 
 async function isGitCheckout(dir: string): Promise<boolean> {
-  if (!(await which("git"))) return false;
-  const r = await run(["git", "-C", dir, "rev-parse", "--show-toplevel"], { timeoutMs: 10_000 });
-  return r.exitCode === 0 && resolve(r.stdout.trim()) === dir;
+  const top = await gitToplevel(dir);
+  return top !== null && resolve(top) === dir;
 }
 
 async function seedFromGitCheckout(
@@ -140,9 +140,9 @@ async function seedFromGitCheckout(
     } else continue; // submodules (directories) are not seeded
     count++;
   }
-  const head = await run(["git", "-C", checkout, "rev-parse", "HEAD"], { timeoutMs: 10_000 });
   const seed: WorkspaceSeed = { kind: "git", source: reported, file_count: count, bytes };
-  if (head.exitCode === 0) seed.commit = head.stdout.trim();
+  const commit = await headCommit(checkout);
+  if (commit) seed.commit = commit;
   if (ref) seed.ref = ref;
   return seed;
 }
@@ -153,37 +153,9 @@ async function seedFromRepoUrl(
   ref: string | undefined,
   signal?: AbortSignal,
 ): Promise<WorkspaceSeed> {
-  if (!(await which("git")))
-    throw new PyroError(
-      "invalid_argument",
-      "git is not installed on the host",
-      "install git to seed from a repository",
-    );
   const tmp = await mkdtemp(join(tmpdir(), "pyro-clone-"));
   try {
-    const argv = ["git", "clone", "--quiet", "--no-hardlinks"];
-    // A commit id cannot be passed to --branch: clone fully and check it out.
-    const isCommit = ref !== undefined && /^[0-9a-f]{7,40}$/.test(ref);
-    if (ref && !isCommit) argv.push("--depth", "1", "--branch", ref);
-    argv.push("--", url, join(tmp, "repo"));
-    const r = await run(argv, {
-      timeoutMs: 10 * 60_000,
-      env: { ...process.env, GIT_TERMINAL_PROMPT: "0" },
-      ...(signal ? { signal } : {}),
-    });
-    if (r.exitCode !== 0) {
-      throw new PyroError(
-        "invalid_argument",
-        `cannot clone ${url}${ref ? ` at ${ref}` : ""}: ${r.stderr.trim().split("\n").pop()}`,
-      );
-    }
-    if (isCommit) {
-      const co = await run(["git", "-C", join(tmp, "repo"), "checkout", "--quiet", "--detach", ref], {
-        timeoutMs: 60_000,
-      });
-      if (co.exitCode !== 0)
-        throw new PyroError("invalid_argument", `cannot check out ${ref}: ${co.stderr.trim()}`);
-    }
+    await cloneRepo(url, ref, join(tmp, "repo"), { signal });
     return await seedFromGitCheckout(dest, join(tmp, "repo"), url, signal, ref);
   } finally {
     await rm(tmp, { recursive: true, force: true });

@@ -1,17 +1,18 @@
 import { isAbsolute, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { PyroError } from "../errors.js";
+import { MODE_NAMES, PROFILE_NAMES } from "../mcp/profiles.js";
 
 /** The name every host's config knows pyro by. */
 export const SERVER_NAME = "pyro";
 
 /**
- * Profile and mode names `pyro mcp serve` accepts (CONTRACT §5). Checked here so that
- * `host connect --profile typo` fails at once instead of leaving a host entry that
- * never starts.
+ * Profile and mode names `pyro mcp serve` accepts: the MCP server's own lists. Checked
+ * here so that `host connect --profile typo` fails at once instead of leaving a host
+ * entry that never starts.
  */
-export const SERVE_PROFILES = ["vm-run", "workspace-core", "workspace-full"] as const;
-export const SERVE_MODES = ["repro-fix", "inspect", "cold-start", "review-eval"] as const;
+export const SERVE_PROFILES: readonly string[] = PROFILE_NAMES;
+export const SERVE_MODES: readonly string[] = MODE_NAMES;
 
 /** The `pyro mcp serve` options a host entry carries (snake_case like every result). */
 export interface ServeOptions {
@@ -74,7 +75,7 @@ export function serveArgs(options: ServeOptions): string[] {
 export function normaliseServeOptions(options: ServeOptions, cwd = process.cwd()): ServeOptions {
   const o: ServeOptions = {};
   if (options.mode !== undefined) {
-    if (!(SERVE_MODES as readonly string[]).includes(options.mode))
+    if (!SERVE_MODES.includes(options.mode))
       throw new PyroError(
         "invalid_argument",
         `unknown mode '${options.mode}'`,
@@ -83,7 +84,7 @@ export function normaliseServeOptions(options: ServeOptions, cwd = process.cwd()
     o.mode = options.mode;
   }
   if (options.profile !== undefined) {
-    if (!(SERVE_PROFILES as readonly string[]).includes(options.profile))
+    if (!SERVE_PROFILES.includes(options.profile))
       throw new PyroError(
         "invalid_argument",
         `unknown profile '${options.profile}'`,

@@ -1,8 +1,8 @@
 import { mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { cloneRepo, gitToplevel as coreToplevel } from "../core/git.js";
 import { PyroError } from "../errors.js";
-import { run, which } from "../util/run.js";
 
 /** Where a workspace's files come from when `workspace_create` omits `seed_path`. */
 export interface DefaultSeedInfo {
@@ -65,9 +65,8 @@ export async function defaultSeed(flags: SeedFlags): Promise<DefaultSeed> {
 
 /** The top directory of the Git checkout containing `dir`, or null. */
 export async function gitToplevel(dir: string): Promise<string | null> {
-  if (!(await which("git"))) return null;
-  const r = await run(["git", "-C", dir, "rev-parse", "--show-toplevel"], { timeoutMs: 10_000 });
-  return r.exitCode === 0 && r.stdout.trim() !== "" ? resolve(r.stdout.trim()) : null;
+  const top = await coreToplevel(dir);
+  return top === null ? null : resolve(top);
 }
 
 export const NO_SEED: DefaultSeed = {
@@ -135,49 +134,24 @@ class RepoSeed implements DefaultSeed {
   }
 
   private async cloneOnce(): Promise<DefaultSeedInfo> {
-    if (!(await which("git")))
-      throw new PyroError(
-        "invalid_argument",
-        "git is not installed on the host",
-        "install git to use --repo-url",
-      );
     const tmp = await mkdtemp(join(tmpdir(), "pyro-mcp-clone-"));
     this.tmp = tmp;
     const dir = join(tmp, "repo");
-    const env = { ...process.env, GIT_TERMINAL_PROMPT: "0" };
-    // A commit id cannot be passed to --branch: clone fully, then check it out.
-    const isCommit = this.ref !== undefined && /^[0-9a-f]{7,40}$/.test(this.ref);
-    const argv = ["git", "clone", "--quiet", "--no-hardlinks"];
-    if (!isCommit) argv.push("--depth", "1");
-    if (this.ref && !isCommit) argv.push("--branch", this.ref);
-    argv.push("--", this.url, dir);
-    const r = await run(argv, { timeoutMs: 10 * 60_000, env });
-    if (r.exitCode !== 0) {
-      await rm(tmp, { recursive: true, force: true });
-      throw new PyroError(
-        "invalid_argument",
-        `cannot clone ${this.url}${this.ref ? ` at ${this.ref}` : ""}: ${lastLine(r.stderr)}`,
-        "check the server's --repo-url and --repo-ref",
-      );
-    }
-    if (isCommit) {
-      const co = await run(["git", "-C", dir, "checkout", "--quiet", "--detach", this.ref!], {
-        timeoutMs: 60_000,
-        env,
+    try {
+      const { commit } = await cloneRepo(this.url, this.ref, dir, {
+        hint: "check the server's --repo-url and --repo-ref",
       });
-      if (co.exitCode !== 0) {
-        await rm(tmp, { recursive: true, force: true });
-        throw new PyroError("invalid_argument", `cannot check out ${this.ref}: ${lastLine(co.stderr)}`);
-      }
+      return {
+        origin: "repo_url",
+        path: dir,
+        repo_url: this.url,
+        ...(this.ref ? { repo_ref: this.ref } : {}),
+        ...(commit ? { commit } : {}),
+      };
+    } catch (err) {
+      await rm(tmp, { recursive: true, force: true });
+      throw err;
     }
-    const head = await run(["git", "-C", dir, "rev-parse", "HEAD"], { timeoutMs: 10_000 });
-    return {
-      origin: "repo_url",
-      path: dir,
-      repo_url: this.url,
-      ...(this.ref ? { repo_ref: this.ref } : {}),
-      ...(head.exitCode === 0 ? { commit: head.stdout.trim() } : {}),
-    };
   }
 
   async close(): Promise<void> {
@@ -190,10 +164,6 @@ class RepoSeed implements DefaultSeed {
 /** Starts cloning a --repo-url seed in the background, so the first create waits less. */
 export function prefetch(seed: DefaultSeed): void {
   if (seed instanceof RepoSeed) seed.prefetch();
-}
-
-function lastLine(text: string): string {
-  return text.trim().split("\n").pop() ?? "";
 }
 
 function abortable<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {

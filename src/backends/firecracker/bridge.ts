@@ -166,15 +166,24 @@ static int listen_vsock(unsigned long port) {
   return fd;
 }
 
+/* Binds a temporary name, listens, then renames it into place: once PATH exists, a
+   connect to it succeeds (a bare bind would show the file before listen, and a client
+   that waits for the file would get ECONNREFUSED). */
 static int listen_unix(const char *path) {
   struct sockaddr_un sa;
+  char tmp[sizeof sa.sun_path];
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
+  if (snprintf(tmp, sizeof tmp, "%s.t", path) >= (int)sizeof tmp) {
+    fprintf(stderr, "pyro-vsock-bridge: listen path too long\n");
+    close(fd);
+    return -1;
+  }
   memset(&sa, 0, sizeof sa);
   sa.sun_family = AF_UNIX;
-  memcpy(sa.sun_path, path, strlen(path));
-  unlink(path);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 64) < 0) {
+  memcpy(sa.sun_path, tmp, strlen(tmp));
+  unlink(tmp);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 64) < 0 || rename(tmp, path) < 0) {
     perror("pyro-vsock-bridge: bind/listen on unix socket");
     close(fd);
     return -1;

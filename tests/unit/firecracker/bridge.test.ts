@@ -39,7 +39,7 @@ describe("vsock bridge source", () => {
   });
 });
 
-describe.skipIf(!cc)("vsock bridge binary (skipped: no C compiler `cc` on this host)", () => {
+describe.skipIf(!cc)(`vsock bridge binary${cc ? "" : " (skipped: no C compiler `cc` on this host)"}`, () => {
   let cache: string;
   let bin: string;
   const children: ChildProcess[] = [];
