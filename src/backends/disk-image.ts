@@ -7,7 +7,7 @@ import { LAUNCH_ENV } from "./common.js";
 /**
  * The disk limit of a namespace sandbox (bwrap, gVisor). Its writable layers live in a
  * sparse ext4 image of the limit's size, loop-mounted in the sandbox's private mount
- * namespace by the launch step (bwrap/launch.ts): a command that fills it gets ENOSPC,
+ * namespace by the launch step (linux/launch.ts): a command that fills it gets ENOSPC,
  * the host's filesystem keeps its space (the image only grows by what is written, up to
  * the limit), and the workspace stays usable (delete the files, or reset). The image is
  * made on the first start after a create or a reset: mkfs of a sparse image takes

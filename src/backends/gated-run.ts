@@ -3,11 +3,11 @@ import { Readable } from "node:stream";
 import { HeadTailCapture } from "../agent/capture.js";
 import { PyroError } from "../errors.js";
 import type { OneShotResult, OneShotSpec } from "./backend.js";
-import type { CgroupLimits } from "./bwrap/cgroups.js";
 import { killAndWait, LAUNCH_ENV, procStartTime, spawnDetached } from "./common.js";
+import type { CgroupLimits } from "./linux/cgroups.js";
 
 /**
- * Runs a launch argv (see bwrap/launch.ts: it waits for one stdin line) as a one-shot:
+ * Runs a launch argv (see linux/launch.ts: it waits for one stdin line) as a one-shot:
  * places it in its cgroup, releases the gate, captures stdout and stderr (head and tail past
  * the cap), and
  * on timeout or abort kills everything through the cgroup. Shared by the bwrap and gVisor

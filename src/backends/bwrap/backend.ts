@@ -1,17 +1,25 @@
 import { closeSync, openSync } from "node:fs";
-import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { PyroError } from "../../errors.js";
-import { exists } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
-import { DEFAULT_DISK_MIB, ensureDiskImage } from "../disk-image.js";
 import { spawnGatedDetached } from "../gated-run.js";
+import { agentArgv, sandboxHostname } from "../guest.js";
+import { CgroupLimits, detectCgroups, limitedCgroup } from "../linux/cgroups.js";
+import { detectLaunchTools, type LaunchTools, launchArgv } from "../linux/launch.js";
+import {
+  detectLayout,
+  discardLayers,
+  layoutDisk,
+  layoutOverlays,
+  prepareLayout,
+  type SandboxLayout,
+} from "../linux/layout.js";
 import { prepareNodeRuntime } from "../runtime.js";
-import { CgroupLimits, detectCgroups } from "./cgroups.js";
-import { detectLaunchTools, isolationArgs, type LaunchTools, launchArgv } from "./launch.js";
+import { socketSandboxShape, stateReader } from "../sandbox-state.js";
+import { isolationArgs } from "./isolation.js";
 import { bwrapRunOnce } from "./oneshot.js";
 import { writeSeccompFile } from "./seccomp.js";
 
@@ -24,42 +32,8 @@ export const IN_SANDBOX = {
   sock: "/run/pyro/sock",
 } as const;
 
-interface Layout {
-  /** The disk image holding the writable layers (absent in a legacy layout). */
-  disk: string;
-  diskMount: string;
-  rootUpper: string;
-  rootWork: string;
-  rootMerged: string;
-  wsUpper: string;
-  wsWork: string;
-  wsMerged: string;
-  sock: string;
-  logs: string;
-}
-
-/**
- * Paths of a workspace's sandbox. The writable layers live in the disk image, mounted at
- * `mnt/disk` inside the launch step's mount namespace only. A workspace made before disk
- * limits keeps its layers in host directories (`root/`, `ws/`) until its next reset.
- */
-async function layout(dir: string): Promise<Layout & { legacy: boolean }> {
-  const legacy = (await exists(join(dir, "root", "upper"))) && !(await exists(join(dir, "disk.img")));
-  const layers = legacy ? dir : join(dir, "mnt", "disk");
-  return {
-    legacy,
-    disk: join(dir, "disk.img"),
-    diskMount: join(dir, "mnt", "disk"),
-    rootUpper: join(layers, "root", "upper"),
-    rootWork: join(layers, "root", "work"),
-    rootMerged: join(dir, "mnt", "root"),
-    wsUpper: join(layers, "ws", "upper"),
-    wsWork: join(layers, "ws", "work"),
-    wsMerged: join(dir, "mnt", "ws"),
-    sock: join(dir, "sock"),
-    logs: join(dir, "logs"),
-  };
-}
+/** What a bwrap sandbox records: its launch process, agent socket, log and cgroup. */
+const BWRAP_STATE = stateReader("bwrap", socketSandboxShape);
 
 /**
  * The bubblewrap backend: Linux namespaces (mount, pid, ipc, uts, net, cgroup), all
@@ -90,7 +64,7 @@ export class BwrapBackend implements WorkspaceBackend {
   }
 
   /** The bwrap argv (without the launch wrapper), separate so tests can pin it. */
-  bwrapArgv(spec: SandboxSpec, l: Layout, runtimeDir: string, agentArgv: string[]): string[] {
+  bwrapArgv(spec: SandboxSpec, l: SandboxLayout, runtimeDir: string, agentArgv: string[]): string[] {
     return [
       "bwrap",
       // Binds come first: /proc and /dev from isolationArgs must land on the new root.
@@ -100,7 +74,7 @@ export class BwrapBackend implements WorkspaceBackend {
       "--bind",
       l.wsMerged,
       IN_SANDBOX.workspace,
-      ...isolationArgs(`pyro-${spec.workspace_id.replace(/^ws_/, "").slice(0, 12)}`),
+      ...isolationArgs(sandboxHostname(spec.workspace_id)),
       "--ro-bind",
       runtimeDir,
       IN_SANDBOX.runtime,
@@ -128,23 +102,15 @@ export class BwrapBackend implements WorkspaceBackend {
         "run as root, or choose another backend",
       );
     }
-    const l = await layout(spec.dir);
-    const layers = [l.rootUpper, l.rootWork, l.wsUpper, l.wsWork];
-    for (const d of [...(l.legacy ? layers : [l.diskMount]), l.rootMerged, l.wsMerged, l.sock, l.logs]) {
-      await mkdir(d, { recursive: true, mode: 0o700 });
-    }
-    if (!l.legacy) await ensureDiskImage(l.disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB);
+    const l = await detectLayout(spec.dir);
+    await prepareLayout(l, spec);
     const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
-    const socket = join(l.sock, "agent.sock");
-    await rm(socket, { force: true });
-    const agentArgv = runtime.argv(
-      IN_SANDBOX.runtime,
-      `${IN_SANDBOX.app}/dist/agent/guest/main.js`,
-      "--root",
+    const argvOfAgent = agentArgv(
+      runtime,
+      IN_SANDBOX,
       IN_SANDBOX.workspace,
-      "--listen",
-      `${IN_SANDBOX.sock}/agent.sock`,
-      "--idle-commands",
+      { listen: `${IN_SANDBOX.sock}/agent.sock` },
+      { idleCommands: true },
     );
     const seccompFile = join(spec.dir, "seccomp.bpf");
     await writeSeccompFile(seccompFile);
@@ -154,35 +120,14 @@ export class BwrapBackend implements WorkspaceBackend {
     const cgLayout = await detectCgroups();
     await (await CgroupLimits.attach(cgLayout, spec.workspace_id))?.destroy();
     // Limits first: fail closed before anything runs if they cannot be applied.
-    const cgroups = await CgroupLimits.create(cgLayout, spec.workspace_id, {
-      vcpus: spec.limits.vcpus,
-      memoryMib: spec.limits.memory_mib,
-      pidsMax: spec.limits.pids_max,
-    }).catch((err: Error) => {
-      throw new PyroError(
-        "backend_unavailable",
-        `cannot apply resource limits: ${err.message}`,
-        "pyro refuses to run without limits",
-      );
-    });
+    const cgroups = await limitedCgroup(cgLayout, spec.workspace_id, spec.limits);
 
     const logFile = join(l.logs, "sandbox.log");
     const argv = launchArgv(
-      [
-        { lower: spec.rootfs, upper: l.rootUpper, work: l.rootWork, target: l.rootMerged },
-        {
-          lower: join(spec.snapshotsDir, spec.snapshot),
-          upper: l.wsUpper,
-          work: l.wsWork,
-          target: l.wsMerged,
-        },
-      ],
-      this.bwrapArgv(spec, l, runtime.dir, agentArgv),
+      layoutOverlays(l, spec),
+      this.bwrapArgv(spec, l, runtime.dir, argvOfAgent),
       await this.launchTools(),
-      {
-        cappedLog: true,
-        ...(l.legacy ? {} : { disk: { image: l.disk, mount: l.diskMount, mkdirs: layers } }),
-      },
+      { cappedLog: true, ...layoutDisk(l) },
     );
     const fd = openSync(seccompFile, "r");
     let started: { pid: number; startTime: string };
@@ -196,12 +141,12 @@ export class BwrapBackend implements WorkspaceBackend {
       backend: "bwrap",
       pid,
       start_time: startTime,
-      socket,
+      socket: l.socket,
       log: logFile,
       cgroup: spec.workspace_id,
     };
     try {
-      await waitForSocket(socket, () => sameProcessAlive(pid, startTime), {
+      await waitForSocket(l.socket, () => sameProcessAlive(pid, startTime), {
         timeoutMs: 20_000,
         logFile,
         what: "bwrap sandbox",
@@ -215,24 +160,24 @@ export class BwrapBackend implements WorkspaceBackend {
   }
 
   connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
-    return connectSandboxSocket(String(state.socket), options.timeoutMs ?? 5000);
+    return connectSandboxSocket(BWRAP_STATE.read(state).socket, options.timeoutMs ?? 5000);
   }
 
   isRunning(state: SandboxState): Promise<boolean> {
-    return sameProcessAlive(state.pid, state.start_time);
+    const s = BWRAP_STATE.read(state);
+    return sameProcessAlive(s.pid, s.start_time);
   }
 
   /** Kills every process of the sandbox (through its cgroup) and waits for them. */
   async stop(state: SandboxState): Promise<void> {
-    const cg = await CgroupLimits.attach(await detectCgroups(), String(state.cgroup));
+    const s = BWRAP_STATE.readPartial(state);
+    const cg = s.cgroup ? await CgroupLimits.attach(await detectCgroups(), s.cgroup) : null;
     if (cg) await cg.destroy();
-    if (typeof state.pid === "number" && typeof state.start_time === "string")
-      await killAndWait(state.pid, state.start_time);
+    if (s.pid !== undefined && s.start_time !== undefined) await killAndWait(s.pid, s.start_time);
   }
 
-  async discardChanges(spec: SandboxSpec): Promise<void> {
-    for (const d of ["root", "ws"]) await removeTree(join(spec.dir, d));
-    await rm(join(spec.dir, "disk.img"), { force: true });
+  discardChanges(spec: SandboxSpec): Promise<void> {
+    return discardLayers(spec.dir);
   }
 
   async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {

@@ -7,8 +7,10 @@ import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { DEFAULT_DISK_MIB, ensureDiskImage } from "../disk-image.js";
 import { runGatedOneShot } from "../gated-run.js";
-import { CgroupLimits, detectCgroups } from "./cgroups.js";
-import { isolationArgs, type LaunchTools, launchArgv } from "./launch.js";
+import { sandboxHostname } from "../guest.js";
+import { detectCgroups, limitedCgroup } from "../linux/cgroups.js";
+import { type LaunchTools, launchArgv } from "../linux/launch.js";
+import { isolationArgs } from "./isolation.js";
 import { writeSeccompFile } from "./seccomp.js";
 
 /**
@@ -38,24 +40,16 @@ export async function bwrapRunOnce(spec: OneShotSpec, tools: LaunchTools): Promi
   });
   const seccomp = join(dir, "seccomp.bpf");
   await writeSeccompFile(seccomp);
-  const cgroups = await CgroupLimits.create(await detectCgroups(), id, {
-    vcpus: spec.limits.vcpus,
-    memoryMib: spec.limits.memory_mib,
-    pidsMax: spec.limits.pids_max,
-  }).catch(async (err: Error) => {
+  const cgroups = await limitedCgroup(await detectCgroups(), id, spec.limits).catch(async (err: unknown) => {
     await removeTree(dir);
-    throw new PyroError(
-      "backend_unavailable",
-      `cannot apply resource limits: ${err.message}`,
-      "pyro refuses to run without limits",
-    );
+    throw err;
   });
   const bwrap = [
     "bwrap",
     "--bind",
     merged,
     "/",
-    ...isolationArgs(`pyro-${id.slice(4)}`, spec.env),
+    ...isolationArgs(sandboxHostname(id), spec.env),
     "--dir",
     "/workspace",
     "--chdir",

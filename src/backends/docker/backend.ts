@@ -7,6 +7,7 @@ import { PyroError } from "../../errors.js";
 import { atomicWriteFile } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
+import { agentArgv } from "../guest.js";
 import { prepareNodeRuntime } from "../runtime.js";
 import {
   CALL_MS,
@@ -109,13 +110,12 @@ export class DockerBackend implements WorkspaceBackend {
     const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
     const image = await ensureImage(docker, endpoint, spec.rootfs, options);
     for (const d of [l.upper, l.work]) await mkdir(d, { recursive: true, mode: 0o700 });
-    const agentArgv = runtime.argv(
-      IN_CONTAINER.runtime,
-      `${IN_CONTAINER.app}/dist/agent/guest/main.js`,
-      "--root",
+    const argvOfAgent = agentArgv(
+      runtime,
+      IN_CONTAINER,
       IN_CONTAINER.workspace,
-      "--stdio",
-      "--idle-commands",
+      { stdio: true },
+      { idleCommands: true },
     );
     const volume = overlayVolumeBody({
       name: volumeName(spec.workspace_id),
@@ -149,7 +149,7 @@ export class DockerBackend implements WorkspaceBackend {
       endpoint,
       container_id: id,
       container: containerName(spec.workspace_id),
-      agent_argv: agentArgv,
+      agent_argv: argvOfAgent,
     };
     try {
       await this.awaitAgent(state, options.signal);

@@ -5,7 +5,8 @@
 
 import { PyroError } from "../../errors.js";
 import type { SandboxSpec } from "../backend.js";
-import { OVERLAY_OPTIONS } from "../bwrap/launch.js";
+import { sandboxHostname } from "../guest.js";
+import { OVERLAY_OPTIONS } from "../linux/launch.js";
 import { seccompSecurityOpt } from "./seccomp.js";
 
 /** Mount points inside the container (the same as the bwrap backend's). */
@@ -136,7 +137,7 @@ export function volumeName(workspaceId: string): string {
 }
 
 export function hostnameFor(id: string): string {
-  return `pyro-${id.replace(/^(ws|run)_/, "").slice(0, 12)}`;
+  return sandboxHostname(id);
 }
 
 /**

@@ -8,6 +8,7 @@ import { firstLine, run, which } from "../../util/run.js";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { sameProcessAlive } from "../common.js";
 import { DEFAULT_DISK_MIB } from "../disk-image.js";
+import { sandboxHostname } from "../guest.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
 import { blankExt4, seedImage } from "../vm/disks.js";
 import { setupGuest } from "../vm/setup.js";
@@ -265,10 +266,7 @@ export class FirecrackerBackend extends MicroVmBackend implements WorkspaceBacke
   ): Promise<void> {
     await this.deps.setupGuest(() => this.connect(state), {
       timeoutMs: this.options.setupTimeoutMs ?? SETUP_TIMEOUT_MS,
-      hostname: `pyro-${spec.workspace_id
-        .replace(/^ws_/, "")
-        .replace(/[^A-Za-z0-9-]/g, "-")
-        .slice(0, 12)}`,
+      hostname: sandboxHostname(spec.workspace_id),
       ...(signal ? { signal } : {}),
     });
   }

@@ -2,61 +2,51 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
+import { z } from "zod";
 import { PyroError } from "../../errors.js";
-import { exists } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import { which } from "../../util/run.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { CgroupLimits, detectCgroups } from "../bwrap/cgroups.js";
-import { detectLaunchTools, type LaunchTools, launchArgv } from "../bwrap/launch.js";
 import { connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
-import { DEFAULT_DISK_MIB, ensureDiskImage } from "../disk-image.js";
 import { spawnGatedDetached } from "../gated-run.js";
+import { agentArgv, sandboxHostname } from "../guest.js";
 import { probeKvm } from "../kvm.js";
+import { CgroupLimits, detectCgroups, limitedCgroup } from "../linux/cgroups.js";
+import { detectLaunchTools, type LaunchTools, launchArgv } from "../linux/launch.js";
+import {
+  detectLayout,
+  discardLayers,
+  layoutDisk,
+  layoutOverlays,
+  prepareLayout,
+  type SandboxLayout,
+  sandboxLayout,
+} from "../linux/layout.js";
 import { prepareNodeRuntime } from "../runtime.js";
+import { socketSandboxShape, stateReader } from "../sandbox-state.js";
 import { GVISOR_IN_SANDBOX, workspaceConfig } from "./oci.js";
 import { gvisorRunOnce } from "./oneshot.js";
 import { type GvisorPlatform, platformFor } from "./platform.js";
 import { cgroupsPath, containerId, hostPidsMax, type RunscGlobal, runArgv, sweepCgroups } from "./runsc.js";
 import { preparePreloadFile, prepareStatxShim } from "./statx-shim.js";
 
-/** Host paths of one workspace's sandbox, all under `spec.dir`. */
-export interface GvisorLayout {
-  /** Layers in host directories: a workspace made before disk limits, until its next reset. */
-  legacy: boolean;
-  disk: string;
-  diskMount: string;
-  rootUpper: string;
-  rootWork: string;
-  rootMerged: string;
-  wsUpper: string;
-  wsWork: string;
-  wsMerged: string;
+/** Host paths of one workspace's sandbox: the Linux sandbox layout, plus runsc's bundle and state. */
+export interface GvisorLayout extends SandboxLayout {
   bundle: string;
   runscRoot: string;
-  sock: string;
-  logs: string;
 }
 
-/** The writable layers live in the disk image (disk-image.ts), as for bwrap. */
 export function gvisorLayout(dir: string, legacy = false): GvisorLayout {
-  const layers = legacy ? dir : join(dir, "mnt", "disk");
-  return {
-    legacy,
-    disk: join(dir, "disk.img"),
-    diskMount: join(dir, "mnt", "disk"),
-    rootUpper: join(layers, "root", "upper"),
-    rootWork: join(layers, "root", "work"),
-    rootMerged: join(dir, "mnt", "root"),
-    wsUpper: join(layers, "ws", "upper"),
-    wsWork: join(layers, "ws", "work"),
-    wsMerged: join(dir, "mnt", "ws"),
-    bundle: join(dir, "bundle"),
-    runscRoot: join(dir, "runsc"),
-    sock: join(dir, "sock"),
-    logs: join(dir, "logs"),
-  };
+  return { ...sandboxLayout(dir, legacy), bundle: join(dir, "bundle"), runscRoot: join(dir, "runsc") };
 }
+
+/** What a gVisor sandbox records: a Linux sandbox's fields and runsc's state directory and ids. */
+const GVISOR_STATE = stateReader("gvisor", {
+  ...socketSandboxShape,
+  runsc_root: z.string().min(1),
+  container_id: z.string().min(1),
+  platform: z.string().min(1),
+});
 
 const START_TIMEOUT_MS = 30_000;
 
@@ -142,27 +132,12 @@ export class GvisorBackend implements WorkspaceBackend {
 
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
     const { bin, platform } = await this.runtime();
-    const legacy =
-      (await exists(join(spec.dir, "root", "upper"))) && !(await exists(join(spec.dir, "disk.img")));
-    const l = gvisorLayout(spec.dir, legacy);
-    const layers = [l.rootUpper, l.rootWork, l.wsUpper, l.wsWork];
-    for (const d of [
-      ...(legacy ? layers : [l.diskMount]),
-      l.rootMerged,
-      l.wsMerged,
-      l.bundle,
-      l.sock,
-      l.logs,
-    ]) {
-      await mkdir(d, { recursive: true, mode: 0o700 });
-    }
-    if (!legacy) await ensureDiskImage(l.disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB);
+    const l = gvisorLayout(spec.dir, (await detectLayout(spec.dir)).legacy);
+    await prepareLayout(l, spec, [l.bundle]);
     // State of a sandbox that died without cleaning up (host reboot, SIGKILL) would make
     // `runsc run` refuse the id; nothing of it is alive (stop() ran or the host rebooted).
     await rm(l.runscRoot, { recursive: true, force: true });
     await mkdir(l.runscRoot, { mode: 0o700 });
-    const socket = join(l.sock, "agent.sock");
-    await rm(socket, { force: true });
 
     const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
     const so = await prepareStatxShim(spec.runtimeCacheDir);
@@ -180,15 +155,10 @@ export class GvisorBackend implements WorkspaceBackend {
       appDir: spec.appDir,
       snapshotsDir: spec.snapshotsDir,
       sockDir: l.sock,
-      hostname: `pyro-${spec.workspace_id.replace(/^ws_/, "").slice(0, 12)}`,
-      agentArgv: runtime.argv(
-        GVISOR_IN_SANDBOX.runtime,
-        `${GVISOR_IN_SANDBOX.app}/dist/agent/guest/main.js`,
-        "--root",
-        GVISOR_IN_SANDBOX.workspace,
-        "--listen",
-        `${GVISOR_IN_SANDBOX.sock}/agent.sock`,
-      ),
+      hostname: sandboxHostname(spec.workspace_id),
+      agentArgv: agentArgv(runtime, GVISOR_IN_SANDBOX, GVISOR_IN_SANDBOX.workspace, {
+        listen: `${GVISOR_IN_SANDBOX.sock}/agent.sock`,
+      }),
       cgroupsPath: cgroupsPath(layout.base, spec.workspace_id),
       limits: spec.limits,
       shim,
@@ -198,40 +168,28 @@ export class GvisorBackend implements WorkspaceBackend {
     // Limits first: fail closed before anything runs if they cannot be applied. runsc is
     // given the same group (cgroupsPath): it finds it configured and only reads the
     // memory limit from it (the sandbox's MemTotal).
-    const cgroups = await CgroupLimits.create(layout, spec.workspace_id, {
-      vcpus: spec.limits.vcpus,
-      memoryMib: spec.limits.memory_mib,
-      pidsMax: hostPidsMax(spec.limits.pids_max),
-    }).catch((err: Error) => {
-      throw new PyroError(
-        "backend_unavailable",
-        `cannot apply resource limits: ${err.message}`,
-        "pyro refuses to run without limits",
-      );
+    const cgroups = await limitedCgroup(layout, spec.workspace_id, {
+      ...spec.limits,
+      pids_max: hostPidsMax(spec.limits.pids_max),
     });
 
     const g: RunscGlobal = { bin, root: l.runscRoot };
     const logFile = join(l.logs, "sandbox.log");
     const argv = launchArgv(
-      [
-        { lower: spec.rootfs, upper: l.rootUpper, work: l.rootWork, target: l.rootMerged },
-        {
-          lower: join(spec.snapshotsDir, spec.snapshot),
-          upper: l.wsUpper,
-          work: l.wsWork,
-          target: l.wsMerged,
-        },
-      ],
+      layoutOverlays(l, spec),
       runArgv(g, platform, l.bundle, id),
       await this.launchTools(),
-      { cappedLog: true, ...(legacy ? {} : { disk: { image: l.disk, mount: l.diskMount, mkdirs: layers } }) },
+      {
+        cappedLog: true,
+        ...layoutDisk(l),
+      },
     );
     const { pid, startTime } = await spawnGatedDetached(argv, { logFile, cgroups });
     const state: SandboxState = {
       backend: "gvisor",
       pid,
       start_time: startTime,
-      socket,
+      socket: l.socket,
       log: logFile,
       cgroup: spec.workspace_id,
       runsc_root: l.runscRoot,
@@ -239,7 +197,7 @@ export class GvisorBackend implements WorkspaceBackend {
       platform,
     };
     try {
-      await waitForSocket(socket, () => sameProcessAlive(pid, startTime), {
+      await waitForSocket(l.socket, () => sameProcessAlive(pid, startTime), {
         timeoutMs: START_TIMEOUT_MS,
         logFile,
         what: "gvisor sandbox",
@@ -253,7 +211,7 @@ export class GvisorBackend implements WorkspaceBackend {
   }
 
   connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
-    return connectSandboxSocket(String(state.socket), options.timeoutMs ?? 5000);
+    return connectSandboxSocket(GVISOR_STATE.read(state).socket, options.timeoutMs ?? 5000);
   }
 
   /**
@@ -264,9 +222,10 @@ export class GvisorBackend implements WorkspaceBackend {
    * the core then stops what is left and starts it again on the kept files.
    */
   async isRunning(state: SandboxState): Promise<boolean> {
-    if (!(await sameProcessAlive(state.pid, state.start_time))) return false;
+    const s = GVISOR_STATE.read(state);
+    if (!(await sameProcessAlive(s.pid, s.start_time))) return false;
     try {
-      (await connectSandboxSocket(String(state.socket), 1000)).destroy();
+      (await connectSandboxSocket(s.socket, 1000)).destroy();
       return true;
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
@@ -282,19 +241,17 @@ export class GvisorBackend implements WorkspaceBackend {
    * state directory. The writable layers stay.
    */
   async stop(state: SandboxState): Promise<void> {
+    const s = GVISOR_STATE.readPartial(state);
     const layout = await detectCgroups();
-    const id = String(state.cgroup);
-    const cg = await CgroupLimits.attach(layout, id);
+    const cg = s.cgroup ? await CgroupLimits.attach(layout, s.cgroup) : null;
     if (cg) await cg.destroy();
-    if (typeof state.pid === "number" && typeof state.start_time === "string")
-      await killAndWait(state.pid, state.start_time);
-    await this.sweep(layout.root, layout.base, id);
-    if (typeof state.runsc_root === "string") await rm(state.runsc_root, { recursive: true, force: true });
+    if (s.pid !== undefined && s.start_time !== undefined) await killAndWait(s.pid, s.start_time);
+    if (s.cgroup) await this.sweep(layout.root, layout.base, s.cgroup);
+    if (s.runsc_root) await rm(s.runsc_root, { recursive: true, force: true });
   }
 
-  async discardChanges(spec: SandboxSpec): Promise<void> {
-    for (const d of ["root", "ws"]) await removeTree(join(spec.dir, d));
-    await rm(join(spec.dir, "disk.img"), { force: true });
+  discardChanges(spec: SandboxSpec): Promise<void> {
+    return discardLayers(spec.dir);
   }
 
   async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {

@@ -1,7 +1,7 @@
 /**
  * OCI runtime configs (config.json) for runsc. Pure functions, so unit tests pin them.
  */
-import { SANDBOX_PATH } from "../bwrap/launch.js";
+import { SANDBOX_PATH } from "../linux/launch.js";
 import { PRELOAD_IN_SANDBOX, SHIM_IN_SANDBOX } from "./statx-shim.js";
 
 /** Mount points inside a gVisor sandbox (the same names as bwrap's). */

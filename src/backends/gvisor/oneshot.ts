@@ -1,13 +1,13 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
-import { CgroupLimits, detectCgroups } from "../bwrap/cgroups.js";
-import { type LaunchTools, launchArgv } from "../bwrap/launch.js";
 import { DEFAULT_DISK_MIB, ensureDiskImage } from "../disk-image.js";
 import { runGatedOneShot } from "../gated-run.js";
+import { sandboxHostname } from "../guest.js";
+import { detectCgroups, limitedCgroup } from "../linux/cgroups.js";
+import { type LaunchTools, launchArgv } from "../linux/launch.js";
 import { oneShotConfig } from "./oci.js";
 import type { GvisorPlatform } from "./platform.js";
 import { cgroupsPath, hostPidsMax, runArgv, sweepCgroups } from "./runsc.js";
@@ -47,7 +47,7 @@ export async function gvisorRunOnce(
     JSON.stringify(
       oneShotConfig({
         rootfs: merged,
-        hostname: `pyro-${id.slice(4)}`,
+        hostname: sandboxHostname(id),
         command: spec.command,
         env: spec.env,
         cgroupsPath: cgroupsPath(layout.base, id),
@@ -57,17 +57,12 @@ export async function gvisorRunOnce(
     ),
     { mode: 0o600 },
   );
-  const cgroups = await CgroupLimits.create(layout, id, {
-    vcpus: spec.limits.vcpus,
-    memoryMib: spec.limits.memory_mib,
-    pidsMax: hostPidsMax(spec.limits.pids_max),
-  }).catch(async (err: Error) => {
+  const cgroups = await limitedCgroup(layout, id, {
+    ...spec.limits,
+    pids_max: hostPidsMax(spec.limits.pids_max),
+  }).catch(async (err: unknown) => {
     await removeTree(dir);
-    throw new PyroError(
-      "backend_unavailable",
-      `cannot apply resource limits: ${err.message}`,
-      "pyro refuses to run without limits",
-    );
+    throw err;
   });
   const argv = launchArgv(
     [{ lower: spec.rootfs, upper, work, target: merged }],

@@ -11,6 +11,7 @@ import {
   spawnDetached,
   waitForSocket,
 } from "../common.js";
+import { AGENT_ENTRY } from "../guest.js";
 
 /**
  * The host-compat backend: no isolation at all. The agent runs as a plain host process
@@ -48,7 +49,7 @@ export class HostBackend implements WorkspaceBackend {
     const { pid } = spawnDetached(
       [
         process.execPath,
-        join(spec.appDir, "dist/agent/guest/main.js"),
+        join(spec.appDir, AGENT_ENTRY),
         "--root",
         root,
         // Relative to its working directory (`root`): a socket address holds only 107

@@ -19,6 +19,7 @@ import {
   terminateAndWait,
 } from "../common.js";
 import { DEFAULT_DISK_MIB } from "../disk-image.js";
+import { sandboxHostname } from "../guest.js";
 import { probeKvm } from "../kvm.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
 import { qcow2Overlay, seedImage, standaloneQcow2 } from "../vm/disks.js";
@@ -233,7 +234,7 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
       await touch(artifacts.agentDisk);
       const setup = await setupGuest(() => this.connectChecked(state, 10_000), {
         timeoutMs: incoming ? 60_000 : 300_000,
-        hostname: `pyro-${spec.workspace_id.replace(/^ws_/, "").slice(0, 12)}`,
+        hostname: sandboxHostname(spec.workspace_id),
         ...sig,
       });
       this.lastStart = {

@@ -2,6 +2,7 @@ import { createHash, type Hash } from "node:crypto";
 import { cp, link, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
 import { touch } from "../../util/fs.js";
+import { agentArgv } from "../guest.js";
 import type { NodeRuntime } from "../runtime.js";
 import { mkfsExt4 } from "./disks.js";
 import { AGENT_VSOCK_PORT, GUEST } from "./types.js";
@@ -99,15 +100,13 @@ export async function prepareAgentDisk(
   signal?: AbortSignal,
 ): Promise<string> {
   const packages = await packageClosure(inputs.appDir, AGENT_PACKAGES);
-  const agentArgv = inputs.runtime.argv(
-    `${GUEST.agentDir}/runtime`,
-    `${GUEST.agentDir}/app/dist/agent/guest/main.js`,
-    "--root",
+  const argvOfAgent = agentArgv(
+    inputs.runtime,
+    { runtime: `${GUEST.agentDir}/runtime`, app: `${GUEST.agentDir}/app` },
     GUEST.workspace,
-    "--vm",
-    GUEST.agentDir,
+    { vm: GUEST.agentDir },
   );
-  const script = stage2Script(agentArgv, inputs.bridge ? `${GUEST.agentDir}/bin/pyro-vsock-bridge` : null);
+  const script = stage2Script(argvOfAgent, inputs.bridge ? `${GUEST.agentDir}/bin/pyro-vsock-bridge` : null);
   const h = createHash("sha256").update(JSON.stringify([inputs.runtime.key, script, packages]));
   await hashTree(h, inputs.appDir, "dist");
   // Packages by name and version: hashing their contents costs seconds (zod alone is thousands of files).

@@ -1,11 +1,6 @@
 import { describe, expect, it } from "vitest";
-import {
-  BASH_TOOLS,
-  BUSYBOX_TOOLS,
-  isolationArgs,
-  launchArgv,
-  OVERLAY_OPTIONS,
-} from "../../../src/backends/bwrap/launch.js";
+import { isolationArgs } from "../../../src/backends/bwrap/isolation.js";
+import { BASH_TOOLS, BUSYBOX_TOOLS, launchArgv, OVERLAY_OPTIONS } from "../../../src/backends/linux/launch.js";
 
 describe("bwrap launch argv", () => {
   it("wraps the command in a private mount namespace that mounts each overlay, values as arguments", () => {

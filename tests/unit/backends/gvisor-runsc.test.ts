@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { BUSYBOX_TOOLS, launchArgv } from "../../../src/backends/bwrap/launch.js";
+import { BUSYBOX_TOOLS, launchArgv } from "../../../src/backends/linux/launch.js";
 import { gvisorLayout } from "../../../src/backends/gvisor/backend.js";
 import { PROBE_SCRIPT } from "../../../src/backends/gvisor/platform.js";
 import {

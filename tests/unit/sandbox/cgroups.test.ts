@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
-import { type CgroupLayout, CgroupLimits, detectCgroups } from "../../../src/backends/bwrap/cgroups.js";
+import { type CgroupLayout, CgroupLimits, detectCgroups } from "../../../src/backends/linux/cgroups.js";
 
 const BASE = `pyro-test-${process.pid}`;
 const isRoot = process.getuid?.() === 0;

@@ -2,6 +2,7 @@ import { constants } from "node:fs";
 import { access, mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { PyroError } from "../../errors.js";
 import { exists } from "../../util/fs.js";
 
 /**
@@ -386,5 +387,30 @@ async function canWrite(path: string): Promise<boolean> {
     return true;
   } catch {
     return false;
+  }
+}
+
+/**
+ * The cgroup of a sandbox with its limits applied, or `backend_unavailable`: the one
+ * fail-closed refusal of every Linux sandbox (bwrap, gVisor; workspaces and one-shots).
+ * Nothing may run until this returns.
+ */
+export async function limitedCgroup(
+  layout: CgroupLayout,
+  id: string,
+  limits: { vcpus: number; memory_mib: number; pids_max: number },
+): Promise<CgroupLimits> {
+  try {
+    return await CgroupLimits.create(layout, id, {
+      vcpus: limits.vcpus,
+      memoryMib: limits.memory_mib,
+      pidsMax: limits.pids_max,
+    });
+  } catch (err) {
+    throw new PyroError(
+      "backend_unavailable",
+      `cannot apply resource limits: ${(err as Error).message}`,
+      "pyro refuses to run without limits",
+    );
   }
 }

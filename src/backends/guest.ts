@@ -1,0 +1,48 @@
+import type { NodeRuntime } from "./runtime.js";
+
+/**
+ * What every backend tells its guest, spelled once: where the agent's entry point is in
+ * the pyro package, how it is started, and the sandbox's hostname.
+ */
+
+/** The guest agent's entry point, relative to the pyro package (the app directory). */
+export const AGENT_ENTRY = "dist/agent/guest/main.js";
+
+/** How the agent serves the host: a unix socket it listens on, stdio, or a VM's ports. */
+export type AgentChannel = { listen: string } | { stdio: true } | { vm: string };
+
+/**
+ * The agent's argv inside a sandbox: `runtime` (node) mounted at `runtimeDir`, the pyro
+ * package at `appDir`, serving `root` over `channel`. `idleCommands`: commands run at
+ * nice 19, below the agent, so a busy workspace still answers (agent/server.ts).
+ */
+export function agentArgv(
+  runtime: Pick<NodeRuntime, "argv">,
+  dirs: { runtime: string; app: string },
+  root: string,
+  channel: AgentChannel,
+  options: { idleCommands?: boolean } = {},
+): string[] {
+  const serve =
+    "listen" in channel
+      ? ["--listen", channel.listen]
+      : "stdio" in channel
+        ? ["--stdio"]
+        : ["--vm", channel.vm];
+  return runtime.argv(
+    dirs.runtime,
+    `${dirs.app}/${AGENT_ENTRY}`,
+    "--root",
+    root,
+    ...serve,
+    ...(options.idleCommands ? ["--idle-commands"] : []),
+  );
+}
+
+/** The hostname of a workspace's or one-shot's sandbox: `pyro-` and its id's first 12 characters. */
+export function sandboxHostname(id: string): string {
+  return `pyro-${id
+    .replace(/^(ws|run)_/, "")
+    .replace(/[^A-Za-z0-9-]/g, "-")
+    .slice(0, 12)}`;
+}

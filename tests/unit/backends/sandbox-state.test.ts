@@ -1,0 +1,41 @@
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { socketSandboxShape, stateReader } from "../../../src/backends/sandbox-state.js";
+import { PyroError } from "../../../src/errors.js";
+
+const R = stateReader("bwrap", { ...socketSandboxShape, extra: z.string() });
+const whole = {
+  backend: "bwrap" as const,
+  pid: 42,
+  start_time: "123",
+  socket: "/s/agent.sock",
+  log: "/l",
+  cgroup: "ws_1",
+  extra: "x",
+};
+
+describe("typed sandbox state", () => {
+  it("reads a whole state, keeping fields it does not know", () => {
+    expect(R.read({ ...whole, later: 1 })).toMatchObject({ pid: 42, socket: "/s/agent.sock", later: 1 });
+  });
+
+  it("refuses an incomplete or mistyped state with an internal error naming the fields", () => {
+    const err = (() => {
+      try {
+        R.read({ backend: "bwrap", pid: "42", socket: "/s" });
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(err).toBeInstanceOf(PyroError);
+    expect((err as PyroError).code).toBe("internal");
+    expect((err as PyroError).message).toMatch(/bwrap sandbox state is incomplete \(pid, start_time/);
+  });
+
+  it("reads what is valid of a partial state, for cleanup", () => {
+    expect(R.readPartial({ backend: "bwrap", pid: 7, start_time: 5, cgroup: "ws_2" })).toEqual({
+      pid: 7,
+      cgroup: "ws_2",
+    });
+  });
+});
