@@ -81,65 +81,16 @@ export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer
     { capabilities: { tools: {} }, instructions: instructions(set, env) },
   );
 
-  const call = async (tool: ToolDefinition, raw: unknown, extra: Extra): Promise<CallToolResult> => {
-    const parsed = tool.input.safeParse(raw ?? {});
-    if (!parsed.success) {
-      return errorResult(
-        new PyroError(
-          "invalid_argument",
-          `invalid arguments for ${tool.name}: ${issues(parsed.error)}`,
-          `see the inputSchema of ${tool.name}`,
-        ),
-      );
-    }
-    const progress = new RequestProgress({
-      progressToken: extra._meta?.progressToken,
-      send: (params) => extra.sendNotification({ method: "notifications/progress", params }),
-    });
-    const signal = options.shutdown ? AbortSignal.any([extra.signal, options.shutdown]) : extra.signal;
-    const ctx: ToolContext = {
-      pyro,
-      seed,
-      allowHostCompat: options.allowHostCompat === true,
-      hostPath,
-      signal,
-      progress,
-    };
-    if (tool.long) progress.startHeartbeat(tool.long);
-    const started = performance.now();
-    try {
-      const result = await tool.run(parsed.data, ctx);
-      const checked = tool.output.safeParse(result);
-      if (!checked.success) {
-        log(`${tool.name}: result does not match the output schema: ${issues(checked.error)}`);
-        return errorResult(
-          new PyroError(
-            "internal",
-            `${tool.name} produced a result that does not match its output schema: ${issues(checked.error)}`,
-            "this is a pyro bug; rerun with PYRO_DEBUG=1 and report it",
-          ),
-        );
-      }
-      log(`${tool.name}: ok in ${Math.round(performance.now() - started)} ms`);
-      // A JSON round trip: what an in-process client sees is exactly what goes on the wire.
-      const structured = JSON.parse(JSON.stringify(result)) as Record<string, unknown>;
-      return {
-        content: [{ type: "text", text: tool.render(checked.data, parsed.data) }],
-        structuredContent: structured,
-      };
-    } catch (err) {
-      const e =
-        signal.aborted && !(err instanceof PyroError)
-          ? new PyroError("cancelled", "the call was cancelled")
-          : toPyroError(err);
-      log(`${tool.name}: ${e.code}: ${e.message}${e.code === "internal" ? `\n${stackOf(e)}` : ""}`);
-      return errorResult(e);
-    } finally {
-      progress.stop();
-    }
+  const c: CallContext = {
+    pyro,
+    seed,
+    allowHostCompat: options.allowHostCompat === true,
+    hostPath,
+    shutdown: options.shutdown,
+    log,
   };
   const tracked = (tool: ToolDefinition, raw: unknown, extra: Extra) =>
-    options.calls ? options.calls.track(call(tool, raw, extra)) : call(tool, raw, extra);
+    options.calls ? options.calls.track(callTool(tool, raw, extra, c)) : callTool(tool, raw, extra, c);
 
   for (const tool of tools) {
     server.registerTool(
@@ -176,6 +127,84 @@ export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer
     return tracked(tool, request.params.arguments, extra);
   });
   return server;
+}
+
+/** What every call of one server shares. */
+interface CallContext {
+  pyro: Pyro;
+  seed: DefaultSeed;
+  allowHostCompat: boolean;
+  hostPath: ToolContext["hostPath"];
+  shutdown: AbortSignal | undefined;
+  log: (line: string) => void;
+}
+
+/**
+ * One tools/call: validates the arguments itself (malformed ones become an
+ * `invalid_argument` result), runs the tool with progress and cancellation, checks the
+ * success against the output schema and turns anything thrown into an error result.
+ */
+async function callTool(
+  tool: ToolDefinition,
+  raw: unknown,
+  extra: Extra,
+  c: CallContext,
+): Promise<CallToolResult> {
+  const parsed = tool.input.safeParse(raw ?? {});
+  if (!parsed.success) {
+    return errorResult(
+      new PyroError(
+        "invalid_argument",
+        `invalid arguments for ${tool.name}: ${issues(parsed.error)}`,
+        `see the inputSchema of ${tool.name}`,
+      ),
+    );
+  }
+  const progress = new RequestProgress({
+    progressToken: extra._meta?.progressToken,
+    send: (params) => extra.sendNotification({ method: "notifications/progress", params }),
+  });
+  const signal = c.shutdown ? AbortSignal.any([extra.signal, c.shutdown]) : extra.signal;
+  const ctx: ToolContext = {
+    pyro: c.pyro,
+    seed: c.seed,
+    allowHostCompat: c.allowHostCompat,
+    hostPath: c.hostPath,
+    signal,
+    progress,
+  };
+  if (tool.long) progress.startHeartbeat(tool.long);
+  const started = performance.now();
+  try {
+    const result = await tool.run(parsed.data, ctx);
+    const checked = tool.output.safeParse(result);
+    if (!checked.success) {
+      c.log(`${tool.name}: result does not match the output schema: ${issues(checked.error)}`);
+      return errorResult(
+        new PyroError(
+          "internal",
+          `${tool.name} produced a result that does not match its output schema: ${issues(checked.error)}`,
+          "this is a pyro bug; rerun with PYRO_DEBUG=1 and report it",
+        ),
+      );
+    }
+    c.log(`${tool.name}: ok in ${Math.round(performance.now() - started)} ms`);
+    // A JSON round trip: what an in-process client sees is exactly what goes on the wire.
+    const structured = JSON.parse(JSON.stringify(result)) as Record<string, unknown>;
+    return {
+      content: [{ type: "text", text: tool.render(checked.data, parsed.data) }],
+      structuredContent: structured,
+    };
+  } catch (err) {
+    const e =
+      signal.aborted && !(err instanceof PyroError)
+        ? new PyroError("cancelled", "the call was cancelled")
+        : toPyroError(err);
+    c.log(`${tool.name}: ${e.code}: ${e.message}${e.code === "internal" ? `\n${stackOf(e)}` : ""}`);
+    return errorResult(e);
+  } finally {
+    progress.stop();
+  }
 }
 
 const LENIENT_CALL = z.object({ method: z.literal("tools/call"), params: z.unknown() });

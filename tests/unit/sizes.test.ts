@@ -1,0 +1,117 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { join, relative } from "node:path";
+import ts from "typescript";
+import { describe, expect, it } from "vitest";
+import { REPO_ROOT } from "../helpers/cli.js";
+
+/**
+ * No function in src/ over 80 lines and no file over 400 lines without a written reason
+ * (issue 12): long code is where the plumbing that multiplies hides. A reason is a
+ * sentence below; an entry whose function got short again must be removed (the test
+ * says so), so the list only shrinks.
+ */
+const FUNCTION_MAX = 80;
+const FILE_MAX = 400;
+
+/** `path:name` → why it is long. */
+const LONG_FUNCTIONS: Record<string, string> = {
+  // Declarative commander programs: one option or subcommand per line, no logic to split.
+  "cli/commands/env.ts:registerEnv": "a commander program: one declaration per line",
+  "cli/commands/host.ts:registerHost": "a commander program: one declaration per line",
+  "cli/commands/run.ts:registerRun": "a commander program: one declaration per line",
+  "cli/commands/workspace/exec.ts:registerExec": "a commander program: one declaration per line",
+  "cli/commands/workspace/files.ts:registerFiles": "a commander program: one declaration per line",
+  "cli/commands/workspace/lifecycle.ts:registerLifecycle": "a commander program: one declaration per line",
+  "mcp/tools/workspaces.ts:workspaceCreate": "a tool definition: schema, descriptions and a short handler",
+  // Benchmarks: a list of rows, each measured in turn.
+  "bench/main.ts:main": "the bench's list of rows, run in order",
+  "bench/qemu.ts:qemuRows": "the qemu bench rows, run in order",
+  // To be split (issue 12, item 7): one state machine each, kept whole until then.
+  "agent/server.ts:serveConnection":
+    "the agent's connection state machine (handshake, dispatch, cancel); to be split",
+  "agent/guest/ops/exec.ts:exec": "one exec's process tree, output capture, timeout and cancel; to be split",
+  "agent/guest/ops/patch.ts:patchApply": "parse, locate every hunk, then write all or nothing; to be split",
+  "backends/firecracker/vsock.ts:handshake": "Firecracker's vsock CONNECT handshake as one state machine",
+  "backends/firecracker/vsock.ts:(anon)": "the handshake's promise body",
+  "backends/qemu/backend.ts:start":
+    "restore from the template or boot, with cleanup on every failure; to be split",
+  "core/exec.ts:execInWorkspace":
+    "one exec: history row, agent call, redaction, journal; to be split (item 4)",
+  "core/exec.ts:(anon)": "the body of execInWorkspace's agent call",
+  "core/oneshot.ts:runOnce": "the one-shot fast path and the throwaway-workspace path",
+  "core/oneshot.ts:demo": "the demo's steps, in order",
+  "core/summary.ts:summarizeWorkspace": "one object literal of the summary's sections",
+  "core/untrusted-tar.ts:extractUntrusted":
+    "the one rule for writing sandbox archives on the host, kept in one place on purpose",
+  "core/workspaces.ts:create": "create with rollback at every step; to be split (item 4)",
+  "hosts/ops.ts:defineHost":
+    "the shared host rules (connect, repair, doctor, disconnect) as one closure; to be split",
+};
+
+const LONG_FILES: Record<string, string> = {
+  "core/workspaces.ts": "Workspaces is to be narrowed (issue 12, item 4)",
+  "state/store.ts": "the SQLite store: one statement per method",
+  "backends/linux/cgroups.ts": "cgroup v1 and v2 detection, limits and teardown",
+};
+
+const SRC = join(REPO_ROOT, "src");
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? sources(join(dir, e.name)) : e.name.endsWith(".ts") ? [join(dir, e.name)] : [],
+  );
+}
+
+function measure(): { functions: Map<string, number>; files: Map<string, number> } {
+  const functions = new Map<string, number>();
+  const files = new Map<string, number>();
+  for (const file of sources(SRC)) {
+    const rel = relative(SRC, file);
+    const text = readFileSync(file, "utf8");
+    files.set(rel, text.split("\n").length);
+    const sf = ts.createSourceFile(file, text, ts.ScriptTarget.ES2022, true);
+    const visit = (n: ts.Node): void => {
+      if (
+        ts.isFunctionDeclaration(n) ||
+        ts.isMethodDeclaration(n) ||
+        ts.isArrowFunction(n) ||
+        ts.isFunctionExpression(n) ||
+        ts.isConstructorDeclaration(n)
+      ) {
+        const lines =
+          sf.getLineAndCharacterOfPosition(n.getEnd()).line -
+          sf.getLineAndCharacterOfPosition(n.getStart()).line +
+          1;
+        const name =
+          (n as { name?: ts.Node }).name?.getText(sf) ??
+          (ts.isVariableDeclaration(n.parent) ? n.parent.name.getText(sf) : "(anon)");
+        const key = `${rel}:${name}`;
+        functions.set(key, Math.max(lines, functions.get(key) ?? 0));
+      }
+      ts.forEachChild(n, visit);
+    };
+    visit(sf);
+  }
+  return { functions, files };
+}
+
+describe("sizes in src/", () => {
+  const { functions, files } = measure();
+
+  it(`no function over ${FUNCTION_MAX} lines without a reason`, () => {
+    const long = [...functions].filter(([, n]) => n > FUNCTION_MAX);
+    expect(long.filter(([k]) => !LONG_FUNCTIONS[k]).map(([k, n]) => `${k} (${n} lines)`)).toEqual([]);
+    expect(functions.size).toBeGreaterThan(500);
+  });
+
+  it(`no file over ${FILE_MAX} lines without a reason`, () => {
+    const long = [...files].filter(([, n]) => n > FILE_MAX);
+    expect(long.filter(([k]) => !LONG_FILES[k]).map(([k, n]) => `${k} (${n} lines)`)).toEqual([]);
+  });
+
+  it("the reasons list only what is still long", () => {
+    const stale = Object.keys(LONG_FUNCTIONS).filter((k) => (functions.get(k) ?? 0) <= FUNCTION_MAX);
+    const staleFiles = Object.keys(LONG_FILES).filter((k) => (files.get(k) ?? 0) <= FILE_MAX);
+    expect([...stale, ...staleFiles]).toEqual([]);
+  });
+});
