@@ -13,31 +13,60 @@ import {
 import { demo, prepare, runOnce } from "../core/oneshot.js";
 import { createSnapshot, deleteSnapshot, listSnapshots, resetWorkspace } from "../core/snapshots.js";
 import { summarizeWorkspace } from "../core/summary.js";
+import { coreOptions } from "./case.js";
 import type {
-  CreateCallOptions,
-  DemoCallOptions,
-  DoctorCallOptions,
-  ExecCallOptions,
-  ExportCallOptions,
-  ListFilesCallOptions,
-  LogsCallOptions,
-  PrepareCallOptions,
-  PruneCallOptions,
-  PullCallOptions,
-  ReadFileCallOptions,
-  RunCallOptions,
-  SnapshotCallOptions,
-  SyncPushCallOptions,
-  UpdateCallPatch,
+  CreateWorkspaceOptions,
+  DemoOptions,
+  DoctorOptions,
+  ExecOptions,
+  ExportOptions,
+  ListFilesOptions,
+  LogsOptions,
+  PrepareOptions,
+  PruneOptions,
+  PullOptions,
+  ReadFileOptions,
+  RunOptions,
+  SnapshotOptions,
+  SyncPushOptions,
+  UpdateWorkspacePatch,
 } from "./schemas.js";
+import type {
+  DemoResult,
+  DiffResult,
+  DoctorReport,
+  EnvironmentInfo,
+  EnvironmentList,
+  ExecResult,
+  ExportResult,
+  FileListResult,
+  FileReadResult,
+  FileWriteResult,
+  LogsResult,
+  PatchResult,
+  PrepareResult,
+  PruneResult,
+  PullResult,
+  ResetResult,
+  RunResult,
+  SnapshotDeleteResult,
+  SnapshotList,
+  SnapshotView,
+  SyncPushResult,
+  WorkspaceDeleteResult,
+  WorkspaceList,
+  WorkspaceSummary,
+  WorkspaceView,
+} from "./types.js";
 import { checkArgs } from "./validate.js";
 
 export type PyroOptions = EngineOptions;
 
 /**
  * The SDK: the same operations and the same snake_case result objects as the CLI's
- * `--json` and the MCP tools. One instance per client; it keeps agent connections warm,
- * so call `close()` when done (workspaces keep running after it).
+ * `--json` and the MCP tools (types.ts names each result type). Option keys are camelCase
+ * (`timeoutSeconds`, `maxOutputBytes`, `seedPath`). One instance per client; it keeps
+ * agent connections warm, so call `close()` when done (workspaces keep running after it).
  *
  * Every method checks its arguments first (schemas.ts): a wrong type, a number out of
  * range or an unknown option key rejects with an `invalid_argument` PyroError that names
@@ -52,142 +81,116 @@ export class Pyro {
     this.ws = this.engine.workspaces;
   }
 
-  async doctor(options: DoctorCallOptions = {}) {
+  async doctor(options: DoctorOptions = {}): Promise<DoctorReport> {
     checkArgs("doctor", [options]);
-    return doctor(this.engine, options);
+    return doctor(this.engine, coreOptions(options));
   }
 
-  listEnvironments() {
-    return this.engine.environments
-      .list()
-      .then((environments) => ({ count: environments.length, environments }));
+  async listEnvironments(): Promise<EnvironmentList> {
+    const environments = await this.engine.environments.list();
+    return { count: environments.length, environments };
   }
-  async pullEnvironment(name: string, options: PullCallOptions = {}) {
+  async pullEnvironment(name: string, options: PullOptions = {}): Promise<PullResult> {
     checkArgs("pullEnvironment", [name, options]);
-    return this.engine.environments.pull(name, options);
+    return this.engine.environments.pull(name, coreOptions(options));
   }
-  async inspectEnvironment(name: string) {
+  async inspectEnvironment(name: string): Promise<EnvironmentInfo> {
     checkArgs("inspectEnvironment", [name]);
     return this.engine.environments.info(name);
   }
-  async pruneEnvironments(options: PruneCallOptions = {}) {
+  async pruneEnvironments(options: PruneOptions = {}): Promise<PruneResult> {
     checkArgs("pruneEnvironments", [options]);
-    return this.engine.environments.prune(options);
+    return this.engine.environments.prune(coreOptions(options));
   }
 
-  /** `maxOutputBytes` (or `max_output_bytes`): per stream; past it a stream keeps its head and tail. */
-  async run(environment: string, command: string, options: RunCallOptions = {}) {
+  /** One-shot: create, run `command`, capture, destroy. `maxOutputBytes` is per stream. */
+  async run(environment: string, command: string, options: RunOptions = {}): Promise<RunResult> {
     checkArgs("run", [environment, command, options]);
-    const { maxOutputBytes, ...rest } = options;
-    return runOnce(this.engine, command, {
-      ...rest,
-      ...(maxOutputBytes !== undefined ? { max_output_bytes: maxOutputBytes } : {}),
-      environment,
-    });
+    return runOnce(this.engine, command, { ...coreOptions(options), environment });
   }
-  async demo(options: DemoCallOptions = {}) {
+  async demo(options: DemoOptions = {}): Promise<DemoResult> {
     checkArgs("demo", [options]);
-    return demo(this.engine, {
-      ...(options.backend ? { backend: options.backend } : {}),
-      allow_host_compat: options.allowHostCompat === true,
-    });
+    return demo(this.engine, coreOptions(options));
   }
-  async prepare(environment: string, options: PrepareCallOptions = {}) {
+  async prepare(environment: string, options: PrepareOptions = {}): Promise<PrepareResult> {
     checkArgs("prepare", [environment, options]);
-    return prepare(this.engine, environment, {
-      ...(options.backend ? { backend: options.backend } : {}),
-      allow_host_compat: options.allowHostCompat === true,
-      force: options.force === true,
-    });
+    return prepare(this.engine, environment, coreOptions(options));
   }
 
-  async createWorkspace(options: CreateCallOptions = {}) {
+  async createWorkspace(options: CreateWorkspaceOptions = {}): Promise<WorkspaceView> {
     checkArgs("createWorkspace", [options]);
-    const { allowHostCompat, seedPath, repoUrl, repoRef, networkPolicy, promptSecret, ...rest } = options;
-    return this.ws.create({
-      ...rest,
-      ...(seedPath !== undefined ? { seed_path: seedPath } : {}),
-      ...(repoUrl !== undefined ? { repo_url: repoUrl } : {}),
-      ...(repoRef !== undefined ? { repo_ref: repoRef } : {}),
-      ...(networkPolicy !== undefined ? { network_policy: networkPolicy } : {}),
-      ...(promptSecret ? { prompt_secret: promptSecret } : {}),
-      allow_host_compat: allowHostCompat === true || rest.allow_host_compat === true,
-    });
+    return this.ws.create(coreOptions(options));
   }
-  listWorkspaces() {
+  listWorkspaces(): Promise<WorkspaceList> {
     return this.ws.list();
   }
-  async getWorkspace(workspaceId: string) {
+  /** One workspace (by id or name) as it is now: what `pyro workspace status` shows. */
+  async getWorkspace(workspaceId: string): Promise<WorkspaceView> {
     checkArgs("getWorkspace", [workspaceId]);
     return this.ws.status(workspaceId);
   }
-  async workspaceStatus(workspaceId: string) {
-    checkArgs("workspaceStatus", [workspaceId]);
-    return this.ws.status(workspaceId);
-  }
-  async updateWorkspace(workspaceId: string, patch: UpdateCallPatch) {
+  async updateWorkspace(workspaceId: string, patch: UpdateWorkspacePatch): Promise<WorkspaceView> {
     checkArgs("updateWorkspace", [workspaceId, patch]);
+    // Not a spelling change: the core calls merged labels set_labels.
     return this.ws.update(workspaceId, {
       ...(patch.name !== undefined ? { name: patch.name } : {}),
       ...(patch.labels ? { set_labels: patch.labels } : {}),
       ...(patch.clearLabels ? { clear_labels: patch.clearLabels } : {}),
     });
   }
-  async deleteWorkspace(workspaceId: string) {
+  async deleteWorkspace(workspaceId: string): Promise<WorkspaceDeleteResult> {
     checkArgs("deleteWorkspace", [workspaceId]);
     return this.ws.delete(workspaceId);
   }
-  async stopWorkspace(workspaceId: string) {
+  async stopWorkspace(workspaceId: string): Promise<WorkspaceView> {
     checkArgs("stopWorkspace", [workspaceId]);
     return this.ws.stop(workspaceId);
   }
-  async startWorkspace(workspaceId: string) {
+  async startWorkspace(workspaceId: string): Promise<WorkspaceView> {
     checkArgs("startWorkspace", [workspaceId]);
     return this.ws.start(workspaceId);
   }
 
-  /** `maxOutputBytes` (or `max_output_bytes`): per stream; past it a stream keeps its head and tail. */
-  async execWorkspace(workspaceId: string, command: string, options: ExecCallOptions = {}) {
+  /** `maxOutputBytes`: per stream; past it a stream keeps its head and tail. */
+  async execWorkspace(workspaceId: string, command: string, options: ExecOptions = {}): Promise<ExecResult> {
     checkArgs("execWorkspace", [workspaceId, command, options]);
-    const { timeoutSeconds, maxOutputBytes, ...rest } = options;
-    return execInWorkspace(this.ws, workspaceId, command, {
-      ...rest,
-      ...(timeoutSeconds !== undefined ? { timeout_seconds: timeoutSeconds } : {}),
-      ...(maxOutputBytes !== undefined ? { max_output_bytes: maxOutputBytes } : {}),
-    });
+    return execInWorkspace(this.ws, workspaceId, command, coreOptions(options));
   }
   /**
    * Command history; with `seq`, that one command with the whole output the history kept
    * (`maxOutputBytes` cuts it again, head and tail).
    */
-  async workspaceLogs(workspaceId: string, options: LogsCallOptions = {}) {
+  async workspaceLogs(workspaceId: string, options: LogsOptions = {}): Promise<LogsResult> {
     checkArgs("workspaceLogs", [workspaceId, options]);
-    const { maxOutputBytes, ...rest } = options;
-    return workspaceLogs(this.ws, workspaceId, {
-      ...rest,
-      ...(maxOutputBytes !== undefined ? { max_output_bytes: maxOutputBytes } : {}),
-    });
+    return workspaceLogs(this.ws, workspaceId, coreOptions(options));
   }
-  async summarizeWorkspace(workspaceId: string) {
+  async summarizeWorkspace(workspaceId: string): Promise<WorkspaceSummary> {
     checkArgs("summarizeWorkspace", [workspaceId]);
     return summarizeWorkspace(this.ws, workspaceId);
   }
 
-  async listWorkspaceFiles(workspaceId: string, path = "/workspace", options: ListFilesCallOptions = {}) {
+  async listWorkspaceFiles(
+    workspaceId: string,
+    path = "/workspace",
+    options: ListFilesOptions = {},
+  ): Promise<FileListResult> {
     checkArgs("listWorkspaceFiles", [workspaceId, path, options]);
     return listFiles(this.ws, workspaceId, path, options.recursive === true);
   }
-  async readWorkspaceFile(workspaceId: string, path: string, options: ReadFileCallOptions = {}) {
+  async readWorkspaceFile(
+    workspaceId: string,
+    path: string,
+    options: ReadFileOptions = {},
+  ): Promise<FileReadResult> {
     checkArgs("readWorkspaceFile", [workspaceId, path, options]);
-    return readFileFromWorkspace(
-      this.ws,
-      workspaceId,
-      path,
-      options.maxBytes !== undefined ? { max_bytes: options.maxBytes } : {},
-    );
+    return readFileFromWorkspace(this.ws, workspaceId, path, coreOptions(options));
   }
   /** `content`: a string (written as UTF-8) or bytes (a Buffer or any Uint8Array). */
-  async writeWorkspaceFile(workspaceId: string, path: string, content: string | Uint8Array) {
+  async writeWorkspaceFile(
+    workspaceId: string,
+    path: string,
+    content: string | Uint8Array,
+  ): Promise<FileWriteResult> {
     checkArgs("writeWorkspaceFile", [workspaceId, path, content]);
     const data =
       typeof content === "string" || Buffer.isBuffer(content)
@@ -195,11 +198,11 @@ export class Pyro {
         : Buffer.from(content.buffer, content.byteOffset, content.byteLength);
     return writeFileToWorkspace(this.ws, workspaceId, path, data);
   }
-  async applyWorkspacePatch(workspaceId: string, patch: string) {
+  async applyWorkspacePatch(workspaceId: string, patch: string): Promise<PatchResult> {
     checkArgs("applyWorkspacePatch", [workspaceId, patch]);
     return applyPatch(this.ws, workspaceId, patch);
   }
-  async diffWorkspace(workspaceId: string, options: SnapshotCallOptions = {}) {
+  async diffWorkspace(workspaceId: string, options: SnapshotOptions = {}): Promise<DiffResult> {
     checkArgs("diffWorkspace", [workspaceId, options]);
     return diffWorkspace(this.ws, workspaceId, options);
   }
@@ -207,35 +210,39 @@ export class Pyro {
     workspaceId: string,
     path: string,
     outputPath: string,
-    options: ExportCallOptions = {},
-  ) {
+    options: ExportOptions = {},
+  ): Promise<ExportResult> {
     checkArgs("exportWorkspace", [workspaceId, path, outputPath, options]);
     return exportFromWorkspace(this.ws, workspaceId, path, outputPath, options.signal);
   }
-  async syncPushWorkspace(workspaceId: string, source: string, options: SyncPushCallOptions = {}) {
+  async syncPushWorkspace(
+    workspaceId: string,
+    source: string,
+    options: SyncPushOptions = {},
+  ): Promise<SyncPushResult> {
     checkArgs("syncPushWorkspace", [workspaceId, source, options]);
     return syncPush(this.ws, workspaceId, source, options.dest, options.signal);
   }
-  async resetWorkspace(workspaceId: string, options: SnapshotCallOptions = {}) {
+  async resetWorkspace(workspaceId: string, options: SnapshotOptions = {}): Promise<ResetResult> {
     checkArgs("resetWorkspace", [workspaceId, options]);
     return resetWorkspace(this.ws, workspaceId, options);
   }
 
-  async createSnapshot(workspaceId: string, name: string) {
+  async createSnapshot(workspaceId: string, name: string): Promise<SnapshotView> {
     checkArgs("createSnapshot", [workspaceId, name]);
     return createSnapshot(this.ws, workspaceId, name);
   }
-  async listSnapshots(workspaceId: string) {
+  async listSnapshots(workspaceId: string): Promise<SnapshotList> {
     checkArgs("listSnapshots", [workspaceId]);
     return listSnapshots(this.ws, workspaceId);
   }
-  async deleteSnapshot(workspaceId: string, name: string) {
+  async deleteSnapshot(workspaceId: string, name: string): Promise<SnapshotDeleteResult> {
     checkArgs("deleteSnapshot", [workspaceId, name]);
     return deleteSnapshot(this.ws, workspaceId, name);
   }
 
   /** Closes agent connections and the state store; workspaces keep running. */
-  close() {
+  close(): Promise<void> {
     return this.engine.close();
   }
 }

@@ -5,73 +5,82 @@
  * an `invalid_argument` PyroError naming the method and the argument, never a TypeError
  * from deep inside the core.
  *
- * Option objects are strict: an unknown key is refused, not ignored, because a misspelt
- * option (`timeout` for `timeoutSeconds`) would otherwise silently do nothing. Each option
- * schema is checked against the method's declared option type at compile time (`Keys<T>`),
- * so an option added to a core type cannot be forgotten here.
+ * Option keys are camelCase, one spelling each (results stay snake_case, as on every
+ * surface). Option objects are strict: an unknown key is refused, not ignored, because a
+ * misspelt option (`timeout` for `timeoutSeconds`, or the core's `timeout_seconds`) would
+ * otherwise silently do nothing. Each option schema is checked against the method's option
+ * type at compile time (`Keys<T>`), and those types are derived from the core's
+ * (`CamelCased`), so an option added to a core type cannot be forgotten here.
  *
  * These schemas live in the SDK rather than reusing src/mcp/schemas.ts: the MCP layer sits
  * on top of the SDK, and its descriptions are written for a model, not a programmer.
  */
 import { z } from "zod";
-import type { ExecOptions } from "../core/exec.js";
-import type { RunOptions } from "../core/oneshot.js";
+import type { doctor } from "../core/doctor.js";
+import type { ExecOptions as CoreExecOptions, LogsOptions as CoreLogsOptions } from "../core/exec.js";
+import type { RunOptions as CoreRunOptions, demo, prepare } from "../core/oneshot.js";
 import { MAX_OUTPUT_BYTES, MIN_OUTPUT_BYTES } from "../core/output.js";
-import { BACKEND_NAMES, type BackendName } from "../core/vocabulary.js";
-import type { CreateOptions } from "../core/workspaces.js";
+import { BACKEND_NAMES } from "../core/vocabulary.js";
+import type { CreateOptions as CoreCreateOptions } from "../core/workspaces.js";
 
 // ---------------------------------------------------------------- option types
 
-/** `maxOutputBytes` (or `max_output_bytes`): per stream; past it a stream keeps its head and tail. */
-export type RunCallOptions = Omit<RunOptions, "environment"> & { maxOutputBytes?: number };
-export type ExecCallOptions = ExecOptions & { timeoutSeconds?: number; maxOutputBytes?: number };
-export type CreateCallOptions = CreateOptions & {
-  promptSecret?: import("../core/secrets.js").SecretPrompt;
-  allowHostCompat?: boolean;
-  seedPath?: string;
-  repoUrl?: string;
-  repoRef?: string;
-  networkPolicy?: string;
-};
-export interface DoctorCallOptions {
-  environment?: string;
-}
-export interface PullCallOptions {
+/** `max_output_bytes` → `maxOutputBytes`, as a type. */
+type Camel<S extends string> = S extends `${infer H}_${infer T}` ? `${H}${Capitalize<Camel<T>>}` : S;
+
+/**
+ * The SDK's spelling of a core option type: the same options with camelCase keys. Deriving
+ * the SDK's option types from the core's keeps them from drifting apart; `Pyro` turns the
+ * keys back with `coreOptions` (case.ts), the one place the SDK renames anything.
+ */
+export type CamelCased<T> = { [K in keyof T as K extends string ? Camel<K> : never]: T[K] };
+
+/** Options of `run`: `maxOutputBytes` is per stream; past it a stream keeps its head and tail. */
+export type RunOptions = CamelCased<Omit<CoreRunOptions, "environment">>;
+/** Options of `execWorkspace`: `maxOutputBytes` is per stream; past it a stream keeps its head and tail. */
+export type ExecOptions = CamelCased<CoreExecOptions>;
+/** Options of `createWorkspace`. `seedPath` or `repoUrl` (with `repoRef`) seed /workspace. */
+export type CreateWorkspaceOptions = CamelCased<CoreCreateOptions>;
+/** Options of `workspaceLogs`: with `seq`, one command, its output cut to `maxOutputBytes`. */
+export type LogsOptions = CamelCased<CoreLogsOptions>;
+/** Options of `doctor`: `environment` adds a warm/cold/stale verdict for it. */
+export type DoctorOptions = CamelCased<Pick<NonNullable<Parameters<typeof doctor>[1]>, "environment">>;
+/** Options of `demo`. */
+export type DemoOptions = CamelCased<NonNullable<Parameters<typeof demo>[1]>>;
+/** Options of `prepare`: `force` proves the loop again even when nothing changed. */
+export type PrepareOptions = CamelCased<NonNullable<Parameters<typeof prepare>[2]>>;
+/** Options of `pullEnvironment`. */
+export interface PullOptions {
   signal?: AbortSignal;
 }
-export interface PruneCallOptions {
+/** Options of `pruneEnvironments`: `all` removes every cached environment, not only stale ones. */
+export interface PruneOptions {
   all?: boolean;
 }
-export interface DemoCallOptions {
-  backend?: BackendName;
-  allowHostCompat?: boolean;
-}
-export interface PrepareCallOptions extends DemoCallOptions {
-  force?: boolean;
-}
-export interface UpdateCallPatch {
+/** The changes of `updateWorkspace`: `labels` are merged over the existing ones, `clearLabels` removed. */
+export interface UpdateWorkspacePatch {
   name?: string;
   labels?: Record<string, string>;
   clearLabels?: string[];
 }
-export interface LogsCallOptions {
-  limit?: number;
-  seq?: number;
-  maxOutputBytes?: number;
-}
-export interface ListFilesCallOptions {
+/** Options of `listWorkspaceFiles`. */
+export interface ListFilesOptions {
   recursive?: boolean;
 }
-export interface ReadFileCallOptions {
+/** Options of `readWorkspaceFile` (`maxBytes`: default 1 MiB). */
+export interface ReadFileOptions {
   maxBytes?: number;
 }
-export interface SnapshotCallOptions {
+/** Options of `diffWorkspace` and `resetWorkspace`: a snapshot name (default `baseline`, the seed). */
+export interface SnapshotOptions {
   snapshot?: string;
 }
-export interface ExportCallOptions {
+/** Options of `exportWorkspace`. */
+export interface ExportOptions {
   signal?: AbortSignal;
 }
-export interface SyncPushCallOptions {
+/** Options of `syncPushWorkspace` (`dest`: default /workspace). */
+export interface SyncPushOptions {
   dest?: string;
   signal?: AbortSignal;
 }
@@ -188,20 +197,15 @@ const maxBytes = z
   .describe("a whole number of bytes from 0 to 16777216 (default 1 MiB)");
 
 /**
- * A strict option object. `aliases` are pairs of names for one option (the SDK takes the
- * camelCase and the snake_case spelling): giving both is refused rather than letting one
- * silently win.
+ * A strict option object: every key optional, an unknown key refused. The SDK spells
+ * option keys in camelCase only; a snake_case key is unknown, and the refusal's hint
+ * names the camelCase spelling (validate.ts).
  */
-function options<T extends Record<string, z.ZodType>>(shape: T, aliases: [string, string][] = []) {
+function options<T extends Record<string, z.ZodType>>(shape: T) {
   const optional = Object.fromEntries(
     Object.entries(shape).map(([k, s]) => [k, s.optional().describe(s.description ?? "")]),
   ) as { [K in keyof T]: z.ZodOptional<T[K]> };
-  return z.strictObject(optional).superRefine((o: Record<string, unknown>, ctx) => {
-    for (const [a, b] of aliases) {
-      if (o[a] !== undefined && o[b] !== undefined)
-        ctx.addIssue({ code: "custom", path: [b], message: "alias", params: { alias: a } });
-    }
-  });
+  return z.strictObject(optional);
 }
 
 // ---------------------------------------------------------------- the table
@@ -217,106 +221,77 @@ const arg = (name: string, schema: z.ZodType): Param => ({ name, schema });
 /** An argument with a default: the method substitutes it for `undefined` before the check. */
 const opt = (name: string, schema: z.ZodType): Param => ({ name, schema, optional: true });
 
-const runOptions = options(
-  {
-    vcpus,
-    memory_mib: memoryMib,
-    disk_mib: diskMib,
-    timeout_seconds: timeoutSeconds,
-    max_output_bytes: maxOutputBytes,
-    maxOutputBytes,
-    network_policy: networkPolicy,
-    backend,
-    allow_host_compat: flag,
-    env: envVars,
-    seed_path: hostPath,
-    signal,
-    on_output: fn,
-    stdin,
-    on_progress: fn,
-  } satisfies Keys<RunCallOptions>,
-  [["maxOutputBytes", "max_output_bytes"]],
-);
+const runOptions = options({
+  vcpus,
+  memoryMib,
+  diskMib,
+  timeoutSeconds,
+  maxOutputBytes,
+  networkPolicy,
+  backend,
+  allowHostCompat: flag,
+  env: envVars,
+  seedPath: hostPath,
+  signal,
+  onOutput: fn,
+  stdin,
+  onProgress: fn,
+} satisfies Keys<RunOptions>);
 
-const createOptions = options(
-  {
-    environment,
-    seed_path: hostPath,
-    seedPath: hostPath,
-    repo_url: z.string().min(1).describe("a Git repository URL to clone"),
-    repoUrl: z.string().min(1).describe("a Git repository URL to clone"),
-    repo_ref: z.string().min(1).describe("a branch, tag or commit of repoUrl"),
-    repoRef: z.string().min(1).describe("a branch, tag or commit of repoUrl"),
-    name: workspaceName,
-    labels,
-    network_policy: networkPolicy,
-    networkPolicy,
-    env: envVars,
-    secrets,
-    prompt_secret: fn,
-    promptSecret: fn,
-    on_progress: fn,
-    backend,
-    allow_host_compat: flag,
-    allowHostCompat: flag,
-    vcpus,
-    memory_mib: memoryMib,
-    disk_mib: diskMib,
-    ttl_seconds: ttlSeconds,
-    signal,
-  } satisfies Keys<CreateCallOptions>,
-  [
-    ["seedPath", "seed_path"],
-    ["repoUrl", "repo_url"],
-    ["repoRef", "repo_ref"],
-    ["networkPolicy", "network_policy"],
-    ["promptSecret", "prompt_secret"],
-    ["allowHostCompat", "allow_host_compat"],
-  ],
-);
+const createOptions = options({
+  environment,
+  seedPath: hostPath,
+  repoUrl: z.string().min(1).describe("a Git repository URL to clone"),
+  repoRef: z.string().min(1).describe("a branch, tag or commit of repoUrl"),
+  name: workspaceName,
+  labels,
+  networkPolicy,
+  env: envVars,
+  secrets,
+  promptSecret: fn,
+  onProgress: fn,
+  backend,
+  allowHostCompat: flag,
+  vcpus,
+  memoryMib,
+  diskMib,
+  ttlSeconds,
+  signal,
+} satisfies Keys<CreateWorkspaceOptions>);
 
-const execOptions = options(
-  {
-    timeout_seconds: timeoutSeconds,
-    timeoutSeconds,
-    cwd: workspacePath,
-    env: envVars,
-    max_output_bytes: maxOutputBytes,
-    maxOutputBytes,
-    signal,
-    on_output: fn,
-    stdin,
-  } satisfies Keys<ExecCallOptions>,
-  [
-    ["timeoutSeconds", "timeout_seconds"],
-    ["maxOutputBytes", "max_output_bytes"],
-  ],
-);
+const execOptions = options({
+  timeoutSeconds,
+  cwd: workspacePath,
+  env: envVars,
+  maxOutputBytes,
+  signal,
+  onOutput: fn,
+  stdin,
+} satisfies Keys<ExecOptions>);
 
-const demoShape = { backend, allowHostCompat: flag } satisfies Keys<DemoCallOptions>;
-const snapshotOptions = options({ snapshot: snapshotRef } satisfies Keys<SnapshotCallOptions>);
+const demoShape = { backend, allowHostCompat: flag } satisfies Keys<DemoOptions>;
+const snapshotOptions = options({ snapshot: snapshotRef } satisfies Keys<SnapshotOptions>);
 
 /**
  * Every public method that takes arguments, with its parameters in order. A method
  * missing here cannot validate; tests/unit/sdk pins that the table covers `Pyro`.
  */
 export const SIGNATURES = {
-  doctor: [opt("options", options({ environment } satisfies Keys<DoctorCallOptions>))],
+  doctor: [opt("options", options({ environment } satisfies Keys<DoctorOptions>))],
   pullEnvironment: [
     arg("name", environment),
-    opt("options", options({ signal } satisfies Keys<PullCallOptions>)),
+    opt("options", options({ signal } satisfies Keys<PullOptions>)),
   ],
   inspectEnvironment: [arg("name", environment)],
-  pruneEnvironments: [opt("options", options({ all: flag } satisfies Keys<PruneCallOptions>))],
+  pruneEnvironments: [opt("options", options({ all: flag } satisfies Keys<PruneOptions>))],
   run: [arg("environment", environment), arg("command", command), opt("options", runOptions)],
   demo: [opt("options", options(demoShape))],
   prepare: [
     arg("environment", environment),
-    opt("options", options({ ...demoShape, force: flag } satisfies Keys<PrepareCallOptions>)),
+    opt("options", options({ ...demoShape, force: flag } satisfies Keys<PrepareOptions>)),
   ],
   createWorkspace: [opt("options", createOptions)],
   getWorkspace: [arg("workspaceId", workspaceId)],
-  workspaceStatus: [arg("workspaceId", workspaceId)],
   updateWorkspace: [
     arg("workspaceId", workspaceId),
     arg(
@@ -325,7 +300,7 @@ export const SIGNATURES = {
         name: workspaceName,
         labels,
         clearLabels: z.array(z.string().min(1)).describe("an array of label keys to remove"),
-      } satisfies Keys<UpdateCallPatch>),
+      } satisfies Keys<UpdateWorkspacePatch>),
     ),
   ],
   deleteWorkspace: [arg("workspaceId", workspaceId)],
@@ -334,18 +309,18 @@ export const SIGNATURES = {
   execWorkspace: [arg("workspaceId", workspaceId), arg("command", command), opt("options", execOptions)],
   workspaceLogs: [
     arg("workspaceId", workspaceId),
-    opt("options", options({ limit: logLimit, seq, maxOutputBytes } satisfies Keys<LogsCallOptions>)),
+    opt("options", options({ limit: logLimit, seq, maxOutputBytes } satisfies Keys<LogsOptions>)),
   ],
   summarizeWorkspace: [arg("workspaceId", workspaceId)],
   listWorkspaceFiles: [
     arg("workspaceId", workspaceId),
     opt("path", workspacePath),
-    opt("options", options({ recursive: flag } satisfies Keys<ListFilesCallOptions>)),
+    opt("options", options({ recursive: flag } satisfies Keys<ListFilesOptions>)),
   ],
   readWorkspaceFile: [
     arg("workspaceId", workspaceId),
     arg("path", workspacePath),
-    opt("options", options({ maxBytes } satisfies Keys<ReadFileCallOptions>)),
+    opt("options", options({ maxBytes } satisfies Keys<ReadFileOptions>)),
   ],
   writeWorkspaceFile: [
     arg("workspaceId", workspaceId),
@@ -361,12 +336,12 @@ export const SIGNATURES = {
     arg("workspaceId", workspaceId),
     arg("path", workspacePath),
     arg("outputPath", hostPath),
-    opt("options", options({ signal } satisfies Keys<ExportCallOptions>)),
+    opt("options", options({ signal } satisfies Keys<ExportOptions>)),
   ],
   syncPushWorkspace: [
     arg("workspaceId", workspaceId),
     arg("source", hostPath),
-    opt("options", options({ dest: workspacePath, signal } satisfies Keys<SyncPushCallOptions>)),
+    opt("options", options({ dest: workspacePath, signal } satisfies Keys<SyncPushOptions>)),
   ],
   resetWorkspace: [arg("workspaceId", workspaceId), opt("options", snapshotOptions)],
   createSnapshot: [arg("workspaceId", workspaceId), arg("name", snapshotName)],

@@ -40,18 +40,12 @@ function argumentError(
     const unknown = issue.keys.slice(0, 3).map((k) => quote(k, KEY_CHARS));
     const more = issue.keys.length > 3 ? ` and ${issue.keys.length - 3} more` : "";
     const guesses = [...new Set(issue.keys.flatMap((k) => accepted.filter((a) => loose(a) === loose(k))))];
+    // The core's spelling (timeout_seconds, as the CLI's --json and MCP use) is the likely slip.
+    const snake = issue.keys.some((k) => k.includes("_") && guesses.some((g) => loose(g) === loose(k)));
     return new PyroError(
       "invalid_argument",
       `${method}: ${where} has unknown key${issue.keys.length > 1 ? "s" : ""} ${unknown.join(", ")}${more}`,
-      `${guesses.length > 0 ? `did you mean ${guesses.join(", ")}? ` : ""}${where} takes: ${accepted.join(", ")}`,
-    );
-  }
-  if (issue.code === "custom" && typeof issue.params?.alias === "string") {
-    const other = pathText(param.name, [...issue.path.slice(0, -1), issue.params.alias]);
-    return new PyroError(
-      "invalid_argument",
-      `${method}: ${where} and ${other} are the same option`,
-      "pass only one of them",
+      `${guesses.length > 0 ? `did you mean ${guesses.join(", ")}? ` : ""}${snake ? "SDK option keys are camelCase; " : ""}${where} takes: ${accepted.join(", ")}`,
     );
   }
   // An option object (or updateWorkspace's patch) that is not an object at all.
@@ -187,7 +181,7 @@ function article(noun: string): string {
   return `${/^[AEIOUaeiou]/.test(noun) ? "an" : "a"} ${noun}`;
 }
 
-/** `timeoutSeconds` and `timeout_seconds` are the same word. */
+/** `timeoutSeconds`, `timeout_seconds` and `timeoutseconds` are the same word. */
 function loose(key: string): string {
   return key.replace(/_/g, "").toLowerCase();
 }

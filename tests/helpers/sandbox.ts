@@ -4,8 +4,8 @@ import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { resolvePaths } from "../../src/core/config.js";
-import type { CreateOptions } from "../../src/core/workspaces.js";
 import { PyroError } from "../../src/errors.js";
+import type { CreateWorkspaceOptions, WorkspaceView } from "../../src/sdk/index.js";
 import { Pyro } from "../../src/sdk/pyro.js";
 import { isRoot, PYRO_BIN, REPO_ROOT } from "./cli.js";
 
@@ -84,7 +84,7 @@ export interface Harness {
   /** Environment for CLI children so they see the same home and cache. */
   cliEnv: NodeJS.ProcessEnv;
   /** Creates a workspace (bwrap unless told otherwise). */
-  create(options?: Parameters<Pyro["createWorkspace"]>[0]): ReturnType<Pyro["createWorkspace"]>;
+  create(options?: CreateWorkspaceOptions): Promise<WorkspaceView>;
   /** A fresh temp directory removed with the harness. */
   tempDir(tag: string): Promise<string>;
   /** Deletes every workspace of the home (whoever made it), closes the SDK, removes temp dirs. */
@@ -93,7 +93,7 @@ export interface Harness {
 
 export async function openHarness(
   tag: string,
-  defaults: Partial<CreateOptions> = { backend: "bwrap" },
+  defaults: CreateWorkspaceOptions = { backend: "bwrap" },
   options: {
     /** Extra environment for the SDK's engine and for CLI children (e.g. DOCKER_HOST). */
     env?: NodeJS.ProcessEnv;

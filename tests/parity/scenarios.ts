@@ -272,7 +272,7 @@ export const SCENARIOS: Scenario[] = [
       child.kill("SIGKILL");
       await new Promise((r) => child.on("close", r));
       try {
-        expect((await ctx.pyro.workspaceStatus(id)).state).toBe("running");
+        expect((await ctx.pyro.getWorkspace(id)).state).toBe("running");
         expect((await ctx.pyro.execWorkspace(id, "cat made-by-creator.txt")).stdout).toBe("survives\n");
       } finally {
         await ctx.pyro.deleteWorkspace(id);

@@ -83,16 +83,16 @@ export const vmRun = defineTool({
     const cap = a.max_output_bytes ?? MCP_OUTPUT_BYTES;
     const r = await ctx.pyro.run(a.environment ?? DEFAULT_ENVIRONMENT, a.command, {
       ...defined({
-        timeout_seconds: a.timeout_seconds,
+        timeoutSeconds: a.timeout_seconds,
         vcpus: a.vcpus,
-        memory_mib: a.memory_mib,
-        disk_mib: a.disk_mib,
-        network_policy: a.network_policy,
+        memoryMib: a.memory_mib,
+        diskMib: a.disk_mib,
+        networkPolicy: a.network_policy,
         backend: a.backend,
         env: a.env,
       }),
-      max_output_bytes: cap,
-      allow_host_compat: ctx.allowHostCompat,
+      maxOutputBytes: cap,
+      allowHostCompat: ctx.allowHostCompat,
       signal: ctx.signal,
     });
     return a.max_output_bytes === undefined ? fitStreams(r, (x) => renderRun({ ...x }), cap) : r;

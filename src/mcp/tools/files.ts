@@ -1,5 +1,4 @@
 import { z } from "zod";
-import { exportFromWorkspace, syncPush } from "../../core/files.js";
 import { refuseOverwrite } from "../host-paths.js";
 import {
   byteBoundedString,
@@ -191,11 +190,10 @@ export const workspaceExport = defineTool({
   }),
   annotations: mutating({ destructive: true, idempotent: true }),
   long: "exporting",
-  // The SDK's exportWorkspace takes no AbortSignal; the core function does.
   async run(a, ctx) {
     const output = await ctx.hostPath(a.output_path, "write");
     if (a.overwrite !== true) await refuseOverwrite(output, a.output_path);
-    return exportFromWorkspace(ctx.pyro.engine.workspaces, a.workspace_id, a.path, output, ctx.signal);
+    return ctx.pyro.exportWorkspace(a.workspace_id, a.path, output, { signal: ctx.signal });
   },
   render: (r) =>
     `exported ${r.artifact_type} ${r.path} to ${r.output_path} (${r.bytes} bytes, ${r.entries} entr${r.entries === 1 ? "y" : "ies"})`,
@@ -223,10 +221,12 @@ export const workspaceSyncPush = defineTool({
   }),
   annotations: mutating({ destructive: true, idempotent: true }),
   long: "copying into the workspace",
-  // The SDK's syncPushWorkspace takes no AbortSignal; the core function does.
   async run(a, ctx) {
     const source = await ctx.hostPath(a.source_path, "read");
-    return syncPush(ctx.pyro.engine.workspaces, a.workspace_id, source, a.dest ?? "/workspace", ctx.signal);
+    return ctx.pyro.syncPushWorkspace(a.workspace_id, source, {
+      dest: a.dest ?? "/workspace",
+      signal: ctx.signal,
+    });
   },
   render: (r) => `copied ${r.source} into ${r.dest} (${r.files} file(s), ${r.bytes} bytes)`,
 });

@@ -141,9 +141,9 @@ export function workspaceCreate(fullCreate: boolean) {
           env: a.env,
           backend: a.backend,
           vcpus: a.vcpus,
-          memory_mib: a.memory_mib,
-          disk_mib: a.disk_mib,
-          ttl_seconds: a.ttl_seconds,
+          memoryMib: a.memory_mib,
+          diskMib: a.disk_mib,
+          ttlSeconds: a.ttl_seconds,
           networkPolicy,
           secrets,
         }),
@@ -190,7 +190,7 @@ export const workspaceStatus = defineTool({
   input: z.strictObject({ workspace_id: workspaceIdArg }),
   output: workspaceObject,
   annotations: READ_ONLY,
-  run: (a, ctx) => ctx.pyro.workspaceStatus(a.workspace_id),
+  run: (a, ctx) => ctx.pyro.getWorkspace(a.workspace_id),
   render: renderWorkspace,
 });
 

@@ -118,7 +118,7 @@ describe.skipIf(skip !== "")(suiteTitle("diff, snapshots, reset and stop/start o
       "precious\nbefore\n755\nrun\nbin\nedit.txt\ngone.txt\nkeep.txt\n",
     );
     expect(await h.pyro.diffWorkspace(id)).toMatchObject({ changed: false, summary: { total: 0 } });
-    expect((await h.pyro.workspaceStatus(id)).reset_count).toBe(2);
+    expect((await h.pyro.getWorkspace(id)).reset_count).toBe(2);
     expect((await h.pyro.summarizeWorkspace(id)).outcome).toMatchObject({
       reset_count: 2,
       snapshot_count: expect.any(Number),
@@ -130,7 +130,7 @@ describe.skipIf(skip !== "")(suiteTitle("diff, snapshots, reset and stop/start o
     expect((await errorOf(h.pyro.deleteSnapshot(id, "baseline"))).code).toBe("conflict");
     expect(await h.pyro.deleteSnapshot(id, "cp1")).toMatchObject({ snapshot_name: "cp1", deleted: true });
     expect((await errorOf(h.pyro.diffWorkspace(id, { snapshot: "cp1" }))).code).toBe("not_found");
-    expect((await h.pyro.workspaceStatus(id)).reset_count).toBe(2);
+    expect((await h.pyro.getWorkspace(id)).reset_count).toBe(2);
   });
 
   // BUG (src/core/transfer.ts, ExportWriter in "snapshot" mode): safeEntry() lets absolute
@@ -154,7 +154,7 @@ describe.skipIf(skip !== "")(suiteTitle("diff, snapshots, reset and stop/start o
   it("keeps the files across stop and start, and refuses commands while stopped with workspace_stopped", async () => {
     await h.pyro.writeWorkspaceFile(id, "survives.txt", "still here\n");
     expect(await h.pyro.stopWorkspace(id)).toMatchObject({ workspace_id: id, state: "stopped" });
-    expect((await h.pyro.workspaceStatus(id)).state).toBe("stopped");
+    expect((await h.pyro.getWorkspace(id)).state).toBe("stopped");
     expect((await errorOf(h.pyro.execWorkspace(id, "true"))).code).toBe("workspace_stopped");
     expect((await errorOf(h.pyro.readWorkspaceFile(id, "survives.txt"))).code).toBe("workspace_stopped");
     expect(await h.pyro.startWorkspace(id)).toMatchObject({ workspace_id: id, state: "running" });

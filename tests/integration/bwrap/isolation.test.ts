@@ -110,7 +110,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap isolation", skip), () => {
   it("kills a command that allocates beyond the 1024 MiB memory limit, and the workspace stays usable", {
     timeout: 90_000,
   }, async () => {
-    expect((await h.pyro.workspaceStatus(id)).limits.memory_mib).toBe(1024);
+    expect((await h.pyro.getWorkspace(id)).limits.memory_mib).toBe(1024);
     // Within the limit the same allocation works: the failure below is the limit, not python.
     const small = await run('python3 -c "b=bytearray(300*1024*1024); print(len(b))"');
     expect(small.stdout, `workspace ${id}: ${small.stderr}`).toBe(`${300 * 1024 * 1024}\n`);

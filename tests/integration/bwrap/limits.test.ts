@@ -48,8 +48,8 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
   });
 
   it("gives the writable layers a disk limit: ENOSPC inside, the host's space kept, the workspace usable", async () => {
-    const small = (await h.create({ disk_mib: 128 })).workspace_id;
-    expect((await h.pyro.workspaceStatus(small)).limits).toMatchObject({ disk_mib: 128 });
+    const small = (await h.create({ diskMib: 128 })).workspace_id;
+    expect((await h.pyro.getWorkspace(small)).limits).toMatchObject({ disk_mib: 128 });
     const free = () => {
       const s = statfsSync(h.home);
       return s.bavail * s.bsize;
@@ -73,7 +73,7 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
   it("gives one-shots the same disk limit", async () => {
     const r = await h.pyro.run("debian:12", "dd if=/dev/zero of=/tmp/big bs=1M count=400; echo dd=$?", {
       backend: "bwrap",
-      disk_mib: 128,
+      diskMib: 128,
     });
     expect(r.stderr).toMatch(/No space left on device/);
     expect(r.stdout).toContain("dd=1");
@@ -81,7 +81,7 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
 
   it("refuses a disk limit it cannot give, before anything is made", async () => {
     const before = (await h.pyro.listWorkspaces()).count;
-    await expect(h.create({ disk_mib: 10 })).rejects.toMatchObject({ code: "invalid_argument" });
+    await expect(h.create({ diskMib: 10 })).rejects.toMatchObject({ code: "invalid_argument" });
     expect((await h.pyro.listWorkspaces()).count).toBe(before);
   });
 
@@ -114,7 +114,7 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
   });
 
   it("keeps the agent when the workspace hits its memory limit: the OOM killer takes commands first", async () => {
-    const w = (await h.create({ memory_mib: 256 })).workspace_id;
+    const w = (await h.create({ memoryMib: 256 })).workspace_id;
     const agentPid = async () =>
       (
         await h.pyro.execWorkspace(

@@ -21,14 +21,14 @@ describe.skipIf(skip !== "")(suiteTitle("named workspaces on bwrap", skip), () =
   });
 
   it("addresses each workspace by its name as well as its id", async () => {
-    expect(await h.pyro.workspaceStatus("alpha")).toMatchObject({
+    expect(await h.pyro.getWorkspace("alpha")).toMatchObject({
       workspace_id: alpha,
       name: "alpha",
       labels: { team: "red", tier: "1" },
       state: "running",
       backend: "bwrap",
     });
-    expect(await h.pyro.workspaceStatus(beta)).toMatchObject({ workspace_id: beta, name: "beta" });
+    expect(await h.pyro.getWorkspace(beta)).toMatchObject({ workspace_id: beta, name: "beta" });
     expect(await h.pyro.execWorkspace("beta", "echo by-name")).toMatchObject({
       workspace_id: beta,
       stdout: "by-name\n",
@@ -42,10 +42,10 @@ describe.skipIf(skip !== "")(suiteTitle("named workspaces on bwrap", skip), () =
       clearLabels: ["team"],
     });
     expect(updated.labels).toEqual({ stage: "review", tier: "2" });
-    expect((await h.pyro.workspaceStatus(alpha)).labels).toEqual({ stage: "review", tier: "2" });
+    expect((await h.pyro.getWorkspace(alpha)).labels).toEqual({ stage: "review", tier: "2" });
     const listed = (await h.pyro.listWorkspaces()).workspaces.find((w) => w.workspace_id === alpha);
     expect(listed?.labels).toEqual({ stage: "review", tier: "2" });
-    expect((await h.pyro.workspaceStatus("beta")).labels).toEqual({ team: "blue" });
+    expect((await h.pyro.getWorkspace("beta")).labels).toEqual({ team: "blue" });
   });
 
   it("lists the most recently active workspace first", async () => {
@@ -83,7 +83,7 @@ describe.skipIf(skip !== "")(suiteTitle("named workspaces on bwrap", skip), () =
 
   it("answers workspace_not_found for an unknown id or name, and deleting one leaves the other", async () => {
     expect((await errorOf(h.pyro.execWorkspace("ws_000000000000", "true"))).code).toBe("workspace_not_found");
-    expect((await errorOf(h.pyro.workspaceStatus("gamma"))).code).toBe("workspace_not_found");
+    expect((await errorOf(h.pyro.getWorkspace("gamma"))).code).toBe("workspace_not_found");
     expect((await errorOf(h.pyro.deleteWorkspace("gamma"))).code).toBe("workspace_not_found");
     await h.pyro.deleteWorkspace("alpha");
     expect((await errorOf(h.pyro.execWorkspace("alpha", "true"))).code).toBe("workspace_not_found");

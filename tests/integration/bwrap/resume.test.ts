@@ -87,7 +87,7 @@ describe.skipIf(skip !== "")(suiteTitle("a bwrap workspace across processes", sk
     expect(reset.code, `workspace ${id}: ${reset.stderr}`).toBe(0);
     expect(reset.json()).toMatchObject({ reset_count: 1 });
     expect((await h.pyro.execWorkspace(id, "ls -A")).stdout).toBe("keep.txt\n");
-    expect((await h.pyro.workspaceStatus(id)).reset_count).toBe(1);
+    expect((await h.pyro.getWorkspace(id)).reset_count).toBe(1);
     expect((await h.pyro.workspaceLogs(id)).commands.map((c) => c.command)).toContain(
       "sh -c 'echo from-b > b.txt; cat keep.txt'",
     );
@@ -143,7 +143,7 @@ describe.skipIf(skip !== "")(suiteTitle("a bwrap workspace across processes", sk
   it("is deleted by this process through the SDK, leaving no record, directory, process or mount", async () => {
     const pid = sandboxPid(h.pyro, id)!;
     expect(await h.pyro.deleteWorkspace("resumable")).toMatchObject({ workspace_id: id, deleted: true });
-    expect((await errorOf(h.pyro.workspaceStatus(id))).code).toBe("workspace_not_found");
+    expect((await errorOf(h.pyro.getWorkspace(id))).code).toBe("workspace_not_found");
     expect(cli(["workspace", "list", "--json"], env).json()).toMatchObject({ count: 0 });
     const status = cli(["workspace", "status", "resumable", "--json"], env);
     expect(status.code).toBe(1);

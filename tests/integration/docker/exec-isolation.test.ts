@@ -33,7 +33,7 @@ describe.skipIf(skip !== "")(suiteTitle("exec and isolation on docker", skip), (
     process.env[HOST_ONLY_VAR] = "must-not-leak";
     engine = await useTestEngine();
     h = await openHarness("docker-exec", { backend: "docker" }, { env: engine.env });
-    id = (await h.create({ env: { FORWARDED: "from-create", SHADOWED: "create" }, memory_mib: 512 }))
+    id = (await h.create({ env: { FORWARDED: "from-create", SHADOWED: "create" }, memoryMib: 512 }))
       .workspace_id;
     const mk = await run("mkdir -p sub/dir");
     expect(mk.exit_code, `workspace ${id}: ${mk.stderr}`).toBe(0);
@@ -199,7 +199,7 @@ describe.skipIf(skip !== "")(suiteTitle("exec and isolation on docker", skip), (
   it("applies the memory and pids limits: an allocation beyond them is killed, and the workspace stays usable", {
     timeout: 90_000,
   }, async () => {
-    expect((await h.pyro.workspaceStatus(id)).limits.memory_mib).toBe(512);
+    expect((await h.pyro.getWorkspace(id)).limits.memory_mib).toBe(512);
     const small = await run('python3 -c "b=bytearray(200*1024*1024); print(len(b))"');
     expect(small.stdout, `workspace ${id}: ${small.stderr}`).toBe(`${200 * 1024 * 1024}\n`);
     const big = await run('python3 -c "b=bytearray(900*1024*1024)"');

@@ -85,7 +85,7 @@ describe.skipIf(skip !== "")(
     it("gives one-shots the timeout (killing everything) and the output cap", async () => {
       const t = await h.pyro.run("debian:12", "sleep 1002 & sleep 1002", {
         backend: "docker",
-        timeout_seconds: 2,
+        timeoutSeconds: 2,
       });
       expect(t).toMatchObject({ exit_code: 124, timed_out: true });
       expect(hostProcesses((a) => a[0]?.endsWith("sleep") === true && a[1] === "1002")).toEqual([]);
@@ -212,7 +212,7 @@ describe.skipIf(skip !== "")(
 
     it("is deleted leaving no container, volume, image, directory or mount", async () => {
       expect(await h.pyro.deleteWorkspace("dock")).toMatchObject({ workspace_id: id, deleted: true });
-      expect((await errorOf(h.pyro.workspaceStatus(id))).code).toBe("workspace_not_found");
+      expect((await errorOf(h.pyro.getWorkspace(id))).code).toBe("workspace_not_found");
       expect(await containersLabelled(engine.docker, "dev.pyro.workspace", id)).toEqual([]);
       const volumes = (await engine.docker.listVolumes()).Volumes ?? [];
       expect(volumes.filter((v) => v.Name.includes(id))).toEqual([]);

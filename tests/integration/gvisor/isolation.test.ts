@@ -107,7 +107,7 @@ c = socket.socket(socket.AF_UNIX); c.connect('/workspace/t.sock'); print(c.recv(
   it("sees its 1024 MiB limit; beyond it the sandbox is killed as a whole and comes back with its files", {
     timeout: 120_000,
   }, async () => {
-    expect((await h.pyro.workspaceStatus(id)).limits.memory_mib).toBe(1024);
+    expect((await h.pyro.getWorkspace(id)).limits.memory_mib).toBe(1024);
     expect((await run("head -1 /proc/meminfo")).stdout).toMatch(/^MemTotal:\s+1048576 kB/);
     const small = await run('python3 -c "b=bytearray(300*1024*1024); print(len(b))"');
     expect(small.stdout, small.stderr).toBe(`${300 * 1024 * 1024}\n`);

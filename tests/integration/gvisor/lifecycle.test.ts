@@ -82,7 +82,7 @@ describe.skipIf(skip !== "")(suiteTitle("gvisor one-shots and a workspace across
     const started = Date.now();
     const slow = await h.pyro.run("debian:12", "sleep 100 & sleep 100", {
       backend: "gvisor",
-      timeout_seconds: 2,
+      timeoutSeconds: 2,
     });
     expect(slow).toMatchObject({ timed_out: true, exit_code: 124 });
     expect(Date.now() - started).toBeLessThan(20_000);
@@ -104,7 +104,7 @@ describe.skipIf(skip !== "")(suiteTitle("gvisor one-shots and a workspace across
     );
     expect(created.code, created.stderr).toBe(0);
     id = created.stdout.trim();
-    expect((await h.pyro.workspaceStatus(id)).backend).toBe("gvisor");
+    expect((await h.pyro.getWorkspace(id)).backend).toBe("gvisor");
     const pid = sandboxPid(h.pyro, id);
     expect(pid !== null && processAlive(pid), `sandbox of ${id} died with its creator`).toBe(true);
 
@@ -173,7 +173,7 @@ describe.skipIf(skip !== "")(suiteTitle("gvisor one-shots and a workspace across
     const dir = join(h.home, "workspaces", id);
     expect(cgroupsOf(id).length).toBeGreaterThan(0);
     expect(await h.pyro.deleteWorkspace("resumable")).toMatchObject({ workspace_id: id, deleted: true });
-    expect((await errorOf(h.pyro.workspaceStatus(id))).code).toBe("workspace_not_found");
+    expect((await errorOf(h.pyro.getWorkspace(id))).code).toBe("workspace_not_found");
     expect(processAlive(pid)).toBe(false);
     expect(runscOf(dir)).toEqual([]);
     expect(runscOf(h.home)).toEqual([]);

@@ -14,7 +14,7 @@ describe.skipIf(skip !== "")(suiteTitle("disk limit on gvisor", skip), () => {
   });
 
   it("stops a command at the disk limit with ENOSPC and keeps the workspace usable", async () => {
-    const id = (await h.create({ disk_mib: 128 })).workspace_id;
+    const id = (await h.create({ diskMib: 128 })).workspace_id;
     const r = await h.pyro.execWorkspace(id, "dd if=/dev/zero of=/workspace/big bs=1M count=400; echo dd=$?");
     expect(r.stderr).toMatch(/No space left on device/);
     expect(r.stdout).toContain("dd=1");

@@ -26,7 +26,7 @@ describe.skipIf(skip !== "")(suiteTitle("the host-compat backend", skip), () => 
   let id: string;
 
   beforeAll(async () => {
-    h = await openHarness("host", { backend: "host", allow_host_compat: true });
+    h = await openHarness("host", { backend: "host", allowHostCompat: true });
   });
   afterAll(async () => {
     await h?.cleanup();
@@ -44,7 +44,7 @@ describe.skipIf(skip !== "")(suiteTitle("the host-compat backend", skip), () => 
   });
 
   it("runs a one-shot command when allowed and says host_compat", async () => {
-    const r = await h.pyro.run("debian:12", "echo on-the-host", { backend: "host", allow_host_compat: true });
+    const r = await h.pyro.run("debian:12", "echo on-the-host", { backend: "host", allowHostCompat: true });
     expect(r).toMatchObject({
       backend: "host",
       execution_mode: "host_compat",
@@ -77,7 +77,7 @@ describe.skipIf(skip !== "")(suiteTitle("the host-compat backend", skip), () => 
       stderr: "err\n",
       execution_mode: "host_compat",
     });
-    expect((await h.pyro.workspaceStatus(id)).execution_mode).toBe("host_compat");
+    expect((await h.pyro.getWorkspace(id)).execution_mode).toBe("host_compat");
     expect((await h.pyro.workspaceLogs(id)).commands[0]).toMatchObject({
       exit_code: 4,
       execution_mode: "host_compat",

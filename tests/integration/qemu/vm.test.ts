@@ -58,7 +58,7 @@ describe.skipIf(skip !== "")(suiteTitle("qemu backend (microVM)", skip), () => {
     async () => {
       const seed = await h.tempDir("qemu-seed");
       execFileSync("sh", ["-c", `mkdir -p "${seed}/src" && echo hello > "${seed}/src/a.txt"`]);
-      const w = await h.create({ seed_path: seed, memory_mib: 1024, vcpus: 1 });
+      const w = await h.create({ seedPath: seed, memoryMib: 1024, vcpus: 1 });
       expect(w).toMatchObject({ backend: "qemu", execution_mode: "guest_agent", state: "running" });
       const r = await h.pyro.execWorkspace(
         w.workspace_id,
@@ -101,8 +101,8 @@ describe.skipIf(skip !== "")(suiteTitle("qemu backend (microVM)", skip), () => {
     SLOW,
     async () => {
       // 128 MiB: a template of its own (the saved state has its filesystem mounted).
-      const w = (await h.create({ disk_mib: 128 })).workspace_id;
-      expect((await h.pyro.workspaceStatus(w)).limits).toMatchObject({ disk_mib: 128 });
+      const w = (await h.create({ diskMib: 128 })).workspace_id;
+      expect((await h.pyro.getWorkspace(w)).limits).toMatchObject({ disk_mib: 128 });
       const free = () => {
         const s = statfsSync(h.home);
         return s.bavail * s.bsize;

@@ -13,9 +13,9 @@ afterEach(async () => {
 
 describe("disk limits", () => {
   it("refuses a disk limit out of range, or on a backend that cannot enforce it, before anything is made", async () => {
-    expect(await codeOf(t.pyro.createWorkspace({ disk_mib: 10 }))).toBe("invalid_argument");
-    expect(await codeOf(t.pyro.createWorkspace({ disk_mib: 1.5 }))).toBe("invalid_argument");
-    expect(await codeOf(t.pyro.createWorkspace({ disk_mib: 2 ** 40 }))).toBe("invalid_argument");
+    expect(await codeOf(t.pyro.createWorkspace({ diskMib: 10 }))).toBe("invalid_argument");
+    expect(await codeOf(t.pyro.createWorkspace({ diskMib: 1.5 }))).toBe("invalid_argument");
+    expect(await codeOf(t.pyro.createWorkspace({ diskMib: 2 ** 40 }))).toBe("invalid_argument");
     expect((await t.pyro.listWorkspaces()).count).toBe(0);
     expect(checkDiskMib(256, "bwrap")).toBe(256);
     expect(checkDiskMib(256, "qemu")).toBe(256);

@@ -72,7 +72,7 @@ describe("SDK output cap", () => {
   beforeAll(async () => {
     fx = await fakePyro();
     pyro = fx.pyro;
-    id = (await pyro.createWorkspace({ ttl_seconds: 600 })).workspace_id;
+    id = (await pyro.createWorkspace({ ttlSeconds: 600 })).workspace_id;
   });
   afterAll(() => fx.cleanup());
 
@@ -167,7 +167,7 @@ describe("live output and stdin through the SDK", () => {
     const w = await fx.pyro.createWorkspace({ secrets: { API_KEY: "k3y-value-123" } });
     const seen: string[] = [];
     const r = await fx.pyro.execWorkspace(w.workspace_id, 'cat; printf "key=$API_KEY\\n" >&2', {
-      on_output: (stream, chunk) => seen.push(`${stream}:${chunk.toString()}`),
+      onOutput: (stream, chunk) => seen.push(`${stream}:${chunk.toString()}`),
       stdin: Readable.from([Buffer.from("from stdin\n")]),
     });
     expect(r).toMatchObject({ stdout: "from stdin\n", stderr: "key=[REDACTED:API_KEY]\n" });

@@ -40,7 +40,7 @@ describe("workspace core on the fake backend", () => {
       workspace_seed: { kind: "directory", source: seed, file_count: 2 },
     });
     expect(Date.parse(w.expires_at!)).toBeGreaterThan(Date.parse(w.last_activity_at));
-    expect((await pyro.workspaceStatus("alpha")).workspace_id).toBe(w.workspace_id);
+    expect((await pyro.getWorkspace("alpha")).workspace_id).toBe(w.workspace_id);
     const list = await pyro.listWorkspaces();
     expect(list.count).toBe(1);
     expect(list.workspaces[0]).toMatchObject({
@@ -232,15 +232,15 @@ describe("workspace core on the fake backend", () => {
     const w = await pyro.createWorkspace({ seedPath: seed, name: "gone" });
     const dir = pyro.engine.workspaces.workspaceDir(w.workspace_id);
     await pyro.deleteWorkspace("gone");
-    expect(await codeOf(pyro.workspaceStatus("gone"))).toBe("workspace_not_found");
+    expect(await codeOf(pyro.getWorkspace("gone"))).toBe("workspace_not_found");
     await expect(readFile(join(dir, "snapshots", "baseline", "app.py"))).rejects.toThrow();
   });
 
   it("reaps workspaces whose TTL ran out", async () => {
-    const w = await pyro.createWorkspace({ ttl_seconds: 1 });
+    const w = await pyro.createWorkspace({ ttlSeconds: 1 });
     await new Promise((r) => setTimeout(r, 1100));
     expect((await pyro.listWorkspaces()).count).toBe(0);
-    expect(await codeOf(pyro.workspaceStatus(w.workspace_id))).toBe("workspace_not_found");
+    expect(await codeOf(pyro.getWorkspace(w.workspace_id))).toBe("workspace_not_found");
   });
 
   it("never falls back to the host backend silently", async () => {

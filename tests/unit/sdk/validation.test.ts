@@ -109,14 +109,14 @@ const BAD_CALLS: [string, () => unknown[], string][] = [
   ["createWorkspace", () => ["w2"], 'createWorkspace: options must be an object or undefined, got "w2"'],
   [
     "createWorkspace",
-    () => [{ memory_mib: 512.5 }],
-    "createWorkspace: options.memory_mib must be a whole number, got 512.5",
+    () => [{ memoryMib: 512.5 }],
+    "createWorkspace: options.memoryMib must be a whole number, got 512.5",
   ],
   ["getWorkspace", () => [42], "getWorkspace: workspaceId must be a string, got 42"],
   [
-    "workspaceStatus",
+    "getWorkspace",
     () => [{ workspace_id: id }],
-    "workspaceStatus: workspaceId must be a string, got an object {workspace_id}",
+    "getWorkspace: workspaceId must be a string, got an object {workspace_id}",
   ],
   [
     "updateWorkspace",
@@ -149,8 +149,8 @@ const BAD_CALLS: [string, () => unknown[], string][] = [
   ],
   [
     "execWorkspace",
-    () => [id, "touch y", { timeout_seconds: Number.POSITIVE_INFINITY }],
-    "execWorkspace: options.timeout_seconds must be a finite number, got Infinity",
+    () => [id, "touch y", { timeoutSeconds: Number.POSITIVE_INFINITY }],
+    "execWorkspace: options.timeoutSeconds must be a finite number, got Infinity",
   ],
   [
     "execWorkspace",
@@ -184,8 +184,8 @@ const BAD_CALLS: [string, () => unknown[], string][] = [
   ],
   [
     "execWorkspace",
-    () => [id, "touch y", { on_output: "log" }],
-    "execWorkspace: options.on_output must be a function",
+    () => [id, "touch y", { onOutput: "log" }],
+    "execWorkspace: options.onOutput must be a function",
   ],
   ["execWorkspace", () => [id, "   "], 'execWorkspace: command must not be empty or blank, got "   "'],
   ["workspaceLogs", () => [id, { seq: 1.5 }], "workspaceLogs: options.seq must be a whole number, got 1.5"],
@@ -276,24 +276,44 @@ describe("SDK argument checks", () => {
     const typo = await refusal(call("execWorkspace", id, "touch y", { timeout: 5 }));
     expect(typo.message).toBe('execWorkspace: options has unknown key "timeout"');
     expect(typo.hint).toContain("timeoutSeconds");
-    const camel = await refusal(call("run", "debian:12", "true", { timeoutSeconds: 5 }));
-    expect(camel.message).toBe('run: options has unknown key "timeoutSeconds"');
-    expect(camel.hint).toMatch(/^did you mean timeout_seconds\?/);
+    const snake = await refusal(call("run", "debian:12", "true", { timeout_seconds: 5 }));
+    expect(snake.message).toBe('run: options has unknown key "timeout_seconds"');
+    expect(snake.hint).toMatch(/^did you mean timeoutSeconds\? SDK option keys are camelCase; /);
     const patchKey = await refusal(call("updateWorkspace", id, { clear_labels: ["team"] }));
     expect(patchKey.hint).toMatch(/^did you mean clearLabels\?/);
     expect(await everything()).toEqual(before);
   });
 
-  it("refuses both spellings of one option at once", async () => {
-    const err = await refusal(
-      call("execWorkspace", id, "touch y", { timeoutSeconds: 5, timeout_seconds: 10 }),
-    );
-    expect(err.message).toBe(
-      "execWorkspace: options.timeout_seconds and options.timeoutSeconds are the same option",
-    );
-    const both = await refusal(call("createWorkspace", { allowHostCompat: false, allow_host_compat: true }));
-    expect(both.code).toBe("invalid_argument");
-    expect((await pyro.listWorkspaces()).count).toBe(1);
+  /** Valid positional arguments per parameter name, so that only the option key is wrong. */
+  const POSITIONAL: Record<string, () => unknown> = {
+    workspaceId: () => id,
+    environment: () => "debian:12",
+    name: () => "cp1",
+    command: () => "touch y",
+    path: () => "app.py",
+    outputPath: () => join(outDir, "x"),
+    source: () => seed,
+  };
+
+  it("refuses the snake_case spelling of every camelCase option and names the camelCase one", async () => {
+    const before = await everything();
+    let checked = 0;
+    for (const [method, params] of Object.entries(SIGNATURES)) {
+      const last = params.length - 1;
+      const shape = (params[last]!.schema as { shape?: Record<string, unknown> }).shape;
+      if (!shape) continue;
+      for (const key of Object.keys(shape).filter((k) => /[A-Z]/.test(k))) {
+        const snakeKey = key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+        const args = params.slice(0, last).map((p) => POSITIONAL[p.name]!());
+        const err = await refusal(call(method, ...args, { [snakeKey]: 1 }));
+        expect(err.message).toBe(`${method}: ${params[last]!.name} has unknown key "${snakeKey}"`);
+        expect(err.hint).toMatch(new RegExp(`^did you mean ${key}\\? SDK option keys are camelCase`));
+        checked++;
+      }
+    }
+    // timeoutSeconds, maxOutputBytes, memoryMib, seedPath... across run, createWorkspace, execWorkspace, ...
+    expect(checked).toBeGreaterThan(20);
+    expect(await everything()).toEqual(before);
   });
 
   it("never echoes a huge input back", async () => {
@@ -318,7 +338,7 @@ describe("SDK argument checks", () => {
     );
   });
 
-  it("passes valid calls through, with every option spelling the SDK documents", async () => {
+  it("passes valid calls through, with the camelCase options the SDK documents", async () => {
     const signal = new AbortController().signal;
     const seen: unknown[] = [];
     const exec = await pyro.execWorkspace(id, "echo $GREETING", {
@@ -327,17 +347,23 @@ describe("SDK argument checks", () => {
       env: { GREETING: "hi" },
       maxOutputBytes: 2048,
       signal,
-      on_output: (c) => seen.push(c),
+      onOutput: (c) => seen.push(c),
     });
     expect(exec).toMatchObject({ exit_code: 0, stdout: "hi\n" });
+    // The camelCase options reach the core: the listener saw the output, the cap cut it.
+    expect(seen.length).toBeGreaterThan(0);
+    const long = await pyro.execWorkspace(id, "head -c 5000 /dev/zero | tr '\\0' x", {
+      maxOutputBytes: 1024,
+    });
+    expect(long).toMatchObject({ truncated: true, stdout_bytes: 5000 });
     expect(
-      (await pyro.execWorkspace(id, "true", { timeout_seconds: 5, max_output_bytes: 4096 })).exit_code,
+      (await pyro.execWorkspace(id, "true", { timeoutSeconds: 5, maxOutputBytes: 4096 })).exit_code,
     ).toBe(0);
     expect((await pyro.execWorkspace(id, "true", undefined)).exit_code).toBe(0);
     expect((await pyro.workspaceLogs(id, { limit: 2 })).commands).toHaveLength(2);
     expect((await pyro.workspaceLogs(id, { seq: 2, maxOutputBytes: 1024 })).commands[0]?.stdout).toBe("hi\n");
     expect((await pyro.getWorkspace("w1")).workspace_id).toBe(id);
-    expect((await pyro.workspaceStatus(id)).name).toBe("w1");
+    expect((await pyro.getWorkspace(id)).name).toBe("w1");
     expect(
       (await pyro.updateWorkspace(id, { name: "w2", labels: { stage: "x" }, clearLabels: ["team"] })).labels,
     ).toEqual({ stage: "x" });
@@ -372,22 +398,22 @@ describe("SDK argument checks", () => {
 
     const created = await pyro.createWorkspace({
       environment: "debian:12",
-      seed_path: seed,
+      seedPath: seed,
       name: "w3",
       labels: { a: "b" },
       env: { A: "1" },
       backend: "bwrap",
       vcpus: 2,
-      memory_mib: 512,
-      ttl_seconds: null,
+      memoryMib: 512,
+      ttlSeconds: null,
       networkPolicy: "off",
       signal,
     });
-    expect(created).toMatchObject({ name: "w3", expires_at: null });
+    expect(created).toMatchObject({ name: "w3", expires_at: null, limits: { vcpus: 2, memory_mib: 512 } });
     expect((await pyro.deleteWorkspace("w3")).deleted).toBe(true);
 
     expect(
-      (await pyro.run("debian:12", "echo one", { timeout_seconds: 30, maxOutputBytes: 2048 })).stdout,
+      (await pyro.run("debian:12", "echo one", { timeoutSeconds: 30, maxOutputBytes: 2048 })).stdout,
     ).toBe("one\n");
     expect((await pyro.pullEnvironment("debian:12", { signal })).name).toBe("debian:12");
     expect((await pyro.inspectEnvironment("debian:12")).name).toBe("debian:12");

@@ -1,0 +1,99 @@
+/**
+ * The SDK's result types, one name each: what `Pyro`'s methods resolve to. They are the
+ * core's own return types (the objects the CLI prints with `--json` and the MCP tools
+ * return as `structuredContent`), so the fields are snake_case and cannot drift from the
+ * other surfaces.
+ */
+import type { Engine } from "../core/engine.js";
+import type { workspaceLogs } from "../core/exec.js";
+import type {
+  applyPatch,
+  diffWorkspace,
+  exportFromWorkspace,
+  listFiles,
+  readFileFromWorkspace,
+  syncPush,
+  writeFileToWorkspace,
+} from "../core/files.js";
+import type { demo, runOnce } from "../core/oneshot.js";
+import type { createSnapshot, deleteSnapshot, listSnapshots, resetWorkspace } from "../core/snapshots.js";
+import type { summarizeWorkspace } from "../core/summary.js";
+import type { workspaceListItem } from "../core/views.js";
+import type { BackendName } from "../core/vocabulary.js";
+import type { Workspaces } from "../core/workspaces.js";
+
+type Result<F extends (...args: never[]) => Promise<unknown>> = Awaited<ReturnType<F>>;
+
+export type { DoctorReport } from "../core/doctor.js";
+export type { ExecResult } from "../core/exec.js";
+// A workspace: what createWorkspace, getWorkspace, updateWorkspace, stopWorkspace and startWorkspace return.
+export type { WorkspaceView } from "../core/views.js";
+
+/** One environment of the catalogue and its cache status (`inspectEnvironment`). */
+export type EnvironmentInfo = Result<Engine["environments"]["info"]>;
+/** `listEnvironments`. */
+export interface EnvironmentList {
+  count: number;
+  environments: EnvironmentInfo[];
+}
+/** `pullEnvironment`: the cached environment, built or pulled when it was missing. */
+export type PullResult = Result<Engine["environments"]["pull"]>;
+/** `pruneEnvironments`. */
+export type PruneResult = Result<Engine["environments"]["prune"]>;
+
+/** `run`: the one-shot command's result, with the environment and backend it ran on. */
+export type RunResult = Result<typeof runOnce>;
+/** `demo`: each step of the proved loop and whether it went as expected. */
+export type DemoResult = Result<typeof demo>;
+/**
+ * `prepare`: the environment's manifest (what was proved, on which backend, how long each
+ * step took) and whether an earlier one was reused. Spelt out here: the core reads the
+ * manifest back from JSON, untyped.
+ */
+export interface PrepareResult {
+  environment: string;
+  recipe_key: string;
+  backend: BackendName;
+  pyro_version: string;
+  prepared_at: string;
+  /** Milliseconds per step: pull_ms, create_ms, exec_ms, reset_ms, delete_ms. */
+  timings: Record<string, number>;
+  /** An earlier prepare still holds (same environment, recipe, backend and version). */
+  reused: boolean;
+  duration_ms: number;
+}
+
+/** `listWorkspaces`: every workspace, most recent activity first. */
+export type WorkspaceList = Result<Workspaces["list"]>;
+/** One row of `listWorkspaces`. */
+export type WorkspaceListItem = ReturnType<typeof workspaceListItem>;
+/** `deleteWorkspace`. */
+export type WorkspaceDeleteResult = Result<Workspaces["delete"]>;
+/** `workspaceLogs`: the command history, or one command with its kept output. */
+export type LogsResult = Result<typeof workspaceLogs>;
+/** `summarizeWorkspace`: commands, edits, changes, exports and snapshots in one review. */
+export type WorkspaceSummary = Result<typeof summarizeWorkspace>;
+
+/** `listWorkspaceFiles`. */
+export type FileListResult = Result<typeof listFiles>;
+/** `readWorkspaceFile`. */
+export type FileReadResult = Result<typeof readFileFromWorkspace>;
+/** `writeWorkspaceFile`. */
+export type FileWriteResult = Result<typeof writeFileToWorkspace>;
+/** `applyWorkspacePatch`. */
+export type PatchResult = Result<typeof applyPatch>;
+/** `diffWorkspace`: the patch, a summary and one entry per changed path. */
+export type DiffResult = Result<typeof diffWorkspace>;
+/** `exportWorkspace`. */
+export type ExportResult = Result<typeof exportFromWorkspace>;
+/** `syncPushWorkspace`. */
+export type SyncPushResult = Result<typeof syncPush>;
+
+/** `resetWorkspace`: the workspace after the reset, and what it was reset to. */
+export type ResetResult = Result<typeof resetWorkspace>;
+/** `createSnapshot`: one snapshot. */
+export type SnapshotView = Result<typeof createSnapshot>;
+/** `listSnapshots`. */
+export type SnapshotList = Result<typeof listSnapshots>;
+/** `deleteSnapshot`. */
+export type SnapshotDeleteResult = Result<typeof deleteSnapshot>;
