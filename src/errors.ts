@@ -29,22 +29,80 @@ export interface ErrorObject {
   hint?: string;
 }
 
+/**
+ * A step a hint points to, named the way each surface names it: the CLI command or flag
+ * (the SDK shows it too), and the MCP tool or argument where one exists. A hint refers
+ * to it as `{action}`; without that, the action is appended.
+ */
+export interface HintAction {
+  cli: string;
+  tool?: string;
+}
+
+export type Surface = "cli" | "tool";
+
+/** The actions core hints name most. */
+export const ACTIONS = {
+  listWorkspaces: { cli: "pyro workspace list", tool: "workspace_list" },
+  workspaceStatus: { cli: "pyro workspace status", tool: "workspace_status" },
+  listSnapshots: { cli: "pyro workspace snapshot list", tool: "snapshot_list" },
+  startWorkspace: (id: string): HintAction => ({
+    cli: `pyro workspace start ${id}`,
+    tool: "workspace_start",
+  }),
+  networkOff: { cli: "--network off", tool: 'network_policy "off"' },
+} satisfies Record<string, HintAction | ((...a: string[]) => HintAction)>;
+
 export class PyroError extends Error {
   readonly code: ErrorCode;
+  /** The hint as the CLI and the SDK show it; MCP uses `hintFor("tool")`. */
   readonly hint?: string;
+  readonly action?: HintAction;
+  private readonly template?: string;
 
-  constructor(code: ErrorCode, message: string, hint?: string, options?: { cause?: unknown }) {
-    super(bounded(message), options);
+  constructor(
+    code: ErrorCode,
+    message: string,
+    hint?: string,
+    options?: { cause?: unknown; action?: HintAction },
+  ) {
+    super(bounded(message), options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = "PyroError";
     this.code = code;
-    if (hint !== undefined) this.hint = bounded(hint);
+    if (options?.action) this.action = options.action;
+    if (hint !== undefined) {
+      this.template = bounded(hint);
+      this.hint = renderHint(this.template, this.action, "cli");
+    }
   }
 
-  toJSON(): ErrorObject {
-    return this.hint === undefined
-      ? { code: this.code, message: this.message }
-      : { code: this.code, message: this.message, hint: this.hint };
+  /** The hint for a surface: the CLI names a command (`pyro workspace list`), MCP a tool (workspace_list). */
+  hintFor(surface: Surface): string | undefined {
+    return this.template === undefined ? undefined : renderHint(this.template, this.action, surface);
   }
+
+  /** The same error with its texts rewritten (redaction), its action and cause kept. */
+  withTexts(rewrite: (text: string) => string): PyroError {
+    return new PyroError(
+      this.code,
+      rewrite(this.message),
+      this.template === undefined ? undefined : rewrite(this.template),
+      { cause: this.cause, ...(this.action ? { action: this.action } : {}) },
+    );
+  }
+
+  toJSON(surface: Surface = "cli"): ErrorObject {
+    const hint = this.hintFor(surface);
+    return hint === undefined
+      ? { code: this.code, message: this.message }
+      : { code: this.code, message: this.message, hint };
+  }
+}
+
+function renderHint(template: string, action: HintAction | undefined, surface: Surface): string {
+  if (!action) return template;
+  const named = surface === "tool" && action.tool ? action.tool : `\`${action.cli}\``;
+  return template.includes("{action}") ? template.replaceAll("{action}", named) : `${template}: ${named}`;
 }
 
 /** Longest quoted value kept whole in a message; longer ones keep a prefix and their length. */
@@ -112,10 +170,11 @@ const ERRNO_TABLE: Record<string, { code: ErrorCode; message: string; hint?: str
  * Errors from lower layers (the agent channel) carry a string `code` of their own. Codes
  * pyro shares pass through; channel failures map through one table.
  */
-const CHANNEL_TABLE: Record<string, { code: ErrorCode; hint: string }> = {
+const CHANNEL_TABLE: Record<string, { code: ErrorCode; hint: string; action?: HintAction }> = {
   agent_disconnected: {
     code: "backend_unavailable",
-    hint: "the workspace's sandbox went away; check `pyro workspace status`",
+    hint: "the workspace's sandbox went away; check {action}",
+    action: ACTIONS.workspaceStatus,
   },
   protocol_violation: {
     code: "internal",
@@ -130,7 +189,11 @@ function codedError(err: unknown): PyroError | null {
   if ((ERROR_CODES as readonly string[]).includes(code))
     return new PyroError(code as ErrorCode, err.message, h, { cause: err });
   const mapped = CHANNEL_TABLE[code];
-  if (mapped) return new PyroError(mapped.code, err.message, h ?? mapped.hint, { cause: err });
+  if (mapped)
+    return new PyroError(mapped.code, err.message, h ?? mapped.hint, {
+      cause: err,
+      ...(h === undefined && mapped.action ? { action: mapped.action } : {}),
+    });
   return null;
 }
 

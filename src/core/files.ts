@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
-import { PyroError } from "../errors.js";
+import { ACTIONS, PyroError } from "../errors.js";
 import { ExportWriter, packHostPath } from "./transfer.js";
 import type { Workspaces } from "./workspaces.js";
 
@@ -68,7 +68,8 @@ export async function diffWorkspace(ws: Workspaces, idOrName: string, options: {
       throw new PyroError(
         "not_found",
         `workspace ${w.workspace_id} has no snapshot '${snapshot}'`,
-        "list them with `pyro workspace snapshot list`",
+        "list them with {action}",
+        { action: ACTIONS.listSnapshots },
       );
     }
     await ws.exposeSnapshot(w, snapshot, agent);

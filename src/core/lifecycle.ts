@@ -1,4 +1,4 @@
-import { PyroError } from "../errors.js";
+import { ACTIONS, PyroError } from "../errors.js";
 import type { WorkspaceState } from "../state/types.js";
 
 /**
@@ -32,11 +32,9 @@ const ALLOWED: Record<WorkspaceState, readonly Operation[]> = {
 export function assertAllowed(state: WorkspaceState, op: Operation, id: string): void {
   if (ALLOWED[state].includes(op)) return;
   if (state === "stopped") {
-    throw new PyroError(
-      "workspace_stopped",
-      `workspace ${id} is stopped`,
-      `start it first: pyro workspace start ${id}`,
-    );
+    throw new PyroError("workspace_stopped", `workspace ${id} is stopped`, "start it first with {action}", {
+      action: ACTIONS.startWorkspace(id),
+    });
   }
   throw new PyroError("conflict", `workspace ${id} is ${state}; '${op}' is not possible now`);
 }

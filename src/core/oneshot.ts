@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import type { BackendName } from "../backends/backend.js";
-import { PyroError } from "../errors.js";
+import { ACTIONS, PyroError } from "../errors.js";
 import { atomicWriteFile } from "../util/fs.js";
 import type { Engine } from "./engine.js";
 import { execInWorkspace } from "./exec.js";
@@ -51,7 +51,8 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
     throw new PyroError(
       "backend_unavailable",
       `network policy '${options.network_policy}' is not supported by this build yet`,
-      "use --network off",
+      "use {action}",
+      { action: ACTIONS.networkOff },
     );
   }
   const environment = options.environment ?? "debian:12";

@@ -1,4 +1,4 @@
-import { PyroError } from "../errors.js";
+import { ACTIONS, PyroError } from "../errors.js";
 import { assertAllowed } from "./lifecycle.js";
 import { ExportWriter } from "./transfer.js";
 import { workspaceView } from "./views.js";
@@ -96,7 +96,8 @@ export async function resetWorkspace(ws: Workspaces, idOrName: string, options: 
     throw new PyroError(
       "not_found",
       `workspace ${w.workspace_id} has no snapshot '${snapshot}'`,
-      "list them with `pyro workspace snapshot list`",
+      "list them with {action}",
+      { action: ACTIONS.listSnapshots },
     );
   }
   const started = performance.now();

@@ -6,7 +6,7 @@ import { AgentError } from "../agent/errors.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { DISK_LIMITED } from "../backends/disk-image.js";
 import type { BuildProgress } from "../env/builder.js";
-import { PyroError, toPyroError } from "../errors.js";
+import { ACTIONS, PyroError, toPyroError } from "../errors.js";
 import type { StateStore } from "../state/store.js";
 import type { NetworkPolicy, WorkspaceRow } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
@@ -41,7 +41,8 @@ export function checkDiskMib(mib: number | undefined, backend?: BackendName): nu
     throw new PyroError(
       "backend_unavailable",
       `the ${backend} backend cannot limit disk use here`,
-      `drop --disk, or use ${DISK_LIMITED.join(" or ")}`,
+      `drop {action}, or use ${DISK_LIMITED.join(" or ")}`,
+      { action: { cli: "--disk", tool: "disk_mib" } },
     );
   if (!Number.isInteger(mib) || mib < 64 || mib > 16 * 1024 * 1024)
     throw new PyroError(
@@ -209,7 +210,8 @@ export class Workspaces {
       throw new PyroError(
         "workspace_not_found",
         `no workspace '${idOrName}'`,
-        "list workspaces with `pyro workspace list`",
+        "list workspaces with {action}",
+        { action: ACTIONS.listWorkspaces },
       );
     }
     return w;
@@ -231,7 +233,8 @@ export class Workspaces {
       throw new PyroError(
         "backend_unavailable",
         `network policy '${policy}' is not supported by this build yet`,
-        "use --network off",
+        "use {action}",
+        { action: ACTIONS.networkOff },
       );
     }
     if (options.name !== undefined) validateName(options.name);
@@ -617,10 +620,8 @@ async function stillRunningAfterBreak(backend: WorkspaceBackend, state: SandboxS
 
 function redactError(err: PyroError, secrets: Map<string, string>): PyroError {
   if (secrets.size === 0) return err;
-  const r = secretRedactor(secrets);
-  const message = r(err.message);
-  const hint = err.hint === undefined ? undefined : r(err.hint);
-  return message === err.message && hint === err.hint ? err : new PyroError(err.code, message, hint);
+  const redacted = err.withTexts(secretRedactor(secrets));
+  return redacted.message === err.message && redacted.hint === err.hint ? err : redacted;
 }
 
 export function sandboxState(w: WorkspaceRow): SandboxState | null {

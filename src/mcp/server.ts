@@ -10,7 +10,7 @@ import { z } from "zod";
 import { PyroError, toPyroError } from "../errors.js";
 import type { Pyro } from "../sdk/pyro.js";
 import { HostPaths } from "./host-paths.js";
-import { TOOL_NAMES, type ToolName, type ToolSet, toolSet } from "./profiles.js";
+import { type ToolName, type ToolSet, toolSet } from "./profiles.js";
 import { RequestProgress } from "./progress.js";
 import { advertisedOutput } from "./schemas.js";
 import { type DefaultSeed, NO_SEED } from "./seed.js";
@@ -211,8 +211,7 @@ const LENIENT_CALL = z.object({ method: z.literal("tools/call"), params: z.unkno
 
 /** The result of a failed call: `isError` with the error object as structured content. */
 export function errorResult(e: PyroError): CallToolResult {
-  const error = e.toJSON();
-  if (error.hint) error.hint = toolHint(error.hint);
+  const error = e.toJSON("tool");
   return {
     isError: true,
     content: [
@@ -247,20 +246,6 @@ export class CallTracker {
     await Promise.race([Promise.allSettled([...this.pending]), timeout]);
     clearTimeout(timer);
   }
-}
-
-/**
- * Core hints name CLI commands (`pyro workspace list`); a model talking MCP cannot run
- * those, so the ones that have a tool are rewritten to name it (`workspace_list`).
- */
-export function toolHint(hint: string): string {
-  return hint.replace(
-    /`?pyro workspace (snapshot )?([a-z]+)\b[^`;,)]*`?/g,
-    (whole, snapshot: string | undefined, verb: string) => {
-      const tool = `${snapshot ? "snapshot" : "workspace"}_${verb}`;
-      return (TOOL_NAMES as readonly string[]).includes(tool) ? tool : whole;
-    },
-  );
 }
 
 function describe(tool: ToolDefinition, env: DescribeEnv): string {

@@ -5,7 +5,7 @@
 import { chmodSync, closeSync, fstatSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
 import Database from "better-sqlite3";
-import { PyroError } from "../errors.js";
+import { ACTIONS, PyroError } from "../errors.js";
 import { migrate } from "./migrations.js";
 
 /**
@@ -84,7 +84,9 @@ function prepareFile(path: string): void {
 }
 
 export function notFound(id: string): PyroError {
-  return new PyroError("workspace_not_found", `no workspace ${id}`, "see `pyro workspace list`");
+  return new PyroError("workspace_not_found", `no workspace ${id}`, "see {action}", {
+    action: ACTIONS.listWorkspaces,
+  });
 }
 
 /**

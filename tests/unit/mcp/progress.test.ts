@@ -2,8 +2,9 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type { Progress } from "@modelcontextprotocol/sdk/types.js";
 import { afterEach, describe, expect, it } from "vitest";
+import { ACTIONS, PyroError } from "../../../src/errors.js";
 import { NO_SEED } from "../../../src/mcp/seed.js";
-import { toolHint } from "../../../src/mcp/server.js";
+import { errorResult } from "../../../src/mcp/server.js";
 import { type McpFixture, mcpFixture } from "./helpers.js";
 
 let fx: McpFixture | undefined;
@@ -106,14 +107,40 @@ describe("MCP default seed", () => {
 });
 
 describe("error hints", () => {
-  it("name the tool instead of the CLI command where a tool exists", () => {
-    expect(toolHint("list workspaces with `pyro workspace list`")).toBe(
-      "list workspaces with workspace_list",
-    );
-    expect(toolHint("start it first: pyro workspace start ws_0123456789ab")).toBe(
-      "start it first: workspace_start",
-    );
-    expect(toolHint("list them with `pyro workspace snapshot list`")).toBe("list them with snapshot_list");
-    expect(toolHint("run `pyro doctor` for details")).toBe("run `pyro doctor` for details");
+  it("carry a structured action that each surface names its own way", () => {
+    const e = new PyroError("workspace_not_found", "no workspace 'x'", "list workspaces with {action}", {
+      action: ACTIONS.listWorkspaces,
+    });
+    expect(e.hint).toBe("list workspaces with `pyro workspace list`");
+    expect(e.toJSON()).toEqual({
+      code: "workspace_not_found",
+      message: "no workspace 'x'",
+      hint: "list workspaces with `pyro workspace list`",
+    });
+    expect(errorResult(e).structuredContent).toEqual({
+      error: {
+        code: "workspace_not_found",
+        message: "no workspace 'x'",
+        hint: "list workspaces with workspace_list",
+      },
+    });
+    // Without a tool, MCP names the command too (the user can run it); without {action}, it is appended.
+    const doctor = new PyroError("backend_unavailable", "no", "see", { action: { cli: "pyro doctor" } });
+    expect(doctor.hintFor("tool")).toBe("see: `pyro doctor`");
+    const start = ACTIONS.startWorkspace("ws_0123456789ab");
+    expect(
+      new PyroError("workspace_stopped", "s", "start it first with {action}", { action: start }).hintFor(
+        "tool",
+      ),
+    ).toBe("start it first with workspace_start");
+  });
+
+  it("keep their action through redaction", () => {
+    const e = new PyroError("conflict", "token s3cret", "retry {action}", {
+      action: ACTIONS.workspaceStatus,
+    });
+    const r = e.withTexts((t) => t.replace("s3cret", "[redacted]"));
+    expect(r.message).toBe("token [redacted]");
+    expect(r.hintFor("tool")).toBe("retry workspace_status");
   });
 });
