@@ -1,6 +1,11 @@
 import { describe, expect, it } from "vitest";
 import { isolationArgs } from "../../../src/backends/bwrap/isolation.js";
-import { BASH_TOOLS, BUSYBOX_TOOLS, launchArgv, OVERLAY_OPTIONS } from "../../../src/backends/linux/launch.js";
+import {
+  BASH_TOOLS,
+  BUSYBOX_TOOLS,
+  launchArgv,
+  OVERLAY_OPTIONS,
+} from "../../../src/backends/linux/launch.js";
 
 describe("bwrap launch argv", () => {
   it("wraps the command in a private mount namespace that mounts each overlay, values as arguments", () => {
@@ -98,5 +103,55 @@ describe("the disk step of the launch script", () => {
     expect(argv[8]!.indexOf("loop")).toBeLessThan(argv[8]!.indexOf("-t overlay"));
     expect(argv.slice(9, 15)).toEqual(["pyro-launch", "/d/disk.img", "/d/mnt", "2", "/d/mnt/u", "/d/mnt/w"]);
     expect(argv.slice(15, 19)).toEqual(["/env", "/d/mnt/u", "/d/mnt/w", "/d/root"]);
+  });
+});
+
+describe("a workspace's bwrap argv (pinned)", () => {
+  it("binds the merged root and /workspace, the runtime, app, snapshots and socket, then runs the agent", async () => {
+    const { BwrapBackend } = await import("../../../src/backends/bwrap/backend.js");
+    const { sandboxLayout } = await import("../../../src/backends/linux/layout.js");
+    const spec = {
+      workspace_id: "ws_0123456789ab",
+      appDir: "/app",
+      snapshotsDir: "/w/snapshots",
+    } as Parameters<InstanceType<typeof BwrapBackend>["bwrapArgv"]>[0];
+    const argv = new BwrapBackend().bwrapArgv(spec, sandboxLayout("/w/sandbox"), "/rt", ["node", "agent"]);
+    expect(argv).toEqual([
+      "bwrap",
+      "--bind",
+      "/w/sandbox/mnt/root",
+      "/",
+      "--bind",
+      "/w/sandbox/mnt/ws",
+      "/workspace",
+      ...isolationArgs("pyro-0123456789ab"),
+      "--ro-bind",
+      "/rt",
+      "/run/pyro/runtime",
+      "--ro-bind",
+      "/app",
+      "/run/pyro/app",
+      "--ro-bind",
+      "/w/snapshots",
+      "/run/pyro/snapshots",
+      "--bind",
+      "/w/sandbox/sock",
+      "/run/pyro/sock",
+      "--chdir",
+      "/workspace",
+      "--",
+      "node",
+      "agent",
+    ]);
+    // The isolation flags themselves, pinned too: any change to them shows here.
+    expect(isolationArgs("pyro-0123456789ab").join(" ")).toBe(
+      [
+        "--unshare-pid --unshare-ipc --unshare-uts --unshare-net --unshare-cgroup-try --new-session",
+        "--cap-drop ALL --seccomp 3 --hostname pyro-0123456789ab --proc /proc",
+        "--ro-bind /proc/sys /proc/sys --ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger",
+        "--ro-bind-try /proc/pressure /proc/pressure --dev /dev --clearenv",
+        "--setenv PATH /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --setenv HOME /root --setenv LANG C.UTF-8",
+      ].join(" "),
+    );
   });
 });
