@@ -2,7 +2,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { pyro } from "../helpers/cli.js";
+import { cli } from "../helpers/cli.js";
 
 /**
  * Bad input on the CLI (issue 11, item 4): every refusal is one line on stderr (or the
@@ -41,13 +41,13 @@ describe("numeric options", () => {
     [["workspace", "exec", "w", "--timeout", "NaN", "--", "true"], /--timeout must be a positive number/],
   ];
   for (const [args, message] of cases) {
-    it(`pyro ${args.join(" ")} is a usage error (exit 2), one line`, () => {
-      const r = pyro(args, env);
+    it(`pyro ${args.join(" ")} is a usage error (exit 2), one line`, async () => {
+      const r = await cli(args, env);
       expect(r.code).toBe(2);
       noTrace(r.stderr);
       expect(r.stderr.trim().split("\n")).toHaveLength(1);
       expect(r.stderr).toMatch(message);
-      const j = pyro([...args, "--json"], env);
+      const j = await cli([...args, "--json"], env);
       expect(j.code).toBe(2);
       expect(j.json().error.code).toBe("invalid_argument");
     });
@@ -55,28 +55,30 @@ describe("numeric options", () => {
 });
 
 describe("limits and seeds the core refuses before making anything", () => {
-  it("--memory below the minimum is invalid_argument, not a sandbox that dies on start", () => {
-    const r = pyro(["workspace", "create", "--memory", "1", "--json"], env);
+  it("--memory below the minimum is invalid_argument, not a sandbox that dies on start", async () => {
+    const r = await cli(["workspace", "create", "--memory", "1", "--json"], env);
     expect(r.code).toBe(1);
     expect(r.json().error).toMatchObject({ code: "invalid_argument", message: "invalid memory limit 1" });
-    expect(pyro(["run", "debian:12", "--memory", "1", "--", "true"], env).stderr).toMatch(
+    expect((await cli(["run", "debian:12", "--memory", "1", "--", "true"], env)).stderr).toMatch(
       /invalid memory limit 1/,
     );
-    expect(pyro(["run", "debian:12", "--vcpus", "65", "--", "true"], env).stderr).toMatch(/invalid vcpus 65/);
+    expect((await cli(["run", "debian:12", "--vcpus", "65", "--", "true"], env)).stderr).toMatch(
+      /invalid vcpus 65/,
+    );
   });
 
-  it("--repo-ref without --repo-url is refused, not ignored", () => {
-    const r = pyro(["workspace", "create", "--repo-ref", "main", "--json"], env);
+  it("--repo-ref without --repo-url is refused, not ignored", async () => {
+    const r = await cli(["workspace", "create", "--repo-ref", "main", "--json"], env);
     expect(r.code).toBe(1);
     expect(r.json().error.code).toBe("invalid_argument");
     expect(r.json().error.message).toMatch(/needs a repository URL/);
-    expect(pyro(["workspace", "list", "--json"], env).json().count).toBe(0);
+    expect((await cli(["workspace", "list", "--json"], env)).json().count).toBe(0);
   });
 });
 
 describe("bare pyro", () => {
-  it("prints the help and exits 0", () => {
-    const r = pyro([], env);
+  it("prints the help and exits 0", async () => {
+    const r = await cli([], env);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/^Usage: pyro/);
     expect(r.stderr).toBe("");

@@ -2,7 +2,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { pyro } from "../helpers/cli.js";
+import { cli } from "../helpers/cli.js";
 
 let home: string;
 let env: NodeJS.ProcessEnv;
@@ -15,8 +15,8 @@ afterAll(async () => {
 });
 
 describe("pyro doctor", () => {
-  it("--json names every backend with availability, version, reason and the default", () => {
-    const r = pyro(["doctor", "--json"], env);
+  it("--json names every backend with availability, version, reason and the default", async () => {
+    const r = await cli(["doctor", "--json"], env);
     expect(r.code).toBe(0);
     const report = r.json();
     expect(report.backends.map((b: { name: string }) => b.name)).toEqual([
@@ -64,21 +64,21 @@ describe("pyro doctor", () => {
     expect(report).not.toHaveProperty("environment");
   });
 
-  it("gives a cold verdict for an environment that is not cached", () => {
-    const r = pyro(["doctor", "--environment", "debian:12-build", "--json"], env);
+  it("gives a cold verdict for an environment that is not cached", async () => {
+    const r = await cli(["doctor", "--environment", "debian:12-build", "--json"], env);
     expect(r.code).toBe(0);
     expect(r.json().environment).toMatchObject({ name: "debian:12-build", readiness: "cold" });
   });
 
-  it("prints a human table by default", () => {
-    const r = pyro(["doctor"], env);
+  it("prints a human table by default", async () => {
+    const r = await cli(["doctor"], env);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/^backend\s+available/m);
     expect(r.stdout).toMatch(/default backend:/);
   });
 
-  it("fails for an unknown environment with environment_not_found, exit 1 and no stack trace", () => {
-    const r = pyro(["doctor", "--environment", "nope:1", "--json"], env);
+  it("fails for an unknown environment with environment_not_found, exit 1 and no stack trace", async () => {
+    const r = await cli(["doctor", "--environment", "nope:1", "--json"], env);
     expect(r.code).toBe(1);
     expect(r.json()).toEqual({
       error: {
@@ -93,8 +93,8 @@ describe("pyro doctor", () => {
 });
 
 describe("pyro env", () => {
-  it("list --json shows every official environment with its cache status", () => {
-    const r = pyro(["env", "list", "--json"], env);
+  it("list --json shows every official environment with its cache status", async () => {
+    const r = await cli(["env", "list", "--json"], env);
     expect(r.code).toBe(0);
     const body = r.json();
     expect(body.count).toBe(3);
@@ -105,8 +105,8 @@ describe("pyro env", () => {
     });
   });
 
-  it("inspect shows the recipe of an environment", () => {
-    const r = pyro(["env", "inspect", "debian:12", "--json"], env);
+  it("inspect shows the recipe of an environment", async () => {
+    const r = await cli(["env", "inspect", "debian:12", "--json"], env);
     expect(r.code).toBe(0);
     expect(r.json()).toMatchObject({
       name: "debian:12",
@@ -115,24 +115,24 @@ describe("pyro env", () => {
     });
   });
 
-  it("pull of an unknown name fails with environment_not_found listing the known ones", () => {
-    const r = pyro(["env", "pull", "alpine:3", "--json"], env);
+  it("pull of an unknown name fails with environment_not_found listing the known ones", async () => {
+    const r = await cli(["env", "pull", "alpine:3", "--json"], env);
     expect(r.code).toBe(1);
     expect(r.json().error.code).toBe("environment_not_found");
     expect(r.json().error.hint).toBe("known environments: debian:12, debian:12-base, debian:12-build");
-    const human = pyro(["env", "pull", "alpine:3"], env);
+    const human = await cli(["env", "pull", "alpine:3"], env);
     expect(human.stdout).toBe("");
     expect(human.stderr.trim().split("\n")).toHaveLength(1);
   });
 
-  it("prune on an empty cache removes nothing", () => {
-    const r = pyro(["env", "prune", "--json"], env);
+  it("prune on an empty cache removes nothing", async () => {
+    const r = await cli(["env", "prune", "--json"], env);
     expect(r.code).toBe(0);
     expect(r.json()).toEqual({ removed: [], freed_bytes: 0 });
   });
 
-  it("rejects unknown commands and options as usage errors (exit 2)", () => {
-    const r = pyro(["env", "frobnicate", "--json"], env);
+  it("rejects unknown commands and options as usage errors (exit 2)", async () => {
+    const r = await cli(["env", "frobnicate", "--json"], env);
     expect(r.code).toBe(2);
     expect(r.json().error.code).toBe("invalid_argument");
   });

@@ -1,4 +1,5 @@
 import { spawnSync } from "node:child_process";
+import { PassThrough } from "node:stream";
 import { fileURLToPath } from "node:url";
 
 export const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -27,3 +28,26 @@ export function pyro(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 12
 }
 
 export const isRoot = process.getuid?.() === 0;
+
+/**
+ * Runs the CLI in this process through `main(argv, io)`, with captured output: the same
+ * program as the binary, without a Node start per call. Use `pyro()` where the process
+ * itself matters (signals, exit, PATH, stdin of a terminal).
+ */
+export async function cli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult> {
+  const { main } = await import("../../src/cli/main.js");
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  stdout.on("data", (c: Buffer) => out.push(c));
+  stderr.on("data", (c: Buffer) => err.push(c));
+  const code = await main(["node", "pyro", ...args], {
+    stdout,
+    stderr,
+    stderrIsTTY: false,
+    env: { PATH: process.env.PATH ?? "", ...env, PYRO_DEBUG: "" },
+  });
+  const text = Buffer.concat(out).toString("utf8");
+  return { code, stdout: text, stderr: Buffer.concat(err).toString("utf8"), json: () => JSON.parse(text) };
+}
