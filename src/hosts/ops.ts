@@ -1,4 +1,5 @@
 import { isAbsolute } from "node:path";
+import { hostBinOverride } from "../core/config.js";
 import { PyroError } from "../errors.js";
 import { run } from "../util/run.js";
 import { fileExists, isExecutable, resolveCommand } from "./files.js";
@@ -32,146 +33,167 @@ export function defineHost(driver: HostDriver): Host {
     detect: (ctx) => detectBinary(driver, ctx),
     readEntry: (ctx) => driver.readEntry(ctx),
     printConfig: (launch, ctx) => driver.printConfig(launch, ctx),
-
-    async connect(ctx, launch, options = {}) {
-      const read = await driver.readEntry(ctx);
-      refuseUnparsable(driver, read);
-      const desired = driver.desired(launch, read.entry);
-      let action: ConnectResult["action"] = "unchanged";
-      let method: ConnectResult["method"] = "none";
-      if (!read.entry || !sameEntry(read.entry, desired)) {
-        const detection = await detectBinary(driver, ctx, { version: false });
-        method = await driver.writeEntry(ctx, desired, {
-          binary: detection.installed ? detection.binary : null,
-          existing: read.entry,
-        });
-        action = read.entry ? "updated" : "added";
-        // Trust, but verify: the host CLI (or our edit) must have left exactly this entry.
-        const after = await driver.readEntry(ctx);
-        if (!after.entry || !sameEntry(after.entry, desired)) {
-          throw new PyroError(
-            "internal",
-            `${driver.title}'s config at ${after.config_path} does not hold the pyro entry that was just written`,
-            `add it by hand: pyro host print-config ${driver.name}`,
-          );
-        }
-      }
-      const result: ConnectResult = {
-        host: driver.name,
-        action,
-        method,
-        config_path: read.config_path,
-        server_name: launch.server_name,
-        command: desired.command,
-        args: desired.args,
-        starts: null,
-      };
-      if (options.verify !== false) {
-        result.start = await probeStart(desired, ctx);
-        result.starts = result.start.starts;
-      }
-      return result;
-    },
-
-    async disconnect(ctx) {
-      const read = await driver.readEntry(ctx);
-      refuseUnparsable(driver, read);
-      const result: DisconnectResult = {
-        host: driver.name,
-        changed: false,
-        method: "none",
-        config_path: read.config_path,
-        server_name: SERVER_NAME,
-        notes: [...read.notes],
-      };
-      if (!read.entry) return result;
-      const detection = await detectBinary(driver, ctx, { version: false });
-      result.method = await driver.removeEntry(ctx, {
-        binary: detection.installed ? detection.binary : null,
-        existing: read.entry,
-      });
-      result.changed = true;
-      const after = await driver.readEntry(ctx);
-      if (after.entry) {
-        throw new PyroError(
-          "internal",
-          `${driver.title}'s config at ${after.config_path} still holds a pyro entry after removing it`,
-          `remove the ${SERVER_NAME} entry by hand`,
-        );
-      }
-      return result;
-    },
-
-    async check(ctx, options = {}) {
-      const [detection, read] = await Promise.all([detectBinary(driver, ctx), driver.readEntry(ctx)]);
-      const base = {
-        host: driver.name,
-        title: driver.title,
-        installed: detection.installed,
-        binary: detection.binary,
-        version: detection.version,
-        config_path: read.config_path,
-        notes: [...read.notes],
-        command: read.entry?.command ?? null,
-        args: read.entry?.args ?? null,
-      };
-      if (detection.reason) base.notes.push(detection.reason);
-      if (read.parse_error) {
-        return {
-          ...base,
-          configured: false,
-          status: "broken",
-          problems: [`cannot parse ${read.config_path}: ${read.parse_error}`],
-          starts: null,
-          fix: `edit ${read.config_path} by hand until it parses (pyro does not rewrite a config it cannot parse)`,
-        };
-      }
-      if (!read.entry)
-        return {
-          ...base,
-          configured: false,
-          status: "missing",
-          problems: [],
-          starts: null,
-          fix: `pyro host connect ${driver.name}`,
-        };
-      const problems = await staticProblems(read.entry, driver, ctx, base.notes);
-      const result: HostCheck = {
-        ...base,
-        configured: true,
-        status: "ok",
-        problems,
-        starts: null,
-        fix: null,
-      };
-      if (problems.length === 0 && options.probe !== false) {
-        result.start = await probeStart(read.entry, ctx);
-        result.starts = result.start.starts;
-        if (!result.start.starts)
-          problems.push(`pyro does not start: ${result.start.error ?? "unknown error"}`);
-      }
-      if (problems.length > 0) {
-        result.status = "broken";
-        result.fix = `pyro host repair ${driver.name}`;
-      }
-      return result;
-    },
-
-    async repair(ctx, options = {}): Promise<RepairResult> {
-      const before = await host.check(ctx);
-      if (before.status === "ok" && !options.force)
-        return { host: driver.name, action: "none", before, after: before };
-      const read = await driver.readEntry(ctx);
-      refuseUnparsable(driver, read);
-      const launch = (options.launch ?? ((o: ServeOptions) => launchCommand(o)))(
-        repairOptions(read.entry, options.serve ?? {}, ctx.cwd),
-      );
-      await host.connect(ctx, launch, { verify: false });
-      const after = await host.check(ctx);
-      return { host: driver.name, action: "repaired", before, after };
-    },
+    connect: (ctx, launch, options) => connectHost(driver, ctx, launch, options),
+    disconnect: (ctx) => disconnectHost(driver, ctx),
+    check: (ctx, options) => checkHost(driver, ctx, options),
+    repair: (ctx, options) => repairHost(driver, host, ctx, options),
   };
   return host;
+}
+
+/** Writes pyro's entry unless it is already what `launch` asks for, then proves it is there (and starts). */
+async function connectHost(
+  driver: HostDriver,
+  ctx: HostContext,
+  launch: Parameters<Host["connect"]>[1],
+  options: Parameters<Host["connect"]>[2] = {},
+): Promise<ConnectResult> {
+  const read = await driver.readEntry(ctx);
+  refuseUnparsable(driver, read);
+  const desired = driver.desired(launch, read.entry);
+  let action: ConnectResult["action"] = "unchanged";
+  let method: ConnectResult["method"] = "none";
+  if (!read.entry || !sameEntry(read.entry, desired)) {
+    const detection = await detectBinary(driver, ctx, { version: false });
+    method = await driver.writeEntry(ctx, desired, {
+      binary: detection.installed ? detection.binary : null,
+      existing: read.entry,
+    });
+    action = read.entry ? "updated" : "added";
+    // Trust, but verify: the host CLI (or our edit) must have left exactly this entry.
+    const after = await driver.readEntry(ctx);
+    if (!after.entry || !sameEntry(after.entry, desired)) {
+      throw new PyroError(
+        "internal",
+        `${driver.title}'s config at ${after.config_path} does not hold the pyro entry that was just written`,
+        `add it by hand: pyro host print-config ${driver.name}`,
+      );
+    }
+  }
+  const result: ConnectResult = {
+    host: driver.name,
+    action,
+    method,
+    config_path: read.config_path,
+    server_name: launch.server_name,
+    command: desired.command,
+    args: desired.args,
+    starts: null,
+  };
+  if (options.verify !== false) {
+    result.start = await probeStart(desired, ctx);
+    result.starts = result.start.starts;
+  }
+  return result;
+}
+
+/** Removes pyro's entry (idempotent) and proves it is gone. */
+async function disconnectHost(driver: HostDriver, ctx: HostContext): Promise<DisconnectResult> {
+  const read = await driver.readEntry(ctx);
+  refuseUnparsable(driver, read);
+  const result: DisconnectResult = {
+    host: driver.name,
+    changed: false,
+    method: "none",
+    config_path: read.config_path,
+    server_name: SERVER_NAME,
+    notes: [...read.notes],
+  };
+  if (!read.entry) return result;
+  const detection = await detectBinary(driver, ctx, { version: false });
+  result.method = await driver.removeEntry(ctx, {
+    binary: detection.installed ? detection.binary : null,
+    existing: read.entry,
+  });
+  result.changed = true;
+  const after = await driver.readEntry(ctx);
+  if (after.entry) {
+    throw new PyroError(
+      "internal",
+      `${driver.title}'s config at ${after.config_path} still holds a pyro entry after removing it`,
+      `remove the ${SERVER_NAME} entry by hand`,
+    );
+  }
+  return result;
+}
+
+/** Where the host stands: installed, configured, the entry's problems and whether it starts. */
+async function checkHost(
+  driver: HostDriver,
+  ctx: HostContext,
+  options: Parameters<Host["check"]>[1] = {},
+): Promise<HostCheck> {
+  const [detection, read] = await Promise.all([detectBinary(driver, ctx), driver.readEntry(ctx)]);
+  const base = {
+    host: driver.name,
+    title: driver.title,
+    installed: detection.installed,
+    binary: detection.binary,
+    version: detection.version,
+    config_path: read.config_path,
+    notes: [...read.notes],
+    command: read.entry?.command ?? null,
+    args: read.entry?.args ?? null,
+  };
+  if (detection.reason) base.notes.push(detection.reason);
+  if (read.parse_error) {
+    return {
+      ...base,
+      configured: false,
+      status: "broken",
+      problems: [`cannot parse ${read.config_path}: ${read.parse_error}`],
+      starts: null,
+      fix: `edit ${read.config_path} by hand until it parses (pyro does not rewrite a config it cannot parse)`,
+    };
+  }
+  if (!read.entry)
+    return {
+      ...base,
+      configured: false,
+      status: "missing",
+      problems: [],
+      starts: null,
+      fix: `pyro host connect ${driver.name}`,
+    };
+  const problems = await staticProblems(read.entry, driver, ctx, base.notes);
+  const result: HostCheck = {
+    ...base,
+    configured: true,
+    status: "ok",
+    problems,
+    starts: null,
+    fix: null,
+  };
+  if (problems.length === 0 && options.probe !== false) {
+    result.start = await probeStart(read.entry, ctx);
+    result.starts = result.start.starts;
+    if (!result.start.starts) problems.push(`pyro does not start: ${result.start.error ?? "unknown error"}`);
+  }
+  if (problems.length > 0) {
+    result.status = "broken";
+    result.fix = `pyro host repair ${driver.name}`;
+  }
+  return result;
+}
+
+/** Rewrites a broken entry, keeping the serve options it carried. */
+async function repairHost(
+  driver: HostDriver,
+  host: Host,
+  ctx: HostContext,
+  options: Parameters<Host["repair"]>[1] = {},
+): Promise<RepairResult> {
+  const before = await host.check(ctx);
+  if (before.status === "ok" && !options.force)
+    return { host: driver.name, action: "none", before, after: before };
+  const read = await driver.readEntry(ctx);
+  refuseUnparsable(driver, read);
+  const launch = (options.launch ?? ((o: ServeOptions) => launchCommand(o)))(
+    repairOptions(read.entry, options.serve ?? {}, ctx.cwd),
+  );
+  await host.connect(ctx, launch, { verify: false });
+  const after = await host.check(ctx);
+  return { host: driver.name, action: "repaired", before, after };
 }
 
 /**
@@ -266,7 +288,7 @@ export async function detectBinary(
   ctx: HostContext,
   options: { version?: boolean } = {},
 ): Promise<Detection> {
-  const override = ctx.env[driver.binEnvVar];
+  const override = hostBinOverride(ctx.env, driver.binEnvVar);
   let binary: string | null = null;
   let foundVia: Detection["found_via"] = null;
   if (override) {
