@@ -44,8 +44,6 @@ const LONG_FUNCTIONS: Record<string, string> = {
   "core/untrusted-tar.ts:extractUntrusted":
     "the one rule for writing sandbox archives on the host, kept in one place on purpose",
   "core/workspaces.ts:create": "create with rollback at every step; to be split (item 4)",
-  "hosts/ops.ts:defineHost":
-    "the shared host rules (connect, repair, doctor, disconnect) as one closure; to be split",
 };
 
 const LONG_FILES: Record<string, string> = {
