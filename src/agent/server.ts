@@ -97,67 +97,65 @@ function summarizeZod(error: { issues: { path: PropertyKey[]; message: string }[
  * reason once every in-flight op has finished; ops are cancelled when it closes.
  */
 export function serveConnection(stream: Duplex, options: ServeOptions): Promise<CloseReason> {
-  const log = options.log ?? (() => {});
-  const tmpDir = options.tmpDir ?? os.tmpdir();
-  const inflight = new Map<number, InFlight>();
-  let greeted = false;
-  let resolveClosed!: (reason: CloseReason) => void;
-  const closed = new Promise<CloseReason>((r) => {
-    resolveClosed = r;
-  });
+  return new Session(stream, options).closed;
+}
 
-  const conn: FramedConnection = new FramedConnection(
-    stream,
-    {
-      message: (value) => onMessage(value),
-      data: (channel, chunk) => inflight.get(channel)?.upload?.feed(chunk),
-      end: (channel) => {
-        const upload = inflight.get(channel)?.upload;
-        if (upload && !upload.finished) {
-          upload.finished = true;
-          upload.push(null);
-        }
-      },
-      abort: (channel, reason) => {
-        const upload = inflight.get(channel)?.upload;
-        upload?.destroy(
-          new AgentError("cancelled", `the host aborted the upload: ${reason || "no reason given"}`),
-        );
-      },
-      close: (reason) => {
-        log(`connection closed: ${reason.kind}${"error" in reason ? ` (${reason.error.message})` : ""}`);
-        for (const op of inflight.values()) op.controller.abort();
-        void Promise.allSettled([...inflight.values()].map((op) => op.done)).then(() =>
-          resolveClosed(reason),
-        );
-      },
-    },
-    (error) => ({ type: "error", code: "protocol_violation", message: error.message }),
-  );
+/** One connection: the hello, then requests dispatched to handlers, cancels and uploads. */
+class Session {
+  readonly closed: Promise<CloseReason>;
+  private readonly conn: FramedConnection;
+  private readonly inflight = new Map<number, InFlight>();
+  private readonly log: (line: string) => void;
+  private readonly tmpDir: string;
+  private greeted = false;
 
-  function onMessage(value: unknown): void {
-    if (!greeted) {
-      const hello = hostHello.safeParse(value);
-      if (!hello.success) throw new ProtocolViolation("the first message must be a hello");
-      if (hello.data.version !== PROTOCOL_VERSION) {
-        conn.sendMessage({
-          type: "error",
-          code: "version_mismatch",
-          message: `the host speaks protocol version ${hello.data.version}, this agent speaks ${PROTOCOL_VERSION}`,
-          hint: "use a guest agent built from the same pyro-mcp release as the host",
-        });
-        conn.close({ kind: "local" }, true);
-        return;
-      }
-      greeted = true;
-      log(`hello from ${hello.data.client}`);
-      conn.sendMessage({
-        type: "hello",
-        version: PROTOCOL_VERSION,
-        agent_version: AGENT_VERSION,
-        pid: process.pid,
-        ops: OP_NAMES,
-      });
+  constructor(
+    stream: Duplex,
+    private readonly options: ServeOptions,
+  ) {
+    this.log = options.log ?? (() => {});
+    this.tmpDir = options.tmpDir ?? os.tmpdir();
+    let resolveClosed!: (reason: CloseReason) => void;
+    this.closed = new Promise<CloseReason>((r) => {
+      resolveClosed = r;
+    });
+    const inflight = this.inflight;
+    this.conn = new FramedConnection(
+      stream,
+      {
+        message: (value) => this.onMessage(value),
+        data: (channel, chunk) => inflight.get(channel)?.upload?.feed(chunk),
+        end: (channel) => {
+          const upload = inflight.get(channel)?.upload;
+          if (upload && !upload.finished) {
+            upload.finished = true;
+            upload.push(null);
+          }
+        },
+        abort: (channel, reason) => {
+          inflight
+            .get(channel)
+            ?.upload?.destroy(
+              new AgentError("cancelled", `the host aborted the upload: ${reason || "no reason given"}`),
+            );
+        },
+        close: (reason) => {
+          this.log(
+            `connection closed: ${reason.kind}${"error" in reason ? ` (${reason.error.message})` : ""}`,
+          );
+          for (const op of inflight.values()) op.controller.abort();
+          void Promise.allSettled([...inflight.values()].map((op) => op.done)).then(() =>
+            resolveClosed(reason),
+          );
+        },
+      },
+      (error) => ({ type: "error", code: "protocol_violation", message: error.message }),
+    );
+  }
+
+  private onMessage(value: unknown): void {
+    if (!this.greeted) {
+      this.greet(value);
       return;
     }
     const parsed = hostMessage.safeParse(value);
@@ -166,8 +164,8 @@ export function serveConnection(stream: Duplex, options: ServeOptions): Promise<
       const raw = value as { type?: unknown; id?: unknown } | null;
       const id =
         raw && typeof raw === "object" && raw.type === "request" ? requestId.safeParse(raw.id) : null;
-      if (id?.success && !inflight.has(id.data)) {
-        respondError(
+      if (id?.success && !this.inflight.has(id.data)) {
+        this.respondError(
           id.data,
           new AgentError("invalid_argument", `malformed request: ${summarizeZod(parsed.error)}`),
         );
@@ -178,51 +176,89 @@ export function serveConnection(stream: Duplex, options: ServeOptions): Promise<
     const msg = parsed.data;
     if (msg.type === "hello") throw new ProtocolViolation("hello sent twice");
     if (msg.type === "cancel") {
-      inflight.get(msg.id)?.controller.abort();
+      this.inflight.get(msg.id)?.controller.abort();
       return;
     }
-    if (inflight.has(msg.id)) throw new ProtocolViolation(`request id ${msg.id} is already in flight`);
-    if (!isOpName(msg.op)) {
-      respondError(
-        msg.id,
-        new AgentError("invalid_argument", `unknown op '${msg.op}'`, `known ops: ${OP_NAMES.join(", ")}`),
+    this.request(msg.id, msg.op, msg.args);
+  }
+
+  /** The first message must be the host's hello, in this agent's protocol version. */
+  private greet(value: unknown): void {
+    const hello = hostHello.safeParse(value);
+    if (!hello.success) throw new ProtocolViolation("the first message must be a hello");
+    if (hello.data.version !== PROTOCOL_VERSION) {
+      this.conn.sendMessage({
+        type: "error",
+        code: "version_mismatch",
+        message: `the host speaks protocol version ${hello.data.version}, this agent speaks ${PROTOCOL_VERSION}`,
+        hint: "use a guest agent built from the same pyro-mcp release as the host",
+      });
+      this.conn.close({ kind: "local" }, true);
+      return;
+    }
+    this.greeted = true;
+    this.log(`hello from ${hello.data.client}`);
+    this.conn.sendMessage({
+      type: "hello",
+      version: PROTOCOL_VERSION,
+      agent_version: AGENT_VERSION,
+      pid: process.pid,
+      ops: OP_NAMES,
+    });
+  }
+
+  /** A request: refused with an error response, or started. */
+  private request(id: number, op: string, rawArgs: unknown): void {
+    if (this.inflight.has(id)) throw new ProtocolViolation(`request id ${id} is already in flight`);
+    if (!isOpName(op)) {
+      this.respondError(
+        id,
+        new AgentError("invalid_argument", `unknown op '${op}'`, `known ops: ${OP_NAMES.join(", ")}`),
       );
       return;
     }
-    if (inflight.size >= MAX_CONCURRENT_REQUESTS) {
-      respondError(
-        msg.id,
+    if (this.inflight.size >= MAX_CONCURRENT_REQUESTS) {
+      this.respondError(
+        id,
         new AgentError("conflict", `more than ${MAX_CONCURRENT_REQUESTS} requests in flight`),
       );
       return;
     }
-    const spec = OPS[msg.op];
-    const args = spec.args.safeParse(msg.args);
+    const args = OPS[op].args.safeParse(rawArgs);
     if (!args.success) {
-      respondError(
-        msg.id,
-        new AgentError("invalid_argument", `invalid arguments for ${msg.op}: ${summarizeZod(args.error)}`),
+      this.respondError(
+        id,
+        new AgentError("invalid_argument", `invalid arguments for ${op}: ${summarizeZod(args.error)}`),
       );
       return;
     }
-    start(msg.id, msg.op, args.data, takesUpload(msg.op, args.data));
+    this.start(id, op, args.data, takesUpload(op, args.data));
   }
 
-  function respondError(id: number, err: AgentError): void {
-    conn.sendMessage({ type: "response", id, ok: false, error: err.toJSON() });
+  private respondError(id: number, err: AgentError): void {
+    this.conn.sendMessage({ type: "response", id, ok: false, error: err.toJSON() });
   }
 
-  function start(id: number, op: keyof OpHandlers, args: unknown, takesUpload: boolean): void {
+  private start(id: number, op: keyof OpHandlers, args: unknown, takesUpload: boolean): void {
     const controller = new AbortController();
-    const upload = takesUpload ? new UploadStream(conn) : null;
+    const upload = takesUpload ? new UploadStream(this.conn) : null;
+    const entry: InFlight = { controller, upload, done: Promise.resolve() };
+    this.inflight.set(id, entry);
+    entry.done = this.run(id, op, args, entry);
+  }
+
+  /** Runs one op to its response (or error response); streams its data if it sends any. */
+  private async run(id: number, op: keyof OpHandlers, args: unknown, entry: InFlight): Promise<void> {
+    const { controller, upload } = entry;
+    const conn = this.conn;
     let streamed = false;
     const ctx: OpContext = {
-      workspace: options.workspace,
+      workspace: this.options.workspace,
       signal: controller.signal,
       upload,
-      tmpDir,
-      vmDir: options.vmDir ?? null,
-      idleCommands: options.idleCommands === true,
+      tmpDir: this.tmpDir,
+      vmDir: this.options.vmDir ?? null,
+      idleCommands: this.options.idleCommands === true,
       send: async (chunk) => {
         streamed = true;
         if (controller.signal.aborted) throw new AgentError("cancelled", "the request was cancelled");
@@ -230,47 +266,40 @@ export function serveConnection(stream: Duplex, options: ServeOptions): Promise<
       },
     };
     const started = performance.now();
-    const handler = options.handlers[op] as OpHandler<typeof op>;
-    const run = async () => {
+    const handler = this.options.handlers[op] as OpHandler<typeof op>;
+    try {
+      const result = OPS[op].result.safeParse(await handler(args as never, ctx));
+      if (!result.success)
+        throw new AgentError(
+          "internal",
+          `op ${op} produced an invalid result: ${summarizeZod(result.error)}`,
+        );
+      if (streamed) conn.sendEnd(id);
       try {
-        const result = OPS[op].result.safeParse(await handler(args as never, ctx));
-        if (!result.success)
-          throw new AgentError(
-            "internal",
-            `op ${op} produced an invalid result: ${summarizeZod(result.error)}`,
-          );
-        if (streamed) conn.sendEnd(id);
-        try {
-          conn.sendMessage({ type: "response", id, ok: true, result: result.data });
-        } catch (err) {
-          // Too large for one message: report it rather than leave the request hanging.
-          respondError(
-            id,
-            new AgentError("internal", `the result of ${op} is too large: ${(err as Error).message}`),
-          );
-        }
-        log(`#${id} ${op} ok in ${Math.round(performance.now() - started)} ms`);
+        conn.sendMessage({ type: "response", id, ok: true, result: result.data });
       } catch (err) {
-        let error = toAgentError(err, options.workspace.root);
-        if (controller.signal.aborted && error.code !== "cancelled") {
-          error = new AgentError("cancelled", `${op} was cancelled`, undefined, { cause: err });
-        }
-        if (streamed) conn.sendAbort(id, error.message);
-        respondError(id, error);
-        log(`#${id} ${op} failed: ${error.code}: ${error.message}`);
-      } finally {
-        inflight.delete(id);
-        if (upload) {
-          upload.release();
-          upload.finished = true;
-          upload.destroy();
-        }
+        // Too large for one message: report it rather than leave the request hanging.
+        this.respondError(
+          id,
+          new AgentError("internal", `the result of ${op} is too large: ${(err as Error).message}`),
+        );
       }
-    };
-    const entry: InFlight = { controller, upload, done: Promise.resolve() };
-    inflight.set(id, entry);
-    entry.done = run();
+      this.log(`#${id} ${op} ok in ${Math.round(performance.now() - started)} ms`);
+    } catch (err) {
+      let error = toAgentError(err, this.options.workspace.root);
+      if (controller.signal.aborted && error.code !== "cancelled") {
+        error = new AgentError("cancelled", `${op} was cancelled`, undefined, { cause: err });
+      }
+      if (streamed) conn.sendAbort(id, error.message);
+      this.respondError(id, error);
+      this.log(`#${id} ${op} failed: ${error.code}: ${error.message}`);
+    } finally {
+      this.inflight.delete(id);
+      if (upload) {
+        upload.release();
+        upload.finished = true;
+        upload.destroy();
+      }
+    }
   }
-
-  return closed;
 }
