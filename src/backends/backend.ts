@@ -24,8 +24,19 @@ export interface ProbeResult {
   probe_ms: number;
 }
 
+/**
+ * Configuration a backend is given (src/core/config.ts reads it; backends never read
+ * `PYRO_*` variables themselves).
+ */
+export interface BackendSettings {
+  /** PYRO_FIRECRACKER_BIN: the firecracker binary, a path or a name on PATH. */
+  firecrackerBin?: string | undefined;
+}
+
 export interface ProbeContext {
+  /** The environment to probe in (PATH, DOCKER_HOST); the engine's, not necessarily process.env. */
   env: NodeJS.ProcessEnv;
+  settings: BackendSettings;
   /** Scratch directory for probes that need files (a probe kernel, an OCI bundle). */
   scratchDir: string;
   timeoutMs: number;
@@ -39,11 +50,10 @@ export interface KvmStatus {
   reason: string | null;
 }
 
+/** How to find out whether a backend works here (its rank and constructor are in registry.ts). */
 export interface BackendProbe {
   readonly name: BackendName;
   readonly isolation: string;
-  /** Rank for the default choice; higher is stronger. 0: never a default. */
-  readonly strength: number;
   probe(ctx: ProbeContext): Promise<Omit<ProbeResult, "name" | "isolation" | "probe_ms">>;
 }
 

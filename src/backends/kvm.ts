@@ -1,5 +1,6 @@
 import { constants } from "node:fs";
-import { access, mkdir, writeFile } from "node:fs/promises";
+import { access, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { firstLine, run, which } from "../util/run.js";
 import type { KvmStatus } from "./backend.js";
@@ -75,6 +76,35 @@ export async function bootProbe(
     ? `the probe guest did not finish within ${timeoutMs} ms (guest hangs)`
     : firstLine(r.stderr.replace(/^qemu-system-x86_64:\s*/gm, "")) || `qemu exited ${r.exitCode}`;
   return { ok: false, reason: why, ms: Math.round(r.durationMs) };
+}
+
+/** The shared KVM verdict: probed on first ask, then the same answer for every asker. */
+export type KvmCheck = () => Promise<KvmStatus>;
+
+/**
+ * The one KVM check every backend, probe and doctor asks: probeKvm in `env` (its PATH
+ * finds QEMU), run at most once per check (a failure to run the probe at all is
+ * forgotten, so a later ask tries again), its probe kernel in a temporary directory
+ * removed afterwards. The engine makes one per engine and hands it to its backends.
+ */
+export function kvmCheck(env: NodeJS.ProcessEnv, timeoutMs = 10_000): KvmCheck {
+  let verdict: Promise<KvmStatus> | undefined;
+  return () => {
+    if (!verdict) {
+      verdict = (async () => {
+        const scratch = await mkdtemp(join(tmpdir(), "pyro-kvm-"));
+        try {
+          return await probeKvm(env, scratch, timeoutMs);
+        } finally {
+          await rm(scratch, { recursive: true, force: true });
+        }
+      })();
+      verdict.catch(() => {
+        verdict = undefined;
+      });
+    }
+    return verdict;
+  };
 }
 
 /**

@@ -1,71 +1,194 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { BackendName, BackendProbe, KvmStatus, ProbeResult } from "./backend.js";
+import {
+  BACKEND_NAMES,
+  type BackendName,
+  type BackendProbe,
+  type BackendSettings,
+  type KvmStatus,
+  type ProbeResult,
+  type WorkspaceBackend,
+} from "./backend.js";
+import { BwrapBackend } from "./bwrap/backend.js";
 import { bwrapProbe } from "./bwrap/probe.js";
+import { DockerBackend } from "./docker/backend.js";
 import { dockerProbe } from "./docker/probe.js";
+import { FirecrackerBackend } from "./firecracker/backend.js";
 import { firecrackerProbe } from "./firecracker/probe.js";
+import { GvisorBackend } from "./gvisor/backend.js";
 import { gvisorProbe } from "./gvisor/probe.js";
+import { HostBackend } from "./host/backend.js";
 import { hostProbe } from "./host/probe.js";
-import { probeKvm } from "./kvm.js";
+import { type KvmCheck, kvmCheck } from "./kvm.js";
+import { QemuBackend } from "./qemu/backend.js";
 import { qemuProbe } from "./qemu/probe.js";
 
-/** Every backend of contract §2, strongest first. */
-export const BACKEND_PROBES: readonly BackendProbe[] = [
-  firecrackerProbe,
-  qemuProbe,
-  gvisorProbe,
-  dockerProbe,
-  bwrapProbe,
-  hostProbe,
-];
+/** What the engine hands every backend it builds. */
+export interface BackendContext {
+  /** The engine's environment (PATH, DOCKER_HOST), not necessarily process.env. */
+  env: NodeJS.ProcessEnv;
+  /** The engine's one KVM verdict. */
+  kvm: KvmCheck;
+  settings: BackendSettings;
+}
+
+/** One backend: everything the engine, the default choice and doctor know about it. */
+export interface BackendEntry extends BackendProbe {
+  /** Rank for the default choice; higher is stronger. 0 for opt-in backends (never a default). */
+  readonly strength: number;
+  /** Never a default: used only when asked for by name (docker, host). */
+  readonly optIn: boolean;
+  /** False for `host`: no isolation, so only with allowHostCompat (--allow-host-compat). */
+  readonly isolating: boolean;
+  create(ctx: BackendContext): WorkspaceBackend;
+}
+
+const ENTRIES: { readonly [N in BackendName]: BackendEntry } = {
+  firecracker: {
+    ...firecrackerProbe,
+    strength: 40,
+    optIn: false,
+    isolating: true,
+    create: (c) =>
+      new FirecrackerBackend({
+        env: c.env,
+        ...(c.settings.firecrackerBin ? { binName: c.settings.firecrackerBin } : {}),
+      }),
+  },
+  qemu: {
+    ...qemuProbe,
+    strength: 30,
+    optIn: false,
+    isolating: true,
+    create: (c) => new QemuBackend({ kvm: c.kvm }),
+  },
+  gvisor: {
+    ...gvisorProbe,
+    strength: 20,
+    optIn: false,
+    isolating: true,
+    create: (c) => new GvisorBackend({ kvm: c.kvm }),
+  },
+  docker: {
+    ...dockerProbe,
+    strength: 0,
+    optIn: true,
+    isolating: true,
+    create: (c) => new DockerBackend(c.env),
+  },
+  bwrap: {
+    ...bwrapProbe,
+    strength: 10,
+    optIn: false,
+    isolating: true,
+    create: () => new BwrapBackend(),
+  },
+  host: {
+    ...hostProbe,
+    strength: 0,
+    optIn: true,
+    isolating: false,
+    create: () => new HostBackend(),
+  },
+};
 
 /**
- * Backends this build can create workspaces on. A backend that probes available but is
- * not implemented yet is reported, never chosen.
+ * Every backend of contract §2 in the order of BACKEND_NAMES (strongest isolation first):
+ * the one list the engine builds its backends from, doctor probes and the default choice
+ * walks (by `strength`). Keyed by BackendName above, so a name without an entry (or an
+ * entry for no name) does not compile.
  */
-export const IMPLEMENTED_BACKENDS: ReadonlySet<BackendName> = new Set<BackendName>([
-  "firecracker",
-  "qemu",
-  "gvisor",
-  "docker",
-  "bwrap",
-  "host",
-]);
+export const BACKENDS: readonly BackendEntry[] = BACKEND_NAMES.map((n) => ENTRIES[n]);
+
+/** The registry entry of a backend. */
+export function backendEntry(name: BackendName): BackendEntry {
+  return ENTRIES[name];
+}
+
+/** What a default choice needs to know of a backend (tests pass their own). */
+export type Candidate = Pick<BackendEntry, "name" | "strength" | "optIn" | "isolating">;
+
+/** A probe's verdict as the default choice reads it. */
+export type Verdict = Pick<ProbeResult, "available" | "opt_in" | "reason">;
+
+export interface DefaultChoice {
+  /** The backend to use, or null when nothing may be used. */
+  name: BackendName | null;
+  reason: string;
+  /** `name: reason` of each candidate that was probed and did not qualify, strongest first. */
+  failures: string[];
+}
+
+/**
+ * THE default choice, for the engine (a workspace or run that names no backend) and for
+ * doctor: the strongest backend that is not opt-in and whose probe says it works here
+ * without being opt-in itself (qemu under TCG is). Candidates are asked strongest first
+ * and the first that qualifies wins, so a caller that probes lazily stops there. The
+ * host backend is never chosen unless `allowHostCompat`, and then only when no
+ * isolating backend qualifies.
+ */
+export async function chooseDefault(
+  verdict: (name: BackendName) => Promise<Verdict> | Verdict,
+  options: { allowHostCompat?: boolean; candidates?: readonly Candidate[] } = {},
+): Promise<DefaultChoice> {
+  const candidates = [...(options.candidates ?? BACKENDS)].sort((a, b) => b.strength - a.strength);
+  const failures: string[] = [];
+  for (const c of candidates) {
+    if (c.optIn || !c.isolating) continue;
+    const r = await verdict(c.name);
+    if (r.available && !r.opt_in)
+      return { name: c.name, reason: "strongest isolating backend that works here", failures };
+    failures.push(`${c.name}: ${r.reason}`);
+  }
+  const host = candidates.find((c) => !c.isolating);
+  if (options.allowHostCompat && host)
+    return {
+      name: host.name,
+      reason: "no isolating backend works here; host-compat allowed (no isolation)",
+      failures,
+    };
+  return {
+    name: null,
+    reason:
+      "no isolating backend works here; install bubblewrap or runsc (npm run setup), or pass --allow-host-compat",
+    failures,
+  };
+}
 
 export interface ProbeReport {
   kvm: KvmStatus;
+  /** `implemented`: every registry entry has a constructor (kept for the doctor's JSON shape). */
   backends: (ProbeResult & { implemented: boolean; default: boolean })[];
   default_backend: BackendName | null;
   default_reason: string;
 }
 
-/** Probes every backend (in parallel, KVM once) and picks the default. */
+/** Probes every backend in parallel (KVM once) and picks the default with chooseDefault. */
 export async function probeAll(
   options: {
     env?: NodeJS.ProcessEnv;
+    settings?: BackendSettings;
     timeoutMs?: number;
-    probes?: readonly BackendProbe[];
-    implemented?: ReadonlySet<BackendName>;
+    /** Replace the registry (tests). */
+    entries?: readonly (BackendProbe & Candidate)[];
+    /** Replace the KVM check (default: a fresh one, so doctor reports what is true now). */
+    kvm?: KvmCheck;
   } = {},
 ): Promise<ProbeReport> {
   const env = options.env ?? process.env;
+  const settings = options.settings ?? {};
   const timeoutMs = options.timeoutMs ?? 10_000;
-  const probes = options.probes ?? BACKEND_PROBES;
-  const implemented = options.implemented ?? IMPLEMENTED_BACKENDS;
+  const entries = options.entries ?? BACKENDS;
+  const kvm = options.kvm ?? kvmCheck(env, timeoutMs);
   const scratchDir = await mkdtemp(join(tmpdir(), "pyro-probe-"));
-  let kvmPromise: Promise<KvmStatus> | undefined;
-  const kvm = () => {
-    kvmPromise ??= probeKvm(env, join(scratchDir, "kvm"), timeoutMs);
-    return kvmPromise;
-  };
   try {
     const results = await Promise.all(
-      probes.map(async (p) => {
+      entries.map(async (p) => {
         const started = performance.now();
         let r: Omit<ProbeResult, "name" | "isolation" | "probe_ms">;
         try {
-          r = await p.probe({ env, scratchDir: join(scratchDir, p.name), timeoutMs, kvm });
+          r = await p.probe({ env, settings, scratchDir: join(scratchDir, p.name), timeoutMs, kvm });
         } catch (err) {
           r = {
             available: false,
@@ -83,45 +206,15 @@ export async function probeAll(
         };
       }),
     );
-    const { name, reason } = chooseDefault(results, probes, implemented);
+    const byName = new Map(results.map((r) => [r.name, r]));
+    const { name, reason } = await chooseDefault((n) => byName.get(n)!, { candidates: entries });
     return {
       kvm: await kvm(),
-      backends: results.map((r) => ({
-        ...r,
-        implemented: implemented.has(r.name),
-        default: r.name === name,
-      })),
+      backends: results.map((r) => ({ ...r, implemented: true, default: r.name === name })),
       default_backend: name,
       default_reason: reason,
     };
   } finally {
     await rm(scratchDir, { recursive: true, force: true });
   }
-}
-
-/** The strongest backend that works here, is not opt-in, and this build implements. */
-export function chooseDefault(
-  results: readonly ProbeResult[],
-  probes: readonly BackendProbe[],
-  implemented: ReadonlySet<BackendName>,
-): { name: BackendName | null; reason: string } {
-  const ranked = [...results]
-    .filter((r) => r.available && !r.opt_in && implemented.has(r.name))
-    .sort((a, b) => strength(probes, b.name) - strength(probes, a.name));
-  const best = ranked[0];
-  if (best) return { name: best.name, reason: `strongest isolating backend that works here` };
-  const workingButPending = results
-    .filter((r) => r.available && !r.opt_in && !implemented.has(r.name))
-    .map((r) => r.name);
-  return {
-    name: null,
-    reason:
-      workingButPending.length > 0
-        ? `no implemented isolating backend works here (working but not implemented in this build: ${workingButPending.join(", ")})`
-        : "no isolating backend works here; install bubblewrap or runsc (npm run setup), or pass --allow-host-compat",
-  };
-}
-
-function strength(probes: readonly BackendProbe[], name: BackendName): number {
-  return probes.find((p) => p.name === name)?.strength ?? 0;
 }

@@ -33,7 +33,8 @@ export interface DoctorReport {
 
 /**
  * Host readiness: every backend probed by trying it, KVM, the environment cache, and for
- * `environment` a warm/cold/stale verdict.
+ * `environment` a warm/cold/stale verdict. The default is the registry's chooseDefault,
+ * the same choice the engine makes for a workspace that names no backend.
  */
 export async function doctor(
   engine: Engine,
@@ -42,7 +43,11 @@ export async function doctor(
   // Validate the environment name before spending seconds on probes.
   const envInfo = options.environment ? await engine.environments.info(options.environment) : undefined;
   const [probes, list] = await Promise.all([
-    probeAll({ env: engine.env, ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}) }),
+    probeAll({
+      env: engine.env,
+      settings: engine.backendSettings,
+      ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}),
+    }),
     engine.environments.list(),
   ]);
   const report: DoctorReport = {

@@ -4,26 +4,21 @@ import {
   BACKEND_NAMES,
   type BackendName,
   type BackendProbe,
+  type BackendSettings,
   type WorkspaceBackend,
 } from "../backends/backend.js";
-import { BwrapBackend } from "../backends/bwrap/backend.js";
-import { DockerBackend } from "../backends/docker/backend.js";
-import { FirecrackerBackend } from "../backends/firecracker/backend.js";
-import { GvisorBackend } from "../backends/gvisor/backend.js";
-import { HostBackend } from "../backends/host/backend.js";
-import { probeKvm } from "../backends/kvm.js";
-import { QemuBackend } from "../backends/qemu/backend.js";
-import { BACKEND_PROBES } from "../backends/registry.js";
+import { type KvmCheck, kvmCheck } from "../backends/kvm.js";
+import { BACKENDS, backendEntry, chooseDefault } from "../backends/registry.js";
 import type { Builder } from "../env/builder.js";
 import { EnvironmentCache } from "../env/cache.js";
 import { DebootstrapBuilder } from "../env/debootstrap.js";
 import { PyroError } from "../errors.js";
 import { StateStore } from "../state/store.js";
 import { makeDirsSync } from "../util/fs.js";
-import { type PathOptions, type PyroPaths, resolvePaths } from "./config.js";
+import { type ConfigOptions, loadConfig, type PyroConfig, type PyroPaths } from "./config.js";
 import { Workspaces } from "./workspaces.js";
 
-export interface EngineOptions extends PathOptions {
+export interface EngineOptions extends ConfigOptions {
   /** Debian mirror for environment builds (default: PYRO_DEBIAN_MIRROR, else the host's apt mirror). */
   mirror?: string;
   /** Replace the environment builders (tests use a fake builder). */
@@ -42,6 +37,12 @@ const APP_DIR = fileURLToPath(new URL("../..", import.meta.url));
 export class Engine {
   readonly paths: PyroPaths;
   readonly env: NodeJS.ProcessEnv;
+  /** Option → PYRO_* variable → default, read once (src/core/config.ts). */
+  readonly config: PyroConfig;
+  /** What backends are configured with (they never read PYRO_* themselves). */
+  readonly backendSettings: BackendSettings;
+  /** The engine's one KVM verdict, shared by its probes and backends. */
+  readonly kvm: KvmCheck;
   readonly environments: EnvironmentCache;
   readonly workspaces: Workspaces;
   readonly appDir = APP_DIR;
@@ -51,19 +52,18 @@ export class Engine {
 
   constructor(options: EngineOptions = {}) {
     this.env = options.env ?? process.env;
-    this.paths = resolvePaths(options);
-    const mirror = options.mirror ?? this.env.PYRO_DEBIAN_MIRROR;
+    this.config = loadConfig({ ...options, env: this.env });
+    this.paths = this.config.paths;
+    const mirror = this.config.debianMirror;
     const builders = options.builders ?? [
       new DebootstrapBuilder({ debCacheDir: this.paths.debCacheDir, ...(mirror ? { mirror } : {}) }),
     ];
     this.environments = new EnvironmentCache(this.paths.environmentsDir, builders);
+    this.backendSettings = { firecrackerBin: this.config.firecrackerBin };
+    this.kvm = kvmCheck(this.env);
+    const ctx = { env: this.env, kvm: this.kvm, settings: this.backendSettings };
     this.backends = {
-      firecracker: new FirecrackerBackend(),
-      qemu: new QemuBackend(),
-      gvisor: new GvisorBackend(),
-      docker: new DockerBackend(this.env),
-      bwrap: new BwrapBackend(),
-      host: new HostBackend(),
+      ...Object.fromEntries(BACKENDS.map((e) => [e.name, e.create(ctx)])),
       ...options.backends,
     };
     this.injected = new Set(Object.keys(options.backends ?? {}) as BackendName[]);
@@ -98,15 +98,16 @@ export class Engine {
 
   /**
    * Chooses the backend for a new workspace: the explicit one (option, then PYRO_BACKEND),
-   * else the strongest isolating backend that works here. `host` only with
-   * allowHostCompat, and never silently: when asked for nothing and no isolating backend
-   * works, host-compat is used only if allowed. Fails closed otherwise.
+   * else the registry's default choice (chooseDefault: the strongest isolating backend
+   * that works here). `host` only with allowHostCompat, and never silently: when asked
+   * for nothing and no isolating backend works, host-compat is used only if allowed.
+   * Fails closed otherwise.
    */
   async chooseBackend(
     requested: BackendName | undefined,
     allowHostCompat: boolean,
   ): Promise<WorkspaceBackend> {
-    const explicit = requested ?? (this.env.PYRO_BACKEND as BackendName | undefined);
+    const explicit = requested ?? (this.config.backend as BackendName | undefined);
     if (explicit !== undefined) {
       if (!BACKEND_NAMES.includes(explicit)) {
         throw new PyroError(
@@ -115,34 +116,32 @@ export class Engine {
           `backends: ${BACKEND_NAMES.join(", ")}`,
         );
       }
-      if (explicit === "host" && !allowHostCompat) {
+      if (!backendEntry(explicit).isolating && !allowHostCompat) {
         throw new PyroError(
           "backend_unavailable",
           "the host backend gives no isolation",
-          "pass --allow-host-compat to use it anyway",
+          "pass {action} to use it anyway",
+          { action: { cli: "--allow-host-compat", tool: "the server's --allow-host-compat flag" } },
         );
       }
       const backend = this.backend(explicit);
       if (!this.backendsOverridden(explicit)) await this.assertAvailable(explicit);
       return backend;
     }
-    const failures: string[] = [];
-    for (const probe of BACKEND_PROBES) {
-      if (probe.strength === 0 || !this.backends[probe.name]) continue;
-      if (this.backendsOverridden(probe.name)) return this.backend(probe.name);
-      const r = await this.probe(probe.name);
-      if (r.available && !r.opt_in) return this.backend(probe.name);
-      failures.push(`${probe.name}: ${r.reason}`);
-    }
-    if (allowHostCompat) return this.backend("host");
+    const choice = await chooseDefault(
+      // Injected backends (tests) are taken as working; real ones are proved by their probe.
+      (name) =>
+        this.backendsOverridden(name) ? { available: true, opt_in: false, reason: null } : this.probe(name),
+      { allowHostCompat },
+    );
+    if (choice.name) return this.backend(choice.name);
     throw new PyroError(
       "backend_unavailable",
-      `no isolating backend works on this host (${failures.join("; ") || "none implemented"})`,
+      `no isolating backend works on this host (${choice.failures.join("; ") || "none implemented"})`,
       "run `pyro doctor`; install bubblewrap (npm run setup) or pass --allow-host-compat to run without isolation",
     );
   }
 
-  /** Injected backends (tests) are taken as working; real ones are proved by their probe. */
   private backendsOverridden(name: BackendName): boolean {
     return this.injected.has(name);
   }
@@ -153,24 +152,16 @@ export class Engine {
   private probe(name: BackendName): ReturnType<BackendProbe["probe"]> {
     let p = this.probes.get(name);
     if (!p) {
-      p = this.probeNow(name);
+      p = backendEntry(name).probe({
+        env: this.env,
+        settings: this.backendSettings,
+        scratchDir: join(this.paths.home, "probe", name),
+        timeoutMs: 10_000,
+        kvm: this.kvm,
+      });
       this.probes.set(name, p);
     }
     return p;
-  }
-
-  private async probeNow(name: BackendName) {
-    const p = BACKEND_PROBES.find((x) => x.name === name)!;
-    let kvm: ReturnType<typeof probeKvm> | undefined;
-    return p.probe({
-      env: this.env,
-      scratchDir: join(this.paths.home, "probe", name),
-      timeoutMs: 10_000,
-      kvm: () => {
-        kvm ??= probeKvm(this.env, join(this.paths.home, "probe", "kvm"), 10_000);
-        return kvm;
-      },
-    });
   }
 
   private async assertAvailable(name: BackendName): Promise<void> {

@@ -36,6 +36,7 @@ import { homedir } from "node:os";
 import { delimiter, dirname, join, resolve } from "node:path";
 import { PyroError } from "../errors.js";
 import { makeDirsSync } from "../util/fs.js";
+import { configValue } from "./config.js";
 
 export const KEY_BYTES = 32;
 
@@ -178,7 +179,8 @@ export function defaultKeyFile(env: NodeJS.ProcessEnv): string {
 
 /** The key files this environment could use (to keep them out of seeds and exports). */
 export function secretKeyPaths(env: NodeJS.ProcessEnv): string[] {
-  return env.PYRO_SECRET_KEY_FILE ? [resolve(env.PYRO_SECRET_KEY_FILE)] : [defaultKeyFile(env)];
+  const file = configValue(env, "PYRO_SECRET_KEY_FILE");
+  return file ? [resolve(file)] : [defaultKeyFile(env)];
 }
 
 /**
@@ -186,7 +188,8 @@ export function secretKeyPaths(env: NodeJS.ProcessEnv): string[] {
  * listed only when it answers.
  */
 export function keyStores(env: NodeJS.ProcessEnv): KeyStore[] {
-  if (env.PYRO_SECRET_KEY_FILE) return [new FileKeyStore(resolve(env.PYRO_SECRET_KEY_FILE))];
+  const file = configValue(env, "PYRO_SECRET_KEY_FILE");
+  if (file) return [new FileKeyStore(resolve(file))];
   const stores: KeyStore[] = [];
   const tool = env.DBUS_SESSION_BUS_ADDRESS ? onPath("secret-tool", env) : null;
   if (tool) {

@@ -4,14 +4,12 @@ import { join } from "node:path";
 export const FALLBACK_MIRROR = "http://deb.debian.org/debian";
 
 /**
- * The Debian mirror to build from: PYRO_DEBIAN_MIRROR, else the one apt on this host
- * uses for the main archive, else the project default.
+ * The Debian mirror to build from: the configured one (PYRO_DEBIAN_MIRROR, read by
+ * src/core/config.ts), else the one apt on this host uses for the main archive, else the
+ * project default.
  */
-export async function resolveMirror(
-  env: NodeJS.ProcessEnv = process.env,
-  aptDir = "/etc/apt",
-): Promise<string> {
-  if (env.PYRO_DEBIAN_MIRROR) return env.PYRO_DEBIAN_MIRROR.replace(/\/+$/, "");
+export async function resolveMirror(configured?: string, aptDir = "/etc/apt"): Promise<string> {
+  if (configured) return configured.replace(/\/+$/, "");
   const found = await hostAptMirror(aptDir);
   return found ?? FALLBACK_MIRROR;
 }

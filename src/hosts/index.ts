@@ -1,4 +1,5 @@
 import { homedir } from "node:os";
+import { configValue } from "../core/config.js";
 import { PyroError } from "../errors.js";
 import { claudeCode } from "./claude-code.js";
 import { codex } from "./codex.js";
@@ -53,7 +54,7 @@ export function hostContext(
     cwd: options.cwd ?? process.cwd(),
   };
   if (options.signal) ctx.signal = options.signal;
-  const t = Number(env.PYRO_HOST_TIMEOUT_SECONDS);
-  if (Number.isFinite(t) && t > 0) ctx.timeoutMs = t * 1000;
+  const t = configValue(env, "PYRO_HOST_TIMEOUT_SECONDS");
+  if (t !== undefined) ctx.timeoutMs = t * 1000;
   return ctx;
 }

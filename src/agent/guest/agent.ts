@@ -76,7 +76,11 @@ export interface GuestHandle {
   done: Promise<void>;
 }
 
-/** Debug logging to stderr, only when PYRO_AGENT_DEBUG is set: stdout may be the channel. */
+/**
+ * Debug logging to stderr, only when PYRO_AGENT_DEBUG is set: stdout may be the channel.
+ * The one `PYRO_*` read outside src/core/config.ts: the agent runs inside the guest,
+ * imports nothing from above agent/, and reads the guest's own environment.
+ */
 export function debugLog(env: NodeJS.ProcessEnv = process.env): ((line: string) => void) | undefined {
   if (!env.PYRO_AGENT_DEBUG) return undefined;
   return (line) => process.stderr.write(`pyro-agent[${process.pid}]: ${line}\n`);

@@ -5,7 +5,6 @@ import type { BackendProbe } from "../backend.js";
 export const bwrapProbe: BackendProbe = {
   name: "bwrap",
   isolation: "Linux namespaces + seccomp (bubblewrap)",
-  strength: 10,
   async probe(ctx) {
     const bin = await which("bwrap", ctx.env.PATH);
     if (!bin) return missing("bwrap is not installed (Debian package bubblewrap)");

@@ -39,7 +39,6 @@ export function engineGet(
 export const dockerProbe: BackendProbe = {
   name: "docker",
   isolation: "containers (Docker Engine API)",
-  strength: 0,
   async probe(ctx) {
     const failures: string[] = [];
     for (const endpoint of engineEndpoints(ctx.env)) {

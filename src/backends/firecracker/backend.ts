@@ -54,8 +54,10 @@ export interface FirecrackerDeps {
 }
 
 export interface FirecrackerOptions extends Partial<FirecrackerDeps> {
-  /** The firecracker binary; default PYRO_FIRECRACKER_BIN, else `firecracker` on PATH. */
+  /** The firecracker binary's exact path (tests); skips the lookup. */
   bin?: string;
+  /** The configured binary (PYRO_FIRECRACKER_BIN), looked up on `env`'s PATH; default `firecracker`. */
+  binName?: string;
   env?: NodeJS.ProcessEnv;
   /** Start fresh workspaces from a template snapshot (default true). */
   fastStart?: boolean;
@@ -133,9 +135,7 @@ export class FirecrackerBackend extends MicroVmBackend implements WorkspaceBacke
   async binary(): Promise<string> {
     if (this.options.bin) return this.options.bin;
     const env = this.options.env ?? process.env;
-    const bin = env.PYRO_FIRECRACKER_BIN
-      ? await which(env.PYRO_FIRECRACKER_BIN, env.PATH)
-      : await which("firecracker", env.PATH);
+    const bin = await which(this.options.binName || "firecracker", env.PATH);
     if (!bin)
       throw new PyroError(
         "backend_unavailable",

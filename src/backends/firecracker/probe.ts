@@ -8,10 +8,9 @@ import type { BackendProbe } from "../backend.js";
 export const firecrackerProbe: BackendProbe = {
   name: "firecracker",
   isolation: "microVM (Firecracker, KVM)",
-  strength: 40,
   async probe(ctx) {
-    const bin = ctx.env.PYRO_FIRECRACKER_BIN
-      ? await which(ctx.env.PYRO_FIRECRACKER_BIN)
+    const bin = ctx.settings.firecrackerBin
+      ? await which(ctx.settings.firecrackerBin)
       : await which("firecracker", ctx.env.PATH);
     const kvm = await ctx.kvm();
     const version = bin

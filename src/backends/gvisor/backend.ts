@@ -1,5 +1,4 @@
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { z } from "zod";
@@ -10,7 +9,7 @@ import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBa
 import { connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
 import { agentArgv, sandboxHostname } from "../guest.js";
-import { probeKvm } from "../kvm.js";
+import { type KvmCheck, kvmCheck } from "../kvm.js";
 import { CgroupLimits, detectCgroups, limitedCgroup } from "../linux/cgroups.js";
 import { detectLaunchTools, type LaunchTools, launchArgv } from "../linux/launch.js";
 import {
@@ -72,7 +71,12 @@ export class GvisorBackend implements WorkspaceBackend {
   private tools: Promise<LaunchTools> | undefined;
   private runscBin: Promise<string | null> | undefined;
 
-  constructor(private readonly options: { probeTimeoutMs?: number } = {}) {}
+  private readonly kvm: KvmCheck;
+
+  /** `kvm`: the KVM verdict to use (the engine's); default: a check of its own in process.env. */
+  constructor(private readonly options: { probeTimeoutMs?: number; kvm?: KvmCheck } = {}) {
+    this.kvm = options.kvm ?? kvmCheck(process.env, options.probeTimeoutMs);
+  }
 
   private launchTools(): Promise<LaunchTools> {
     this.tools ??= detectLaunchTools();
@@ -99,14 +103,7 @@ export class GvisorBackend implements WorkspaceBackend {
     const timeoutMs = this.options.probeTimeoutMs ?? 10_000;
     const verdict = await platformFor(bin, {
       timeoutMs,
-      kvm: async () => {
-        const scratch = await mkdtemp(join(tmpdir(), "pyro-kvm-"));
-        try {
-          return await probeKvm(process.env, scratch, timeoutMs);
-        } finally {
-          await rm(scratch, { recursive: true, force: true });
-        }
-      },
+      kvm: this.kvm,
     });
     if (!verdict.platform)
       throw new PyroError(

@@ -10,7 +10,6 @@ import { platformFor, STATX_CAVEAT } from "./platform.js";
 export const gvisorProbe: BackendProbe = {
   name: "gvisor",
   isolation: "user-space kernel (gVisor runsc)",
-  strength: 20,
   async probe(ctx) {
     const bin = await which("runsc", ctx.env.PATH);
     if (!bin)

@@ -4,7 +4,6 @@ import type { BackendProbe } from "../backend.js";
 export const hostProbe: BackendProbe = {
   name: "host",
   isolation: "none (runs directly on the host)",
-  strength: 0,
   async probe() {
     return {
       available: true,

@@ -1,6 +1,5 @@
 import { closeSync, openSync } from "node:fs";
-import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { copyFile, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -20,7 +19,7 @@ import {
 } from "../common.js";
 import { DEFAULT_DISK_MIB } from "../disk-image.js";
 import { sandboxHostname } from "../guest.js";
-import { probeKvm } from "../kvm.js";
+import { type KvmCheck, kvmCheck } from "../kvm.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
 import { qcow2Overlay, seedImage, standaloneQcow2 } from "../vm/disks.js";
 import { setupGuest } from "../vm/setup.js";
@@ -58,6 +57,8 @@ export interface QemuBackendOptions {
   /** Progress lines for slow first-time work (kernel download, disk images, template). */
   onProgress?: (line: string) => void;
   probeTimeoutMs?: number;
+  /** The KVM verdict to use (the engine's); default: a check of its own in process.env. */
+  kvm?: KvmCheck;
   /** Builds the vsock bridge put on the agent disk (shared with Firecracker guests). */
   vsockBridge?: PrepareOptions["vsockBridge"];
 }
@@ -98,8 +99,11 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
   private readonly artifactCache = new Map<string, Promise<VmArtifacts>>();
   lastStart: StartTiming | null = null;
 
+  private readonly kvm: KvmCheck;
+
   constructor(private readonly options: QemuBackendOptions = {}) {
     super();
+    this.kvm = options.kvm ?? kvmCheck(process.env, options.probeTimeoutMs);
   }
 
   /** QEMU's path, version and the accelerator: KVM only when a probe guest actually ran on it. */
@@ -113,13 +117,8 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
           "install the Debian package qemu-system-x86 (npm run setup)",
         );
       const version = firstLine((await run([qemu, "--version"], { timeoutMs: 10_000 })).stdout);
-      const scratch = await mkdtemp(join(tmpdir(), "pyro-kvm-"));
-      try {
-        const kvm = await probeKvm(process.env, scratch, this.options.probeTimeoutMs ?? 10_000);
-        return { qemu, version, accel: kvm.usable ? "kvm" : "tcg", why: kvm.reason };
-      } finally {
-        await rm(scratch, { recursive: true, force: true });
-      }
+      const kvm = await this.kvm();
+      return { qemu, version, accel: kvm.usable ? "kvm" : "tcg", why: kvm.reason };
     })();
     this.accel.catch(() => {
       this.accel = undefined;

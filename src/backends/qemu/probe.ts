@@ -9,7 +9,6 @@ import { bootProbe } from "../kvm.js";
 export const qemuProbe: BackendProbe = {
   name: "qemu",
   isolation: "virtual machine (QEMU microvm)",
-  strength: 30,
   async probe(ctx) {
     const bin = await which("qemu-system-x86_64", ctx.env.PATH);
     if (!bin)

@@ -13,7 +13,8 @@ import type { SandboxSpec } from "../../../src/backends/backend.js";
 import { FirecrackerBackend } from "../../../src/backends/firecracker/backend.js";
 import { firecrackerProbe } from "../../../src/backends/firecracker/probe.js";
 import { killVm, launchVm, spawnFirecracker } from "../../../src/backends/firecracker/vm.js";
-import { probeKvm } from "../../../src/backends/kvm.js";
+import { kvmCheck } from "../../../src/backends/kvm.js";
+import { loadConfig } from "../../../src/core/config.js";
 import { REPO_ROOT } from "../../helpers/cli.js";
 import { ENV_CACHE } from "../../helpers/sandbox.js";
 
@@ -21,9 +22,10 @@ const scratch = await mkdtemp(join(tmpdir(), "pyro-fc-real-probe-"));
 const probe = await firecrackerProbe
   .probe({
     env: process.env,
+    settings: { firecrackerBin: loadConfig().firecrackerBin },
     scratchDir: scratch,
     timeoutMs: 20_000,
-    kvm: () => probeKvm(process.env, join(scratch, "kvm"), 20_000),
+    kvm: kvmCheck(process.env, 20_000),
   })
   .finally(() => rm(scratch, { recursive: true, force: true }));
 const bin = typeof probe.details.path === "string" ? probe.details.path : null;
@@ -131,7 +133,8 @@ describe.skipIf(ws.reason !== "")(
     }
 
     it("boots from a template, serves /workspace from the seed, keeps writes across stop/start, and restores a second workspace", async () => {
-      const b = new FirecrackerBackend({ templatesDir: join(home, "templates") });
+      // The binary the probe found (PYRO_FIRECRACKER_BIN or PATH), as the engine passes it.
+      const b = new FirecrackerBackend({ templatesDir: join(home, "templates"), ...(bin ? { bin } : {}) });
       const s1 = spec("ws_fcreal1");
       const s2 = spec("ws_fcreal2");
       for (const s of [s1, s2]) {

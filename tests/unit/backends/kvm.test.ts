@@ -2,7 +2,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { bootProbe, probeArgv, probeKernel } from "../../../src/backends/kvm.js";
+import { bootProbe, kvmCheck, probeArgv, probeKernel } from "../../../src/backends/kvm.js";
 import { which } from "../../../src/util/run.js";
 
 const qemu = await which("qemu-system-x86_64");
@@ -37,4 +37,16 @@ describe("KVM / QEMU boot probe", () => {
       }
     },
   );
+});
+
+describe("kvmCheck (the shared KVM verdict)", () => {
+  it("probes in the environment it is given, once, and gives every asker the same verdict", async () => {
+    // No QEMU on this PATH: KVM cannot be proved usable, whatever process.env has.
+    const check = kvmCheck({ PATH: "/nonexistent" }, 5_000);
+    const first = check();
+    expect(check()).toBe(first);
+    const v = await first;
+    expect(v.usable).toBe(false);
+    expect(v.reason).toMatch(/\/dev\/kvm/);
+  });
 });
