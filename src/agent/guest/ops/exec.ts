@@ -61,34 +61,33 @@ export const COMMAND_NICE = 19;
 /** oom_score_adj of commands in the same sandboxes (the agent keeps 0). */
 export const COMMAND_OOM_SCORE_ADJ = 500;
 
-/** See the module comment. */
-export const exec: OpHandler<"exec"> = async (args, ctx) => {
-  const { workspace, signal } = ctx;
-  let cwd = workspace.root;
-  if (args.cwd !== undefined) {
-    const resolved = await workspace.resolve(args.cwd);
-    if (!resolved.stat) throw new AgentError("not_found", `cwd does not exist: ${args.cwd}`);
-    if (!resolved.stat.isDirectory())
-      throw new AgentError("invalid_argument", `cwd is not a directory: ${args.cwd}`);
-    cwd = resolved.real;
-  }
-  if (signal.aborted) throw new AgentError("cancelled", "the command was cancelled before it started");
+type ExecArgs = Parameters<OpHandler<"exec">>[0];
+type ExecContext = Parameters<OpHandler<"exec">>[1];
 
-  const marker = randomBytes(12).toString("hex");
-  const env = { ...BASE_ENV, ...args.env, [TREE_MARKER_VAR]: marker };
-  const started = performance.now();
-  // detached: the shell leads a new session and process group, so the group kill
-  // reaches what it starts and a Ctrl-C aimed at the agent does not.
+/** The command's working directory: the workspace root, or `cwd` resolved inside it. */
+async function commandCwd(cwd: string | undefined, workspace: ExecContext["workspace"]): Promise<string> {
+  if (cwd === undefined) return workspace.root;
+  const resolved = await workspace.resolve(cwd);
+  if (!resolved.stat) throw new AgentError("not_found", `cwd does not exist: ${cwd}`);
+  if (!resolved.stat.isDirectory())
+    throw new AgentError("invalid_argument", `cwd is not a directory: ${cwd}`);
+  return resolved.real;
+}
+
+/**
+ * Starts `/bin/sh -c command` as the leader of a new session and process group (so the
+ * group kill reaches what it starts and a Ctrl-C aimed at the agent does not), with the
+ * tree marker in its environment, its stdin fed from the upload, and below the agent in
+ * CPU and OOM priority where they share a cgroup.
+ */
+function startCommand(args: ExecArgs, cwd: string, marker: string, ctx: ExecContext) {
   const child = spawn("/bin/sh", ["-c", args.command], {
     cwd,
-    env,
+    env: { ...BASE_ENV, ...args.env, [TREE_MARKER_VAR]: marker },
     stdio: [args.stdin ? "pipe" : "ignore", "pipe", "pipe"],
     detached: true,
   });
   if (args.stdin && ctx.upload && child.stdin) feedStdin(ctx.upload, child.stdin);
-  // Both pipes exist: stdio[1] and stdio[2] are "pipe".
-  const out = child.stdout!;
-  const err = child.stderr!;
   if (ctx.idleCommands && child.pid !== undefined) {
     try {
       os.setPriority(child.pid, COMMAND_NICE);
@@ -99,24 +98,52 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
       // Exited already.
     }
   }
+  return child;
+}
+
+/** Captures a stream's head and tail; with `stream`, also sends it live, tagged, with backpressure. */
+function capture(
+  pipe: Readable,
+  keep: number,
+  tag: number,
+  args: ExecArgs,
+  ctx: ExecContext,
+): HeadTailCapture {
+  const kept = new HeadTailCapture(keep);
+  pipe.on("data", (c: Buffer) => {
+    kept.push(c);
+    if (!args.stream) return;
+    // Live copy: the pipe waits while the host's channel is full, as a terminal would.
+    pipe.pause();
+    ctx.send(Buffer.concat([Buffer.of(tag), c])).then(
+      () => pipe.resume(),
+      () => pipe.resume(),
+    );
+  });
+  return kept;
+}
+
+/** A shell's exit code, or 128 + the signal that killed it (as shells report it). */
+function exitCodeOf(code: number | null, sig: NodeJS.Signals | null): number {
+  return code !== null ? code : 128 + (sig ? (os.constants.signals[sig] ?? 0) : 0);
+}
+
+/** See the module comment. */
+export const exec: OpHandler<"exec"> = async (args, ctx) => {
+  const { signal } = ctx;
+  const cwd = await commandCwd(args.cwd, ctx.workspace);
+  if (signal.aborted) throw new AgentError("cancelled", "the command was cancelled before it started");
+
+  const marker = randomBytes(12).toString("hex");
+  const started = performance.now();
+  const child = startCommand(args, cwd, marker, ctx);
+  // Both pipes exist: stdio[1] and stdio[2] are "pipe".
+  const out = child.stdout!;
+  const err = child.stderr!;
   // One capture per stream at the larger of the two cuts; each cut is rendered from it.
   const keep = Math.max(args.max_output_bytes, args.log_output_bytes ?? 0);
-  const stdout = new HeadTailCapture(keep);
-  const stderr = new HeadTailCapture(keep);
-  const collect = (pipe: Readable, capture: HeadTailCapture, tag: number) => {
-    pipe.on("data", (c: Buffer) => {
-      capture.push(c);
-      if (!args.stream) return;
-      // Live copy: the pipe waits while the host's channel is full, as a terminal would.
-      pipe.pause();
-      ctx.send(Buffer.concat([Buffer.of(tag), c])).then(
-        () => pipe.resume(),
-        () => pipe.resume(),
-      );
-    });
-  };
-  collect(out, stdout, EXEC_STREAM_TAG.stdout);
-  collect(err, stderr, EXEC_STREAM_TAG.stderr);
+  const stdout = capture(out, keep, EXEC_STREAM_TAG.stdout, args, ctx);
+  const stderr = capture(err, keep, EXEC_STREAM_TAG.stderr, args, ctx);
 
   let timedOut = false;
   let cancelled = false;
@@ -154,10 +181,7 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
 
     if (cancelled && !timedOut)
       throw new AgentError("cancelled", "the command was cancelled; its processes were killed");
-    let exitCode: number;
-    if (timedOut) exitCode = TIMEOUT_EXIT_CODE;
-    else if (code !== null) exitCode = code;
-    else exitCode = 128 + (sig ? (os.constants.signals[sig] ?? 0) : 0);
+    const exitCode = timedOut ? TIMEOUT_EXIT_CODE : exitCodeOf(code, sig);
     const o = stdout.render(args.max_output_bytes);
     const e = stderr.render(args.max_output_bytes);
     return {
