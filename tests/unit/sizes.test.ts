@@ -27,7 +27,6 @@ const LONG_FUNCTIONS: Record<string, string> = {
   "bench/main.ts:main": "the bench's list of rows, run in order",
   "bench/qemu.ts:qemuRows": "the qemu bench rows, run in order",
   // To be split (issue 12, item 7): one state machine each, kept whole until then.
-  "agent/guest/ops/patch.ts:patchApply": "parse, locate every hunk, then write all or nothing; to be split",
   "backends/firecracker/vsock.ts:handshake": "Firecracker's vsock CONNECT handshake as one state machine",
   "backends/firecracker/vsock.ts:(anon)": "the handshake's promise body",
   "backends/qemu/backend.ts:start":

@@ -58,7 +58,6 @@ function checkShape(fp: FilePatch, shown: string): void {
 }
 
 export const patchApply: OpHandler<"patch_apply"> = async (args, ctx) => {
-  const { workspace } = ctx;
   if (args.patch.trim() === "") throw new AgentError("invalid_argument", "the patch is empty");
   const filePatches = parsePatchText(args.patch);
   if (filePatches.length === 0)
@@ -67,17 +66,30 @@ export const patchApply: OpHandler<"patch_apply"> = async (args, ctx) => {
       "the patch contains no file changes",
       "pass a unified diff (--- a/PATH, +++ b/PATH, @@ hunks) or a *** Begin Patch envelope",
     );
+  // Every file patch is planned in memory first; nothing is written unless all apply.
+  const plans = new Plans(ctx.workspace);
+  for (const fp of filePatches) await plans.apply(fp);
+  const files = plans.changes();
+  await plans.write();
+  return { changed: files.length > 0, files };
+};
 
-  const plans = new Map<string, Plan>();
-  const order: string[] = [];
+/** The planned content of every path the patch touches, in the order first touched. */
+class Plans {
+  private readonly plans = new Map<string, Plan>();
+  private readonly order: string[] = [];
 
-  // Current state of a path: the plan's content if an earlier file patch touched it,
-  // otherwise what is on disk (after containment checks).
-  async function load(name: string): Promise<Plan> {
-    const rel = workspace.relative(name);
-    const known = plans.get(rel);
+  constructor(private readonly workspace: Workspace) {}
+
+  /**
+   * Current state of a path: the plan's content if an earlier file patch touched it,
+   * otherwise what is on disk (after containment checks).
+   */
+  private async load(name: string): Promise<Plan> {
+    const rel = this.workspace.relative(name);
+    const known = this.plans.get(rel);
     if (known) return known;
-    const target = await workspace.resolve(name);
+    const target = await this.workspace.resolve(name);
     let content: string | null = null;
     let mode = 0o644;
     if (target.stat) {
@@ -88,20 +100,21 @@ export const patchApply: OpHandler<"patch_apply"> = async (args, ctx) => {
       mode = target.stat.mode & 0o7777;
     }
     const plan: Plan = { target, original: content, originalMode: mode, content, mode };
-    plans.set(rel, plan);
-    order.push(rel);
+    this.plans.set(rel, plan);
+    this.order.push(rel);
     return plan;
   }
 
-  for (const fp of filePatches) {
+  /** Plans one file patch (create, update, delete, rename or copy); rejects it exactly. */
+  async apply(fp: FilePatch): Promise<void> {
     const { oldName, newName } = fp;
     const name = (newName ?? oldName)!;
-    const shown = Workspace.show(workspace.relative(name));
+    const shown = Workspace.show(this.workspace.relative(name));
     if (fp.binary) throw rejected(`binary patches are not supported (${shown})`);
-    const source = oldName === null ? null : await load(oldName);
-    const dest = newName === null ? null : await load(newName);
+    const source = oldName === null ? null : await this.load(oldName);
+    const dest = newName === null ? null : await this.load(newName);
     // Hunks are written against the old file: name it in their errors.
-    const hunkFile = Workspace.show(workspace.relative(oldName ?? name));
+    const hunkFile = Workspace.show(this.workspace.relative(oldName ?? name));
     checkShape(fp, hunkFile);
     if (oldName === null && dest!.content !== null) throw rejected(`${shown} already exists`);
     if (source && source.content === null) throw rejected(`${hunkFile} does not exist`);
@@ -116,7 +129,7 @@ export const patchApply: OpHandler<"patch_apply"> = async (args, ctx) => {
       if (fp.hunks.length > 0 && after !== "")
         throw rejected(`the deletion of ${shown} does not remove all of its content`);
       source!.content = null;
-      continue;
+      return;
     }
     // A rename (different old and new names) deletes the old path; a copy keeps it.
     if (source && source !== dest) {
@@ -128,33 +141,38 @@ export const patchApply: OpHandler<"patch_apply"> = async (args, ctx) => {
     if (fp.newMode !== null) dest!.mode = fp.newMode;
   }
 
-  const files: { path: string; status: Status }[] = [];
-  for (const rel of order) {
-    const status = statusOf(plans.get(rel)!);
-    if (status) files.push({ path: Workspace.show(rel), status });
+  /** What changed, by bytes and mode (an unchanged plan is not a change). */
+  changes(): { path: string; status: Status }[] {
+    const files: { path: string; status: Status }[] = [];
+    for (const rel of this.order) {
+      const status = statusOf(this.plans.get(rel)!);
+      if (status) files.push({ path: Workspace.show(rel), status });
+    }
+    return files;
   }
 
-  // Stage every write; on any failure remove what was staged and the directories made.
-  const staged: StagedWrite[] = [];
-  const madeDirs: string[] = [];
-  try {
-    for (const rel of order) {
-      const plan = plans.get(rel)!;
-      const status = statusOf(plan);
-      if (plan.content === null || (status !== "added" && status !== "modified")) continue;
-      const made = await mkdir(path.dirname(plan.target.real), { recursive: true });
-      if (made) madeDirs.push(made);
-      staged.push(await stageWrite(plan.target.real, Buffer.from(plan.content, "utf8"), plan.mode));
+  /** Stages every write; on any failure removes what was staged and the directories made. */
+  async write(): Promise<void> {
+    const staged: StagedWrite[] = [];
+    const madeDirs: string[] = [];
+    try {
+      for (const rel of this.order) {
+        const plan = this.plans.get(rel)!;
+        const status = statusOf(plan);
+        if (plan.content === null || (status !== "added" && status !== "modified")) continue;
+        const made = await mkdir(path.dirname(plan.target.real), { recursive: true });
+        if (made) madeDirs.push(made);
+        staged.push(await stageWrite(plan.target.real, Buffer.from(plan.content, "utf8"), plan.mode));
+      }
+    } catch (err) {
+      await Promise.all(staged.map((s) => s.discard()));
+      for (const dir of madeDirs.reverse()) await rm(dir, { recursive: true, force: true });
+      throw err;
     }
-  } catch (err) {
-    await Promise.all(staged.map((s) => s.discard()));
-    for (const dir of madeDirs.reverse()) await rm(dir, { recursive: true, force: true });
-    throw err;
+    for (const s of staged) await s.commit();
+    for (const rel of this.order) {
+      const plan = this.plans.get(rel)!;
+      if (statusOf(plan) === "deleted") await rm(plan.target.real, { force: true });
+    }
   }
-  for (const s of staged) await s.commit();
-  for (const rel of order) {
-    const plan = plans.get(rel)!;
-    if (statusOf(plan) === "deleted") await rm(plan.target.real, { force: true });
-  }
-  return { changed: files.length > 0, files };
-};
+}
