@@ -174,6 +174,7 @@ export interface PyroConfig {
 }
 
 export interface ConfigOptions extends PathOptions {
+  /** Debian mirror for environment builds (default: PYRO_DEBIAN_MIRROR, else the host's apt mirror). */
   mirror?: string;
 }
 

@@ -18,9 +18,8 @@ import { makeDirsSync } from "../util/fs.js";
 import { type ConfigOptions, loadConfig, type PyroConfig, type PyroPaths } from "./config.js";
 import { Workspaces } from "./workspaces.js";
 
+/** Paths, env and mirror come from ConfigOptions (src/core/config.ts). */
 export interface EngineOptions extends ConfigOptions {
-  /** Debian mirror for environment builds (default: PYRO_DEBIAN_MIRROR, else the host's apt mirror). */
-  mirror?: string;
   /** Replace the environment builders (tests use a fake builder). */
   builders?: readonly Builder[];
   /** Replace or add workspace backends (tests use a fake backend). */

@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
+import { BACKEND_NAMES } from "../../../src/backends/backend.js";
 import {
   CONFIG_VARS,
   configTable,
@@ -115,11 +116,13 @@ describe("the config schema", () => {
     expect(() => hostBinOverride({}, "PYRO_NOPE_BIN")).toThrow(/not a declared/);
   });
 
-  it("the engine reads its configuration once and passes backend values down", async () => {
+  it("the engine reads its configuration once, builds every registry backend and passes values down", async () => {
     const home = resolve("/tmp/pyro-config-test-home");
     const e = new Engine({ env: { PYRO_HOME: home, PYRO_FIRECRACKER_BIN: "/opt/firecracker" } });
     expect(e.paths.home).toBe(home);
     expect(e.backendSettings).toEqual({ firecrackerBin: "/opt/firecracker" });
+    expect(e.implemented()).toEqual([...BACKEND_NAMES]);
+    for (const name of BACKEND_NAMES) expect(e.backend(name).name).toBe(name);
     await e.close();
   });
 });
