@@ -53,8 +53,12 @@ export type AgentInfo = Omit<AgentHello, "type">;
 
 const DEFAULT_HANDSHAKE_MS = 10_000;
 const DEFAULT_REQUEST_MS = 60_000;
-/** Slack given to exec beyond its own timeout_ms: killing the tree and replying take time. */
-const EXEC_SLACK_MS = 15_000;
+/**
+ * Slack given to exec beyond its own timeout_ms: killing the tree and replying take time
+ * (a VM under emulation is slow at both). The one slack of an exec: callers pass no
+ * timeout of their own.
+ */
+export const EXEC_SLACK_MS = 30_000;
 const MAX_ID = 0xffff_ffff;
 
 interface Pending {

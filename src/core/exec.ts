@@ -87,7 +87,6 @@ export async function execInWorkspace(
         stdin: options.stdin !== undefined,
       },
       {
-        timeoutMs: timeoutSeconds * 1000 + 30_000,
         ...(options.signal ? { signal: options.signal } : {}),
         ...(live ? { onData: live.data } : {}),
         ...(options.stdin ? { upload: options.stdin } : {}),
