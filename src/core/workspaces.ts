@@ -8,12 +8,12 @@ import { DISK_LIMITED } from "../backends/disk-image.js";
 import type { BuildProgress } from "../env/builder.js";
 import { ACTIONS, PyroError, toPyroError } from "../errors.js";
 import type { StateStore } from "../state/store.js";
-import type { NetworkPolicy, WorkspaceRow } from "../state/types.js";
+import type { NetworkPolicy, WorkspacePatch, WorkspaceRow, WorkspaceState } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
 import { acquireLock } from "../util/lock.js";
 import { removeTree } from "../util/mounts.js";
 import type { Engine } from "./engine.js";
-import { assertAllowed, type Operation } from "./lifecycle.js";
+import { assertAllowed, assertTransition, type Operation } from "./lifecycle.js";
 import { currentOwner, interrupted, recoverInterrupted, writeCreator } from "./recovery.js";
 import { secretKeyPaths } from "./secret-key.js";
 import { resolveSecrets, type SecretPrompt, SecretVault, secretRedactor } from "./secrets.js";
@@ -301,10 +301,7 @@ export class Workspaces {
         this.sandboxSpec(created),
         options.signal ? { signal: options.signal } : {},
       );
-      const w = this.store.updateWorkspace(id, {
-        state: "running",
-        runtime: { sandbox: state, owner: null },
-      });
+      const w = this.setState(id, "running", { runtime: { sandbox: state, owner: null } });
       this.store.recordEvent(id, "create", {
         environment,
         backend: backend.name,
@@ -334,7 +331,9 @@ export class Workspaces {
   }
 
   async status(idOrName: string) {
-    const w = await this.refreshState(await this.get(idOrName));
+    // An `error` workspace is shown as it is (with why); a use retries its start.
+    const found = await this.get(idOrName);
+    const w = found.state === "error" ? found : await this.refreshState(found);
     return workspaceView(w, this.engine.backend(w.backend).executionMode);
   }
 
@@ -366,10 +365,7 @@ export class Workspaces {
   }
 
   private async destroy(w: WorkspaceRow): Promise<void> {
-    this.store.updateWorkspace(w.workspace_id, {
-      state: "deleting",
-      runtime: { owner: await currentOwner() },
-    });
+    this.setState(w.workspace_id, "deleting", { runtime: { owner: await currentOwner() } });
     await this.dropClient(w.workspace_id);
     const backend = this.engine.backend(w.backend);
     await backend.destroy(this.sandboxSpec(w), sandboxState(w));
@@ -420,10 +416,7 @@ export class Workspaces {
     await this.dropClient(w.workspace_id);
     const state = sandboxState(w);
     if (state) await this.engine.backend(w.backend).stop(state);
-    const updated = this.store.updateWorkspace(w.workspace_id, {
-      state: "stopped",
-      runtime: { sandbox: null },
-    });
+    const updated = this.setState(w.workspace_id, "stopped", { runtime: { sandbox: null } });
     this.store.recordEvent(w.workspace_id, "stop", {});
     return workspaceView(updated, this.engine.backend(w.backend).executionMode);
   }
@@ -442,7 +435,8 @@ export class Workspaces {
    * restarted on its kept writable layer; one marked stopped stays stopped.
    */
   private async refreshState(w: WorkspaceRow): Promise<WorkspaceRow> {
-    if (w.state !== "running") return w;
+    // An `error` workspace is one whose last start failed: every use tries again.
+    if (w.state !== "running" && w.state !== "error") return w;
     const state = sandboxState(w);
     if (state && (await this.engine.backend(w.backend).isRunning(state))) return w;
     return this.ensureStarted(w, false);
@@ -460,12 +454,7 @@ export class Workspaces {
       if (state && (await backend.isRunning(state))) return fresh;
       if (!explicit && fresh.state !== "running") assertAllowed(fresh.state, "exec", fresh.workspace_id);
       if (state) await backend.stop(state);
-      const started = await backend.start(this.sandboxSpec(fresh));
-      return this.store.updateWorkspace(fresh.workspace_id, {
-        state: "running",
-        runtime: { sandbox: started },
-        error: null,
-      });
+      return await this.startSandbox(fresh, this.sandboxSpec(fresh));
     } finally {
       await release();
     }
@@ -582,8 +571,40 @@ export class Workspaces {
       runtime: { sandbox: null },
     });
     if (w.state === "stopped") return updated;
-    const started = await backend.start(spec);
-    return this.store.updateWorkspace(w.workspace_id, { state: "running", runtime: { sandbox: started } });
+    return this.startSandbox(updated, spec);
+  }
+
+  /**
+   * Starts a workspace's sandbox and records it running; a start that fails records the
+   * `error` state with the reason (the files are kept; the next use tries again).
+   */
+  private async startSandbox(w: WorkspaceRow, spec: SandboxSpec): Promise<WorkspaceRow> {
+    let started: SandboxState;
+    try {
+      started = await this.engine.backend(w.backend).start(spec);
+    } catch (err) {
+      const e = toPyroError(err);
+      if (e.code !== "cancelled")
+        this.setState(w.workspace_id, "error", {
+          runtime: { sandbox: null },
+          error: {
+            code: e.code,
+            message: e.message,
+            ...(e.hint ? { hint: e.hint } : {}),
+            at: new Date().toISOString(),
+          },
+        });
+      throw e;
+    }
+    return this.setState(w.workspace_id, "running", { runtime: { sandbox: started }, error: null });
+  }
+
+  /** The one place a workspace's state is written: the lifecycle checks the change. */
+  private setState(id: string, to: WorkspaceState, patch: Omit<WorkspacePatch, "state"> = {}): WorkspaceRow {
+    const current = this.store.getWorkspace(id);
+    if (!current) throw new PyroError("workspace_not_found", `workspace ${id} was deleted`);
+    assertTransition(current.state, to, id);
+    return this.store.updateWorkspace(id, { ...patch, state: to });
   }
 
   snapshotDir(w: WorkspaceRow, name: string): string {

@@ -208,6 +208,37 @@ describe("workspace core on the fake backend", () => {
     expect((await pyro.execWorkspace(w.workspace_id, "cat keep.txt")).stdout).toBe("kept");
   });
 
+  it("a sandbox that cannot be restarted puts the workspace in the error state, which the next use leaves", async () => {
+    const w = await pyro.createWorkspace({ seedPath: seed });
+    await pyro.writeWorkspaceFile(w.workspace_id, "keep.txt", "kept");
+    await t.backend.closeAll(); // the sandbox dies
+    const realStart = t.backend.start.bind(t.backend);
+    t.backend.start = async () => {
+      throw new Error("the sandbox would not start");
+    };
+    expect(await codeOf(pyro.execWorkspace(w.workspace_id, "true"))).toBe("internal");
+    const broken = await pyro.getWorkspace(w.workspace_id);
+    expect(broken.state).toBe("error");
+    expect(broken.error).toMatchObject({ code: "internal", message: "the sandbox would not start" });
+    expect((await pyro.listWorkspaces()).workspaces[0]?.state).toBe("error");
+    // Still failing: still error, with the reason of the latest attempt.
+    expect(await codeOf(pyro.execWorkspace(w.workspace_id, "true"))).toBe("internal");
+    t.backend.start = realStart;
+    // The next use starts it again, files kept; the error is cleared.
+    expect((await pyro.execWorkspace(w.workspace_id, "cat keep.txt")).stdout).toBe("kept");
+    const fixed = await pyro.getWorkspace(w.workspace_id);
+    expect(fixed).toMatchObject({ state: "running", error: null });
+    // From error, stop and delete work too.
+    await t.backend.closeAll();
+    t.backend.start = async () => {
+      throw new Error("again");
+    };
+    await codeOf(pyro.execWorkspace(w.workspace_id, "true"));
+    expect((await pyro.stopWorkspace(w.workspace_id)).state).toBe("stopped");
+    t.backend.start = realStart;
+    await pyro.deleteWorkspace(w.workspace_id);
+  });
+
   it("a sandbox that dies mid-request is reported dead even when its death shows after the broken connection", async () => {
     // A killed sandbox closes its sockets before the kernel reports it gone: the core
     // must not call that "the connection broke" (retry) when the sandbox died (restart).
