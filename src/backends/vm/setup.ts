@@ -13,7 +13,12 @@ export async function setupGuest(
   options: { timeoutMs: number; hostname?: string; signal?: AbortSignal },
 ): Promise<{ kernel: string; answered_ms: number; guest_ms: number; shell_ms: number }> {
   const started = performance.now();
-  const client = await AgentClient.connect(await connect(), { timeoutMs: options.timeoutMs });
+  // The boot wait is the longest of a start (minutes for a cold boot under emulation): a
+  // cancelled start must not sit it out.
+  const client = await AgentClient.connect(await connect(), {
+    timeoutMs: options.timeoutMs,
+    ...(options.signal ? { signal: options.signal } : {}),
+  });
   const answered_ms = Math.round(performance.now() - started);
   try {
     const r = await client.request(
