@@ -100,6 +100,21 @@ async function startKeyring(dir: string): Promise<{ env: NodeJS.ProcessEnv; stop
   });
   const pid = /GNOME_KEYRING_PID=(\d+)/.exec(out)?.[1];
   if (pid) keyringPids.push(Number(pid));
+  // The daemon answers before its login collection exists (it is made asynchronously;
+  // on a busy machine a store right away fails with "collection/login does not exist"):
+  // wait until a probe item can be stored, then remove it.
+  const probe = ["pyro-test", "keyring-ready"];
+  for (let i = 0; ; i++) {
+    const r = spawnSync("secret-tool", ["store", "--label=probe", ...probe], {
+      env,
+      input: "x",
+      timeout: 10_000,
+    });
+    if (r.status === 0) break;
+    if (i >= 100) throw new Error(`the test keyring never became ready: ${String(r.stderr)}`);
+    await new Promise((done) => setTimeout(done, 100));
+  }
+  spawnSync("secret-tool", ["clear", ...probe], { env, timeout: 10_000 });
   return {
     env,
     stop: () => {
