@@ -6,13 +6,14 @@ import { AgentError } from "../agent/errors.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { DISK_LIMITED } from "../backends/disk-image.js";
 import type { BuildProgress } from "../env/builder.js";
+import type { EnvironmentCache } from "../env/cache.js";
 import { ACTIONS, PyroError, toPyroError } from "../errors.js";
 import type { StateStore } from "../state/store.js";
 import type { NetworkPolicy, WorkspacePatch, WorkspaceRow, WorkspaceState } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
 import { acquireLock } from "../util/lock.js";
 import { removeTree } from "../util/mounts.js";
-import type { Engine } from "./engine.js";
+import type { PyroPaths } from "./config.js";
 import { assertAllowed, assertTransition, type Operation } from "./lifecycle.js";
 import { currentOwner, interrupted, recoverInterrupted, writeCreator } from "./recovery.js";
 import { secretKeyPaths } from "./secret-key.js";
@@ -98,6 +99,21 @@ export interface CreateOptions extends SeedSource {
 }
 
 /**
+ * What Workspaces needs from the engine, and nothing more: the store, the backends (one
+ * by name, or the default choice), the environment cache, the paths, the environment
+ * and where the pyro package is. The Engine provides it; tests may provide less.
+ */
+export interface WorkspaceDeps {
+  store(): StateStore;
+  backend(name: BackendName): WorkspaceBackend;
+  chooseBackend(requested: BackendName | undefined, allowHostCompat: boolean): Promise<WorkspaceBackend>;
+  readonly environments: Pick<EnvironmentCache, "pull">;
+  readonly paths: Pick<PyroPaths, "home" | "environmentsDir">;
+  readonly env: NodeJS.ProcessEnv;
+  readonly appDir: string;
+}
+
+/**
  * The workspace service: every workspace operation of every surface goes through here.
  * It owns the lifecycle, the state store and the agent connections; backends own the
  * sandboxes. Agent connections are cached per instance, so an SDK user or the MCP server
@@ -109,7 +125,7 @@ export class Workspaces {
   private readonly redactorCache = new Map<string, (text: string) => string>();
   private readonly vault: SecretVault;
 
-  constructor(private readonly engine: Engine) {
+  constructor(private readonly engine: WorkspaceDeps) {
     this.vault = new SecretVault(engine.paths.home, engine.env);
   }
 
