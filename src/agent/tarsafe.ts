@@ -206,6 +206,8 @@ export interface PackOptions {
    * refuse the whole archive. Default: files, directories and symlinks only.
    */
   accept?: (rel: string, st: import("node:fs").Stats) => boolean;
+  /** Pack with node-tar even where GNU tar exists (tests of the fallback). */
+  nodeTar?: boolean;
 }
 
 /**
@@ -213,6 +215,12 @@ export interface PackOptions {
  * symlinks. The walk happens first (so `accept` sees every entry), then GNU tar packs
  * exactly that list; without GNU tar, the `tar` package does.
  */
+/** A node-tar link cache that never finds a link (see packTree). */
+const NO_LINKS = { get: () => undefined, set: () => NO_LINKS } as unknown as Map<
+  `${number}:${number}`,
+  string
+>;
+
 export async function packTree(
   cwd: string,
   names: string[],
@@ -232,10 +240,14 @@ export async function packTree(
     }
   };
   for (const n of names) visit(n);
-  const gnu = await findGnuTar();
+  const gnu = options.nodeTar ? null : await findGnuTar();
   if (!gnu) {
     const stream = tar.c(
-      { cwd, portable: true, follow: false, noDirRecurse: true },
+      // A link cache that never matches: hard-linked files are packed as separate files.
+      // node-tar's Pack, given a hard link, can write after it ended ("write after end",
+      // uncaught: the agent would crash) when the machine is busy; a copy is also what an
+      // export or snapshot keeps anyway (hard links are refused on the host).
+      { cwd, portable: true, follow: false, noDirRecurse: true, linkCache: NO_LINKS },
       list,
     ) as unknown as Readable;
     return { stream, entries: list.length };

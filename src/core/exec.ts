@@ -67,7 +67,7 @@ export async function execInWorkspace(
   // The history keeps HISTORY_OUTPUT_BYTES of each stream even when the call asks for
   // less: the agent cuts both from one capture.
   const logCap = cap < HISTORY_OUTPUT_BYTES ? HISTORY_OUTPUT_BYTES : undefined;
-  return ws.withAgent(idOrName, "exec", async (agent, w) => {
+  return ws.withAgent(idOrName, "exec", async (agent, w, journal) => {
     const startedAt = new Date().toISOString();
     const cwd = options.cwd ?? "/workspace";
     const secrets = await ws.secretValues(w);
@@ -109,9 +109,9 @@ export async function execInWorkspace(
         r.stderr_bytes,
       ),
     };
-    // One transaction for the history row and its review event.
-    const seq = ws.store.atomically(() => {
-      const n = ws.store.recordCommand(
+    // One transaction for the history row, its review event and the activity time.
+    const seq = journal((store) => {
+      const n = store.recordCommand(
         w.workspace_id,
         {
           command: shown.command,
@@ -129,7 +129,7 @@ export async function execInWorkspace(
         },
         { ...kept, stdout_bytes: r.stdout_bytes, stderr_bytes: r.stderr_bytes },
       );
-      ws.store.recordEvent(w.workspace_id, "exec", {
+      store.recordEvent(w.workspace_id, "exec", {
         seq: n,
         command: shown.command,
         exit_code: r.exit_code,

@@ -34,18 +34,20 @@ export async function writeFileToWorkspace(
   path: string,
   content: string | Buffer,
 ) {
-  return ws.withAgent(idOrName, "files", async (agent, w) => {
+  return ws.withAgent(idOrName, "files", async (agent, w, journal) => {
     const isText = typeof content === "string";
     const r = await agent.request("file_write", {
       path,
       content: isText ? content : content.toString("base64"),
       encoding: isText ? "utf8" : "base64",
     });
-    ws.store.recordEvent(w.workspace_id, "file_write", {
-      path: r.path,
-      size_bytes: r.size_bytes,
-      created: r.created,
-    });
+    journal((store) =>
+      store.recordEvent(w.workspace_id, "file_write", {
+        path: r.path,
+        size_bytes: r.size_bytes,
+        created: r.created,
+      }),
+    );
     return { workspace_id: w.workspace_id, ...r };
   });
 }
@@ -53,9 +55,9 @@ export async function writeFileToWorkspace(
 export async function applyPatch(ws: Workspaces, idOrName: string, patch: string) {
   if (patch.trim() === "")
     throw new PyroError("invalid_argument", "the patch is empty", "pass a unified diff");
-  return ws.withAgent(idOrName, "files", async (agent, w) => {
+  return ws.withAgent(idOrName, "files", async (agent, w, journal) => {
     const r = await agent.request("patch_apply", { patch });
-    ws.store.recordEvent(w.workspace_id, "patch_apply", { files: r.files });
+    journal((store) => store.recordEvent(w.workspace_id, "patch_apply", { files: r.files }));
     return { workspace_id: w.workspace_id, ...r };
   });
 }
@@ -87,7 +89,7 @@ export async function exportFromWorkspace(
   signal?: AbortSignal,
 ) {
   const output = resolve(outputPath);
-  return ws.withAgent(idOrName, "files", async (agent, w) => {
+  return ws.withAgent(idOrName, "files", async (agent, w, journal) => {
     const writer = new ExportWriter(output);
     await writer.begin();
     try {
@@ -98,12 +100,14 @@ export async function exportFromWorkspace(
       );
       // Sizes are what the host wrote, never what the agent claimed.
       const got = await writer.commit(r.artifact_type);
-      ws.store.recordEvent(w.workspace_id, "export", {
-        path,
-        output_path: output,
-        artifact_type: r.artifact_type,
-        bytes: got.bytes,
-      });
+      journal((store) =>
+        store.recordEvent(w.workspace_id, "export", {
+          path,
+          output_path: output,
+          artifact_type: r.artifact_type,
+          bytes: got.bytes,
+        }),
+      );
       return {
         workspace_id: w.workspace_id,
         path,
@@ -128,18 +132,20 @@ export async function syncPush(
   signal?: AbortSignal,
 ) {
   const upload = await packHostPath(source);
-  return ws.withAgent(idOrName, "files", async (agent, w) => {
+  return ws.withAgent(idOrName, "files", async (agent, w, journal) => {
     const r = await agent.request(
       "tar_in",
       { dest },
       { upload, timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
     );
-    ws.store.recordEvent(w.workspace_id, "sync_push", {
-      source: resolve(source),
-      dest: r.dest,
-      files: r.files,
-      bytes: r.bytes,
-    });
+    journal((store) =>
+      store.recordEvent(w.workspace_id, "sync_push", {
+        source: resolve(source),
+        dest: r.dest,
+        files: r.files,
+        bytes: r.bytes,
+      }),
+    );
     return { workspace_id: w.workspace_id, source: resolve(source), ...r };
   });
 }

@@ -19,7 +19,7 @@ export async function createSnapshot(ws: Workspaces, idOrName: string, name: str
       "use letters, digits, '.', '_' or '-'; 'baseline' is reserved",
     );
   }
-  return ws.withAgent(idOrName, "snapshot", async (agent, w) => {
+  return ws.withAgent(idOrName, "snapshot", async (agent, w, journal) => {
     if (ws.store.getSnapshot(w.workspace_id, name)) {
       throw new PyroError(
         "conflict",
@@ -42,18 +42,21 @@ export async function createSnapshot(ws: Workspaces, idOrName: string, name: str
       throw err;
     }
     const size = await ws.snapshotSize(dir);
-    const row = ws.store.upsertSnapshot({
-      workspace_id: w.workspace_id,
-      name,
-      kind: "named",
-      layer: dir,
-      bytes: size.bytes,
-      file_count: size.files,
-    });
-    ws.store.recordEvent(w.workspace_id, "snapshot_create", {
-      snapshot_name: name,
-      bytes: size.bytes,
-      file_count: size.files,
+    const row = journal((store) => {
+      const made = store.upsertSnapshot({
+        workspace_id: w.workspace_id,
+        name,
+        kind: "named",
+        layer: dir,
+        bytes: size.bytes,
+        file_count: size.files,
+      });
+      store.recordEvent(w.workspace_id, "snapshot_create", {
+        snapshot_name: name,
+        bytes: size.bytes,
+        file_count: size.files,
+      });
+      return made;
     });
     return snapshotView(row, w.workspace_id);
   });
@@ -81,9 +84,11 @@ export async function deleteSnapshot(ws: Workspaces, idOrName: string, name: str
       "reset to another snapshot first",
     );
   }
-  ws.store.deleteSnapshot(w.workspace_id, name);
+  ws.journal(w.workspace_id, (store) => {
+    store.deleteSnapshot(w.workspace_id, name);
+    store.recordEvent(w.workspace_id, "snapshot_delete", { snapshot_name: name });
+  });
   await ws.removeSnapshotDir(w, name);
-  ws.store.recordEvent(w.workspace_id, "snapshot_delete", { snapshot_name: name });
   return { workspace_id: w.workspace_id, snapshot_name: name, deleted: true };
 }
 
@@ -102,9 +107,11 @@ export async function resetWorkspace(ws: Workspaces, idOrName: string, options: 
   }
   const started = performance.now();
   await ws.restartOn(w, snapshot);
-  const updated = ws.store.updateWorkspace(w.workspace_id, { reset_count: "increment" });
-  ws.store.recordEvent(w.workspace_id, "reset", { snapshot_name: snapshot });
-  ws.store.touch(w.workspace_id);
+  const updated = ws.journal(w.workspace_id, (store) => {
+    const row = store.updateWorkspace(w.workspace_id, { reset_count: "increment" });
+    store.recordEvent(w.workspace_id, "reset", { snapshot_name: snapshot });
+    return row;
+  });
   return {
     ...workspaceView(updated, ws.executionMode(updated)),
     workspace_reset: { snapshot_name: snapshot, duration_ms: Math.round(performance.now() - started) },

@@ -98,6 +98,12 @@ export interface CreateOptions extends SeedSource {
   signal?: AbortSignal;
 }
 
+/** What an operation may write to the journal. */
+export type JournalWriter = Pick<
+  StateStore,
+  "recordCommand" | "recordEvent" | "updateWorkspace" | "upsertSnapshot" | "deleteSnapshot"
+>;
+
 /**
  * What Workspaces needs from the engine, and nothing more: the store, the backends (one
  * by name, or the default choice), the environment cache, the paths, the environment
@@ -476,11 +482,31 @@ export class Workspaces {
     }
   }
 
-  /** Runs `fn` with a connected agent of a running workspace; reconnects once on a dead channel. */
+  /**
+   * The journal of a workspace: what an operation did (a command row, its review event,
+   * a snapshot, a counter), written in one transaction with the workspace's activity time.
+   */
+  journal<R>(id: string, write: (store: JournalWriter) => R): R {
+    return this.store.atomically(() => {
+      const r = write(this.store);
+      this.store.touch(id);
+      return r;
+    });
+  }
+
+  /**
+   * Runs `fn` with a connected agent of a running workspace; reconnects once on a dead
+   * channel. `fn` records what it did through `journal` (one transaction, activity
+   * included); a call that journals nothing still counts as activity.
+   */
   async withAgent<T>(
     idOrName: string,
     op: Operation,
-    fn: (agent: AgentClient, w: WorkspaceRow) => Promise<T>,
+    fn: (
+      agent: AgentClient,
+      w: WorkspaceRow,
+      journal: <R>(write: (store: JournalWriter) => R) => R,
+    ) => Promise<T>,
   ): Promise<T> {
     let w = await this.get(idOrName);
     assertAllowed(w.state, op, w.workspace_id);
@@ -501,8 +527,14 @@ export class Workspaces {
         continue;
       }
       try {
-        const result = await fn(client, w);
-        this.store.touch(w.workspace_id);
+        let journaled = false;
+        const id = w.workspace_id;
+        const journal = <R>(write: (store: JournalWriter) => R): R => {
+          journaled = true;
+          return this.journal(id, write);
+        };
+        const result = await fn(client, w, journal);
+        if (!journaled) this.store.touch(id);
         return result;
       } catch (err) {
         if (

@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { link, mkdir, mkdtemp, readdir, readFile, readlink, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,17 +14,16 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-/** A tar (made by the tar package, like a hostile agent could) of entries set up by `make`. */
+/**
+ * A tar (made by GNU tar, as a hostile agent could) of entries set up by `make`. Not
+ * node-tar's Pack: given a hard link it can write after it ended on a busy machine, an
+ * uncaught error that failed the whole run.
+ */
 async function archive(make: (src: string) => Promise<void>, names: string[]): Promise<Buffer> {
   const src = join(dir, `src-${Math.random().toString(36).slice(2)}`);
   await mkdir(src, { recursive: true });
   await make(src);
-  // Written to a file and read back: simpler to end cleanly than iterating the stream.
-  const file = `${src}.tar`;
-  await tar.c({ cwd: src, portable: true, file }, names);
-  const data = await readFile(file);
-  await rm(file, { force: true });
-  return data;
+  return execFileSync("tar", ["-c", "-f", "-", "--format=posix", "-C", src, "--", ...names]);
 }
 
 async function exportInto(
