@@ -82,6 +82,24 @@ export const commandArg = byteBoundedString(INPUT_LIMITS.commandBytes, "command"
   "Shell command string, run as `/bin/sh -c COMMAND` (pipes, && and quoting work as in a shell).",
 );
 
+export const vcpusArg = z.number().int().min(1).max(64).describe("Virtual CPUs (default 1).");
+
+export const memoryArg = z
+  .number()
+  .int()
+  .min(64)
+  .max(1024 * 1024)
+  .describe("Memory limit in MiB (default 1024).");
+
+export const diskArg = z
+  .number()
+  .int()
+  .min(64)
+  .max(16 * 1024 * 1024)
+  .describe(
+    "Disk limit in MiB for what commands write (default 10240); commands past it see ENOSPC. Only where the backend enforces it (bwrap, gvisor, qemu, firecracker); elsewhere refused.",
+  );
+
 export const timeoutArg = z
   .number()
   .positive()

@@ -26,31 +26,5 @@ export type {
   SyncPushOptions,
   UpdateWorkspacePatch,
 } from "./schemas.js";
-export type {
-  DemoResult,
-  DiffResult,
-  DoctorReport,
-  EnvironmentInfo,
-  EnvironmentList,
-  ExecResult,
-  ExportResult,
-  FileListResult,
-  FileReadResult,
-  FileWriteResult,
-  LogsResult,
-  PatchResult,
-  PrepareResult,
-  PruneResult,
-  PullResult,
-  ResetResult,
-  RunResult,
-  SnapshotDeleteResult,
-  SnapshotList,
-  SnapshotView,
-  SyncPushResult,
-  WorkspaceDeleteResult,
-  WorkspaceList,
-  WorkspaceListItem,
-  WorkspaceSummary,
-  WorkspaceView,
-} from "./types.js";
+// Every named result type (sdk/types.ts).
+export type * from "./types.js";

@@ -2,9 +2,10 @@
  * runsc command lines and the host-side cgroup arithmetic of a gVisor sandbox. Argv
  * builders only: callers spawn them without a shell, and unit tests pin them.
  */
-import { readdir, readFile, rmdir } from "node:fs/promises";
+import { readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
+import { exists } from "../../util/fs.js";
+import { killAndRemoveCgroup } from "../linux/cgroups.js";
 import type { GvisorPlatform } from "./platform.js";
 
 export interface RunscGlobal {
@@ -96,30 +97,10 @@ export async function sweepCgroups(
   const left: string[] = [];
   for (const entry of entries) {
     const dir = join(root, entry, base, id);
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const procs = await readFile(join(dir, "cgroup.procs"), "utf8").catch(() => null);
-      if (procs === null) break; // not there (or not a cgroup)
-      for (const pid of procs.split("\n").filter(Boolean)) {
-        try {
-          process.kill(Number(pid), "SIGKILL");
-        } catch {
-          // exited meanwhile
-        }
-      }
-      try {
-        await rmdir(dir);
-        break;
-      } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code;
-        if (code === "ENOENT") break;
-        if (code !== "EBUSY" || Date.now() > deadline) {
-          left.push(`${dir} (${code ?? String(err)})`);
-          break;
-        }
-        await sleep(20);
-      }
-    }
+    // Only groups: a controller directory without this path, or a file, is not one.
+    if (!(await exists(join(dir, "cgroup.procs")))) continue;
+    const failed = await killAndRemoveCgroup(dir, Date.now() + timeoutMs);
+    if (failed) left.push(`${dir} (${failed})`);
   }
   return left;
 }

@@ -257,29 +257,37 @@ export class CgroupLimits {
   private async removeDirs(): Promise<void> {
     const deadline = Date.now() + DESTROY_TIMEOUT_MS;
     for (const dir of this.dirs.values()) {
-      for (;;) {
-        const procs = await readText(join(dir, "cgroup.procs"));
-        if (procs === null && !(await exists(dir))) break; // already gone
-        for (const pid of (procs ?? "").split("\n").filter(Boolean)) {
-          try {
-            process.kill(Number(pid), "SIGKILL");
-          } catch {
-            // exited meanwhile
-          }
-        }
-        try {
-          await rmdir(dir);
-          break;
-        } catch (err) {
-          const code = (err as NodeJS.ErrnoException).code;
-          if (code === "ENOENT") break;
-          // EBUSY while killed tasks are still exiting; anything else is final.
-          if (code !== "EBUSY" || Date.now() > deadline) {
-            throw new Error(`cannot remove cgroup ${dir}: ${code ?? String(err)}`);
-          }
-          await sleep(20);
-        }
+      const failed = await killAndRemoveCgroup(dir, deadline);
+      if (failed) throw new Error(`cannot remove cgroup ${dir}: ${failed}`);
+    }
+  }
+}
+
+/**
+ * SIGKILLs every process a cgroup lists and removes the group, retrying while killed
+ * tasks are still exiting (EBUSY) until `deadline`. Returns null once it is gone (or was
+ * never there), else the error code that stopped it.
+ */
+export async function killAndRemoveCgroup(dir: string, deadline: number): Promise<string | null> {
+  for (;;) {
+    const procs = await readText(join(dir, "cgroup.procs"));
+    if (procs === null && !(await exists(dir))) return null;
+    for (const pid of (procs ?? "").split("\n").filter(Boolean)) {
+      try {
+        process.kill(Number(pid), "SIGKILL");
+      } catch {
+        // exited meanwhile
       }
+    }
+    try {
+      await rmdir(dir);
+      return null;
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === "ENOENT") return null;
+      // EBUSY while killed tasks are still exiting; anything else is final.
+      if (code !== "EBUSY" || Date.now() > deadline) return code ?? String(err);
+      await sleep(20);
     }
   }
 }

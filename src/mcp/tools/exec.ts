@@ -7,11 +7,14 @@ import {
   changeEntry,
   commandArg,
   diffSummary,
+  diskArg,
   envArg,
   environmentArg,
   executionMode,
   INPUT_LIMITS,
+  memoryArg,
   timeoutArg,
+  vcpusArg,
   workspaceIdArg,
 } from "../schemas.js";
 import { defineTool, ifOffered, mutating, READ_ONLY, sentences } from "../tool.js";
@@ -48,25 +51,10 @@ export const vmRun = defineTool({
     command: commandArg,
     environment: environmentArg.optional(),
     timeout_seconds: timeoutArg.optional(),
-    vcpus: z.number().int().min(1).max(64).optional().describe("Virtual CPUs (default 1)."),
-    memory_mib: z
-      .number()
-      .int()
-      .min(64)
-      .max(1024 * 1024)
-      .optional()
-      .describe("Memory limit in MiB (default 1024)."),
-    disk_mib: z
-      .number()
-      .int()
-      .min(64)
-      .max(16 * 1024 * 1024)
-      .optional()
-      .describe(
-        "Disk limit in MiB for what commands write (default 10240); commands past it see ENOSPC. Only where the backend enforces it (bwrap, gvisor, qemu); elsewhere refused.",
-      ),
-    network_policy: z
-      .string()
+    vcpus: vcpusArg.optional(),
+    memory_mib: memoryArg.optional(),
+    disk_mib: diskArg.optional(),
+    network_policy: boundedString(INPUT_LIMITS.networkPolicy, "network_policy")
       .optional()
       .describe(
         "Network policy: 'off' (default, no network at all); others are refused by this build (backend_unavailable).",

@@ -4,6 +4,7 @@ import {
   boundedString,
   byteBoundedString,
   defaultSeedObject,
+  diskArg,
   envArg,
   environmentArg,
   hostPathArg,
@@ -12,6 +13,8 @@ import {
   labelKeyArg,
   labelsArg,
   listItem,
+  memoryArg,
+  vcpusArg,
   workspaceIdArg,
   workspaceObject,
   workspaceShape,
@@ -48,23 +51,9 @@ export function workspaceCreate(fullCreate: boolean) {
       .optional()
       .describe("Environment variables for every command of this workspace, as {NAME: value}."),
     backend: backendArg.optional(),
-    vcpus: z.number().int().min(1).max(64).optional().describe("Virtual CPUs (default 1)."),
-    memory_mib: z
-      .number()
-      .int()
-      .min(64)
-      .max(1024 * 1024)
-      .optional()
-      .describe("Memory limit in MiB (default 1024)."),
-    disk_mib: z
-      .number()
-      .int()
-      .min(64)
-      .max(16 * 1024 * 1024)
-      .optional()
-      .describe(
-        "Disk limit in MiB for what commands write (default 10240); commands past it see ENOSPC. Only where the backend enforces it (bwrap, gvisor, qemu); elsewhere refused.",
-      ),
+    vcpus: vcpusArg.optional(),
+    memory_mib: memoryArg.optional(),
+    disk_mib: diskArg.optional(),
     ttl_seconds: z
       .number()
       .int()
