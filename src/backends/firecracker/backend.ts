@@ -1,6 +1,7 @@
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
+import { z } from "zod";
 import { PyroError } from "../../errors.js";
 import { exists } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
@@ -9,6 +10,7 @@ import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js"
 import { sameProcessAlive } from "../common.js";
 import { DEFAULT_DISK_MIB } from "../disk-image.js";
 import { sandboxHostname } from "../guest.js";
+import { processShape, stateReader } from "../sandbox-state.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
 import { blankExt4, seedImage } from "../vm/disks.js";
 import { setupGuest } from "../vm/setup.js";
@@ -97,6 +99,13 @@ export async function copySparse(from: string, to: string): Promise<void> {
     );
   await chmod(to, 0o600);
 }
+
+/** What a Firecracker sandbox records: its process and its API and vsock sockets. */
+const FIRECRACKER_STATE = stateReader("firecracker", {
+  ...processShape,
+  api_socket: z.string().min(1),
+  vsock_socket: z.string().min(1),
+});
 
 /**
  * The Firecracker backend: each workspace is a Firecracker microVM booting the shared
@@ -287,13 +296,14 @@ export class FirecrackerBackend extends MicroVmBackend implements WorkspaceBacke
   }
 
   connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
-    return connectVsock(String(state.vsock_socket), AGENT_VSOCK_PORT, {
+    return connectVsock(FIRECRACKER_STATE.read(state).vsock_socket, AGENT_VSOCK_PORT, {
       timeoutMs: options.timeoutMs ?? 5000,
     });
   }
 
   isRunning(state: SandboxState): Promise<boolean> {
-    return sameProcessAlive(state.pid, state.start_time);
+    const s = FIRECRACKER_STATE.readPartial(state);
+    return sameProcessAlive(s.pid, s.start_time);
   }
 
   /**
@@ -305,18 +315,18 @@ export class FirecrackerBackend extends MicroVmBackend implements WorkspaceBacke
   }
 
   private async halt(state: SandboxState, sync: boolean): Promise<void> {
-    if (typeof state.pid === "number" && typeof state.start_time === "string") {
-      if (sync && (await sameProcessAlive(state.pid, state.start_time))) {
+    const s = FIRECRACKER_STATE.readPartial(state);
+    if (s.pid !== undefined && s.start_time !== undefined) {
+      if (sync && (await sameProcessAlive(s.pid, s.start_time))) {
         try {
           await this.deps.syncGuest(() => this.connect(state, { timeoutMs: 2000 }));
         } catch {
           // A hung or half-dead guest: what it did not flush is lost, as on a power cut.
         }
       }
-      await killVm(state.pid, state.start_time);
+      await killVm(s.pid, s.start_time);
     }
-    for (const sock of [state.api_socket, state.vsock_socket])
-      if (typeof sock === "string") await rm(sock, { force: true });
+    for (const sock of [s.api_socket, s.vsock_socket]) if (sock) await rm(sock, { force: true });
   }
 
   async discardChanges(spec: SandboxSpec): Promise<void> {

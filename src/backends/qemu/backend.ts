@@ -3,6 +3,7 @@ import { copyFile, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
+import { z } from "zod";
 import { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../errors.js";
 import { exists, touch } from "../../util/fs.js";
@@ -20,6 +21,7 @@ import {
 import { DEFAULT_DISK_MIB } from "../disk-image.js";
 import { sandboxHostname } from "../guest.js";
 import { type KvmCheck, kvmCheck } from "../kvm.js";
+import { stateReader } from "../sandbox-state.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
 import { qcow2Overlay, seedImage, standaloneQcow2 } from "../vm/disks.js";
 import { setupGuest } from "../vm/setup.js";
@@ -77,6 +79,14 @@ export interface StartTiming {
   ready_ms: number;
   template_built_ms: number | null;
 }
+
+/** What a QEMU sandbox records: its process, its socket directory and its workspace directory. */
+const QEMU_STATE = stateReader("qemu", {
+  pid: z.number().int().positive(),
+  start_time: z.string(),
+  sockets: z.string().min(1),
+  dir: z.string().min(1),
+});
 
 /**
  * The qemu backend: each workspace is a microVM (`-M microvm`) running the Debian cloud
@@ -292,17 +302,19 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
   }
 
   private async connectChecked(state: SandboxState, timeoutMs: number): Promise<Duplex> {
-    if (!(await sameProcessAlive(state.pid, state.start_time)))
+    const s = QEMU_STATE.read(state);
+    if (!(await sameProcessAlive(s.pid, s.start_time)))
       throw new PyroError(
         "workspace_stopped",
         "the workspace's VM is not running",
         "start the workspace again",
       );
-    return connectPort(String(state.sockets), timeoutMs);
+    return connectPort(s.sockets, timeoutMs);
   }
 
   async isRunning(state: SandboxState): Promise<boolean> {
-    return sameProcessAlive(state.pid, state.start_time);
+    const s = QEMU_STATE.readPartial(state);
+    return sameProcessAlive(s.pid, s.start_time);
   }
 
   /**
@@ -311,22 +323,17 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
    * The state disk stays.
    */
   async stop(state: SandboxState): Promise<void> {
-    const pid = state.pid;
-    const startTime = state.start_time;
-    if (
-      typeof pid === "number" &&
-      typeof startTime === "string" &&
-      (await sameProcessAlive(pid, startTime))
-    ) {
-      await this.syncGuest(state).catch(() => {});
+    const { pid, start_time: startTime, sockets, dir } = QEMU_STATE.readPartial(state);
+    if (pid !== undefined && startTime !== undefined && (await sameProcessAlive(pid, startTime))) {
+      if (sockets) await this.syncGuest(sockets).catch(() => {});
       await terminateAndWait(pid, startTime, 5000);
     }
-    if (typeof state.sockets === "string") await rm(state.sockets, { recursive: true, force: true });
-    if (typeof state.dir === "string") await rm(qemuLayout(state.dir).pidFile, { force: true });
+    if (sockets) await rm(sockets, { recursive: true, force: true });
+    if (dir) await rm(qemuLayout(dir).pidFile, { force: true });
   }
 
-  private async syncGuest(state: SandboxState): Promise<void> {
-    const client = await AgentClient.connect(await connectPort(String(state.sockets), 2000), {
+  private async syncGuest(sockets: string): Promise<void> {
+    const client = await AgentClient.connect(await connectPort(sockets, 2000), {
       timeoutMs: 5000,
     });
     try {
