@@ -29,7 +29,7 @@ import { MicroVmBackend } from "../vm/snapshots.js";
 import type { VmArtifacts } from "../vm/types.js";
 import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
-import { QmpClient } from "./qmp.js";
+import { QmpClient, tailLines } from "./qmp.js";
 import { blankStateDisk, ensureTemplate } from "./template.js";
 
 /** Host paths of one workspace's VM, all under `spec.dir`. */
@@ -233,6 +233,8 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
       kernel: artifacts.image.kernelRelease,
       restored: Boolean(incoming),
     };
+    // What the console printed while the boot was watched (reading the ring consumes it).
+    const boot = { text: "" };
     try {
       if (!startTime)
         throw new PyroError("backend_unavailable", `QEMU exited at once: ${await logTail(l.log)}`);
@@ -241,11 +243,14 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
       const running = Math.round(performance.now() - started);
       // The shared disks this VM opened are in use: keep them from idle clean-up.
       await touch(artifacts.agentDisk);
-      const setup = await setupGuest(() => this.connectChecked(state, 10_000), {
-        timeoutMs: incoming ? 60_000 : 300_000,
-        hostname: sandboxHostname(spec.workspace_id),
-        ...sig,
-      });
+      const setup = await watchBoot(
+        setupGuest(() => this.connectChecked(state, 10_000), {
+          timeoutMs: incoming ? 60_000 : 300_000,
+          hostname: sandboxHostname(spec.workspace_id),
+          ...sig,
+        }),
+        { sockets: l.sockets, pid, startTime, log: l.log, console: boot },
+      );
       this.lastStart = {
         mode: incoming ? "restore" : "cold",
         running_ms: running,
@@ -256,7 +261,7 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
         template_built_ms: templateBuilt,
       };
     } catch (err) {
-      const consoleText = await consoleTail(l.sockets);
+      const consoleText = tailLines(`${boot.text}${await consoleRead(l.sockets)}`);
       await this.stop(state);
       // The cached artifacts may be what failed (a disk removed under us): check them again next time.
       this.artifactCache.clear();
@@ -364,15 +369,64 @@ async function killRecorded(pidFile: string): Promise<void> {
 }
 
 /** The end of the guest's console (kept in QEMU's ring buffer), or why it cannot be read. */
-async function consoleTail(sockets: string): Promise<string> {
+async function consoleRead(sockets: string): Promise<string> {
   try {
     const qmp = await QmpClient.connect(qmpSocket(sockets), 1000);
     try {
-      return await qmp.consoleTail();
+      return await qmp.consoleRead();
     } finally {
       qmp.close();
     }
   } catch {
     return "(QEMU is gone)";
+  }
+}
+
+/** Restarts of the guest agent during a boot that end the wait (stage 2 restarts it every second). */
+const AGENT_RESTARTS_MAX = 3;
+const BOOT_WATCH_MS = 1000;
+
+/**
+ * Waits for `work` (the guest's agent answering) while watching the VM, so a boot that
+ * cannot succeed fails at once with the console's words instead of waiting out the
+ * boot timeout (minutes for a cold boot under emulation): QEMU gone, or the guest agent
+ * exiting again and again (stage 2 prints "pyro-init: ... exited N, restarting").
+ * `w.console.text` collects what the console printed meanwhile.
+ */
+async function watchBoot<T>(
+  work: Promise<T>,
+  w: { sockets: string; pid: number; startTime: string; log: string; console: { text: string } },
+): Promise<T> {
+  let done = false;
+  let qmp: QmpClient | null = null;
+  const watcher = (async (): Promise<never> => {
+    qmp = await QmpClient.connect(qmpSocket(w.sockets), 5000).catch(() => null);
+    if (done) qmp?.close();
+    try {
+      for (;;) {
+        await sleep(BOOT_WATCH_MS);
+        if (done) return new Promise<never>(() => {});
+        if (!(await sameProcessAlive(w.pid, w.startTime)))
+          throw new PyroError("backend_unavailable", `QEMU exited during the boot: ${await logTail(w.log)}`);
+        if (qmp) w.console.text = `${w.console.text}${await qmp.consoleRead()}`.slice(-65536);
+        const restarts = w.console.text.match(/pyro-init: .* exited \d+, restarting/g)?.length ?? 0;
+        if (restarts >= AGENT_RESTARTS_MAX)
+          throw new PyroError(
+            "backend_unavailable",
+            `the guest agent exited ${restarts} times during the boot`,
+            "the console below says why; rerun with PYRO_DEBUG=1",
+          );
+      }
+    } finally {
+      qmp?.close();
+    }
+  })();
+  watcher.catch(() => {});
+  try {
+    return await Promise.race([work, watcher]);
+  } finally {
+    done = true;
+    // Free QMP at once: the failure path reads the console through it next.
+    (qmp as QmpClient | null)?.close();
   }
 }

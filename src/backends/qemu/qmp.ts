@@ -130,15 +130,23 @@ export class QmpClient {
    * machine.ts), joined on one line for error messages.
    */
   async consoleTail(lines = 5): Promise<string> {
-    const text = await this.execute(
-      "ringbuf-read",
-      { device: "console", size: 65536, format: "utf8" },
-      2000,
-    ).then(String, () => "");
-    return text.trim().split("\n").slice(-lines).join(" | ") || "(empty)";
+    return tailLines(await this.consoleRead(), lines);
+  }
+
+  /** What the console printed since the last read (reading consumes the ring). */
+  consoleRead(): Promise<string> {
+    return this.execute("ringbuf-read", { device: "console", size: 65536, format: "utf8" }, 2000).then(
+      String,
+      () => "",
+    );
   }
 
   close(): void {
     this.sock.destroy();
   }
+}
+
+/** The last `lines` lines of console text, joined on one line for error messages. */
+export function tailLines(text: string, lines = 5): string {
+  return text.trim().split("\n").slice(-lines).join(" | ") || "(empty)";
 }

@@ -1,11 +1,11 @@
 import { execFileSync } from "node:child_process";
 import { existsSync, statfsSync } from "node:fs";
-import { readdir } from "node:fs/promises";
+import { mkdir, readdir, symlink, writeFile } from "node:fs/promises";
 import { release } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { QemuBackend } from "../../../src/backends/qemu/backend.js";
-import { pyro } from "../../helpers/cli.js";
+import { pyro, REPO_ROOT } from "../../helpers/cli.js";
 import {
   errorOf,
   type Harness,
@@ -145,6 +145,42 @@ describe.skipIf(skip !== "")(suiteTitle("qemu backend (microVM)", skip), () => {
       expect(Date.now() - started).toBeLessThan(30_000);
       await waitUntil(() => !processAlive(vm!.pid), 10_000);
       expect((await h.pyro.execWorkspace(w.workspace_id, "cat /workspace/b.txt")).stdout).toBe("before\n");
+    },
+  );
+
+  it(
+    "a guest whose agent cannot start fails the start within seconds, in the console's words",
+    SLOW,
+    async () => {
+      // A copy of the package whose agent exits at once: stage 2 restarts it every second.
+      // The wait for the agent is 300 s on a cold boot; the boot watcher ends it early.
+      const app = await h.tempDir("broken-app");
+      execFileSync("cp", ["-r", join(REPO_ROOT, "dist"), app]);
+      await symlink(join(REPO_ROOT, "node_modules"), join(app, "node_modules"));
+      await writeFile(join(app, "dist", "agent", "guest", "main.js"), "process.exit(3);\n");
+      const env = await h.pyro.engine.environments.pull("debian:12");
+      const dir = await h.tempDir("broken-vm");
+      await mkdir(join(dir, "snapshots", "baseline"), { recursive: true });
+      const { QemuBackend } = await import("../../../src/backends/qemu/backend.js");
+      const id = "ws_b0b0b0b0b0b0";
+      const started = Date.now();
+      const err = await errorOf(
+        new QemuBackend({ coldBoot: true }).start({
+          workspace_id: id,
+          dir: join(dir, "sandbox"),
+          rootfs: env.rootfs,
+          snapshotsDir: join(dir, "snapshots"),
+          snapshot: "baseline",
+          limits: { vcpus: 1, memory_mib: 512, pids_max: 1024 },
+          appDir: app,
+          runtimeCacheDir: join(h.home, "runtime"),
+        }),
+      );
+      expect(err.code).toBe("backend_unavailable");
+      expect(err.message).toMatch(/the guest agent exited \d+ times during the boot/);
+      expect(err.message).toMatch(/pyro-init: \S+ exited 3, restarting/);
+      expect(Date.now() - started).toBeLessThan(150_000);
+      expect(qemuProcessesOf(id)).toEqual([]);
     },
   );
 
