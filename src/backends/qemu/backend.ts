@@ -1,5 +1,4 @@
-import { closeSync, openSync } from "node:fs";
-import { copyFile, mkdir, readFile, rm, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -10,14 +9,7 @@ import { exists, touch } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import { firstLine, run, which } from "../../util/run.js";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import {
-  killAndWait,
-  logTail,
-  procStartTime,
-  sameProcessAlive,
-  spawnDetached,
-  terminateAndWait,
-} from "../common.js";
+import { killAndWait, logTail, sameProcessAlive, terminateAndWait } from "../common.js";
 import { DEFAULT_DISK_MIB } from "../disk-image.js";
 import { sandboxHostname } from "../guest.js";
 import { type KvmCheck, kvmCheck } from "../kvm.js";
@@ -27,6 +19,7 @@ import { qcow2Overlay, seedImage, standaloneQcow2 } from "../vm/disks.js";
 import { setupGuest } from "../vm/setup.js";
 import { MicroVmBackend } from "../vm/snapshots.js";
 import type { VmArtifacts } from "../vm/types.js";
+import { consoleRead, spawnQemu, watchBoot } from "./boot.js";
 import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
 import { QmpClient, tailLines } from "./qmp.js";
@@ -164,36 +157,12 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
     await rm(l.sockets, { recursive: true, force: true });
     await mkdir(l.sockets, { mode: 0o700 });
     const seedDisk = await seedImage(spec, spec.snapshot, options.signal);
-    const fresh = !(await exists(l.stateDisk));
-    let incoming: string | undefined;
-    let templateBuilt: number | null = null;
-    if (fresh && !this.options.coldBoot) {
-      const template = await ensureTemplate({
-        qemu,
-        qemuVersion: version,
-        accel,
-        vcpus: spec.limits.vcpus,
-        memoryMib: spec.limits.memory_mib,
-        diskMib: spec.limits.disk_mib ?? DEFAULT_DISK_MIB,
-        artifacts,
-        cacheDir: vmCacheDir(spec),
-        ...sig,
-        ...(this.options.onProgress ? { onProgress: this.options.onProgress } : {}),
-      });
-      templateBuilt = template.built_ms;
-      // The template's state disk is a self-contained qcow2 of a few MB: a private copy means
-      // the workspace never depends on the template (or anything shared) being kept.
-      await copyFile(template.stateDisk, l.baseDisk);
-      await qcow2Overlay(l.stateDisk, l.baseDisk, "qcow2");
-      incoming = template.vmState;
-    } else if (fresh) {
-      await standaloneQcow2(
-        await blankStateDisk(vmCacheDir(spec), spec.limits.disk_mib ?? DEFAULT_DISK_MIB),
-        "raw",
-        l.baseDisk,
-      );
-      await qcow2Overlay(l.stateDisk, l.baseDisk, "qcow2");
-    }
+    const { incoming, templateBuilt } = await this.stateDisk(
+      spec,
+      l,
+      { qemu, version, accel, artifacts },
+      sig,
+    );
 
     const argv = qemuArgv({
       qemu,
@@ -207,21 +176,7 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
       ...(incoming ? { incomingFd: 3 } : {}),
     });
     const started = performance.now();
-    // The saved state is handed over as an open file (fd 3), so QEMU needs to start no
-    // program to read it and runs with spawning denied.
-    const stateFd = incoming ? openSync(incoming, "r") : null;
-    let pid: number;
-    try {
-      pid = spawnDetached(argv, {
-        logFile: l.log,
-        cwd: l.sockets,
-        ...(stateFd !== null ? { extraFds: [stateFd] } : {}),
-      }).pid;
-    } finally {
-      if (stateFd !== null) closeSync(stateFd);
-    }
-    const startTime = await procStartTime(pid);
-    if (startTime) await writeFile(l.pidFile, `${pid} ${startTime}\n`, { mode: 0o600 });
+    const { pid, startTime } = await spawnQemu(argv, l, incoming);
     const state: SandboxState = {
       backend: "qemu",
       pid,
@@ -261,18 +216,65 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
         template_built_ms: templateBuilt,
       };
     } catch (err) {
-      const consoleText = tailLines(`${boot.text}${await consoleRead(l.sockets)}`);
-      await this.stop(state);
-      // The cached artifacts may be what failed (a disk removed under us): check them again next time.
-      this.artifactCache.clear();
-      if (err instanceof PyroError && err.code !== "backend_unavailable" && err.code !== "timeout") throw err;
-      const why = err instanceof Error ? err.message : String(err);
-      throw new PyroError(
-        "backend_unavailable",
-        `the VM did not start: ${why} (console: ${consoleText}; qemu: ${await logTail(l.log)})`,
-      );
+      throw await this.failedStart(err, state, l, boot.text);
     }
     return state;
+  }
+
+  /** Ends a VM that did not start and says why, with the console's and QEMU's last words. */
+  private async failedStart(
+    err: unknown,
+    state: SandboxState,
+    l: ReturnType<typeof qemuLayout>,
+    consoleSoFar: string,
+  ): Promise<unknown> {
+    const consoleText = tailLines(`${consoleSoFar}${await consoleRead(l.sockets)}`);
+    await this.stop(state);
+    // The cached artifacts may be what failed (a disk removed under us): check them again next time.
+    this.artifactCache.clear();
+    if (err instanceof PyroError && err.code !== "backend_unavailable" && err.code !== "timeout") return err;
+    const why = err instanceof Error ? err.message : String(err);
+    return new PyroError(
+      "backend_unavailable",
+      `the VM did not start: ${why} (console: ${consoleText}; qemu: ${await logTail(l.log)})`,
+    );
+  }
+
+  /**
+   * The workspace's state disk. A fresh one comes from the template of the VM's shape (a
+   * private copy of its few-MB disk, and its saved state to restore: `incoming`), or is
+   * blank with coldBoot; one that holds writes is kept as it is (a cold boot follows).
+   */
+  private async stateDisk(
+    spec: SandboxSpec,
+    l: ReturnType<typeof qemuLayout>,
+    vm: { qemu: string; version: string; accel: Accel; artifacts: VmArtifacts },
+    sig: { signal?: AbortSignal },
+  ): Promise<{ incoming: string | undefined; templateBuilt: number | null }> {
+    if (await exists(l.stateDisk)) return { incoming: undefined, templateBuilt: null };
+    const diskMib = spec.limits.disk_mib ?? DEFAULT_DISK_MIB;
+    if (this.options.coldBoot) {
+      await standaloneQcow2(await blankStateDisk(vmCacheDir(spec), diskMib), "raw", l.baseDisk);
+      await qcow2Overlay(l.stateDisk, l.baseDisk, "qcow2");
+      return { incoming: undefined, templateBuilt: null };
+    }
+    const template = await ensureTemplate({
+      qemu: vm.qemu,
+      qemuVersion: vm.version,
+      accel: vm.accel,
+      vcpus: spec.limits.vcpus,
+      memoryMib: spec.limits.memory_mib,
+      diskMib,
+      artifacts: vm.artifacts,
+      cacheDir: vmCacheDir(spec),
+      ...sig,
+      ...(this.options.onProgress ? { onProgress: this.options.onProgress } : {}),
+    });
+    // The template's state disk is a self-contained qcow2 of a few MB: a private copy means
+    // the workspace never depends on the template (or anything shared) being kept.
+    await copyFile(template.stateDisk, l.baseDisk);
+    await qcow2Overlay(l.stateDisk, l.baseDisk, "qcow2");
+    return { incoming: template.vmState, templateBuilt: template.built_ms };
   }
 
   /** Waits until QEMU answers on QMP; a restored VM: until its state is loaded, then lets it run. */
@@ -369,64 +371,3 @@ async function killRecorded(pidFile: string): Promise<void> {
 }
 
 /** The end of the guest's console (kept in QEMU's ring buffer), or why it cannot be read. */
-async function consoleRead(sockets: string): Promise<string> {
-  try {
-    const qmp = await QmpClient.connect(qmpSocket(sockets), 1000);
-    try {
-      return await qmp.consoleRead();
-    } finally {
-      qmp.close();
-    }
-  } catch {
-    return "(QEMU is gone)";
-  }
-}
-
-/** Restarts of the guest agent during a boot that end the wait (stage 2 restarts it every second). */
-const AGENT_RESTARTS_MAX = 3;
-const BOOT_WATCH_MS = 1000;
-
-/**
- * Waits for `work` (the guest's agent answering) while watching the VM, so a boot that
- * cannot succeed fails at once with the console's words instead of waiting out the
- * boot timeout (minutes for a cold boot under emulation): QEMU gone, or the guest agent
- * exiting again and again (stage 2 prints "pyro-init: ... exited N, restarting").
- * `w.console.text` collects what the console printed meanwhile.
- */
-async function watchBoot<T>(
-  work: Promise<T>,
-  w: { sockets: string; pid: number; startTime: string; log: string; console: { text: string } },
-): Promise<T> {
-  let done = false;
-  let qmp: QmpClient | null = null;
-  const watcher = (async (): Promise<never> => {
-    qmp = await QmpClient.connect(qmpSocket(w.sockets), 5000).catch(() => null);
-    if (done) qmp?.close();
-    try {
-      for (;;) {
-        await sleep(BOOT_WATCH_MS);
-        if (done) return new Promise<never>(() => {});
-        if (!(await sameProcessAlive(w.pid, w.startTime)))
-          throw new PyroError("backend_unavailable", `QEMU exited during the boot: ${await logTail(w.log)}`);
-        if (qmp) w.console.text = `${w.console.text}${await qmp.consoleRead()}`.slice(-65536);
-        const restarts = w.console.text.match(/pyro-init: .* exited \d+, restarting/g)?.length ?? 0;
-        if (restarts >= AGENT_RESTARTS_MAX)
-          throw new PyroError(
-            "backend_unavailable",
-            `the guest agent exited ${restarts} times during the boot`,
-            "the console below says why; rerun with PYRO_DEBUG=1",
-          );
-      }
-    } finally {
-      qmp?.close();
-    }
-  })();
-  watcher.catch(() => {});
-  try {
-    return await Promise.race([work, watcher]);
-  } finally {
-    done = true;
-    // Free QMP at once: the failure path reads the console through it next.
-    (qmp as QmpClient | null)?.close();
-  }
-}
