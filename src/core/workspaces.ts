@@ -242,31 +242,7 @@ export class Workspaces {
   async create(options: CreateOptions) {
     const environment = options.environment ?? "debian:12";
     const backend = await this.engine.chooseBackend(options.backend, options.allow_host_compat === true);
-    const diskMib = checkDiskMib(options.disk_mib, backend.name);
-    checkLimits(options);
-    if (options.repo_ref !== undefined && !options.repo_url)
-      throw new PyroError(
-        "invalid_argument",
-        "a repository ref (--repo-ref) needs a repository URL (--repo-url)",
-        "give the repository with --repo-url, or drop --repo-ref",
-      );
-    const policy = parseNetworkPolicy(options.network_policy);
-    if (policy !== "off") {
-      throw new PyroError(
-        "backend_unavailable",
-        `network policy '${policy}' is not supported by this build yet`,
-        "use {action}",
-        { action: ACTIONS.networkOff },
-      );
-    }
-    if (options.name !== undefined) validateName(options.name);
-    if (options.name && this.store.nameTaken(options.name)) {
-      throw new PyroError(
-        "conflict",
-        `a workspace named '${options.name}' already exists`,
-        "pick another name or delete the old one",
-      );
-    }
+    const { diskMib, policy } = this.checkCreate(options, backend.name);
     // Secrets first: a missing host variable or terminal fails before anything is made.
     const secrets = await resolveSecrets(options.secrets ?? {}, this.engine.env, options.prompt_secret);
     const env = await this.engine.environments.pull(environment, {
@@ -332,18 +308,55 @@ export class Workspaces {
       });
       return workspaceView(w, backend.executionMode);
     } catch (err) {
-      if (created) this.store.deleteWorkspace(id);
-      await backend
-        .destroy(
-          this.sandboxSpec(
-            created ?? ({ workspace_id: id, spec: { vcpus: 1, memory_mib: 1 }, runtime: {} } as WorkspaceRow),
-          ),
-          null,
-        )
-        .catch(() => {});
-      await removeTree(dir).catch(() => {});
+      await this.rollbackCreate(id, created, backend);
       throw err;
     }
+  }
+
+  /** What a create is refused for before anything is made: limits, seed, policy, name. */
+  private checkCreate(
+    options: CreateOptions,
+    backend: BackendName,
+  ): { diskMib: number; policy: NetworkPolicy } {
+    const diskMib = checkDiskMib(options.disk_mib, backend);
+    checkLimits(options);
+    if (options.repo_ref !== undefined && !options.repo_url)
+      throw new PyroError(
+        "invalid_argument",
+        "a repository ref (--repo-ref) needs a repository URL (--repo-url)",
+        "give the repository with --repo-url, or drop --repo-ref",
+      );
+    const policy = parseNetworkPolicy(options.network_policy);
+    if (policy !== "off") {
+      throw new PyroError(
+        "backend_unavailable",
+        `network policy '${policy}' is not supported by this build yet`,
+        "use {action}",
+        { action: ACTIONS.networkOff },
+      );
+    }
+    if (options.name !== undefined) validateName(options.name);
+    if (options.name && this.store.nameTaken(options.name)) {
+      throw new PyroError(
+        "conflict",
+        `a workspace named '${options.name}' already exists`,
+        "pick another name or delete the old one",
+      );
+    }
+    return { diskMib, policy };
+  }
+
+  /** Undoes a create that failed: its row, its sandbox and its directory (best effort). */
+  private async rollbackCreate(
+    id: string,
+    created: WorkspaceRow | null,
+    backend: WorkspaceBackend,
+  ): Promise<void> {
+    if (created) this.store.deleteWorkspace(id);
+    const row =
+      created ?? ({ workspace_id: id, spec: { vcpus: 1, memory_mib: 1 }, runtime: {} } as WorkspaceRow);
+    await backend.destroy(this.sandboxSpec(row), null).catch(() => {});
+    await removeTree(this.workspaceDir(id)).catch(() => {});
   }
 
   async list() {

@@ -37,7 +37,6 @@ const LONG_FUNCTIONS: Record<string, string> = {
   "core/summary.ts:summarizeWorkspace": "one object literal of the summary's sections",
   "core/untrusted-tar.ts:extractUntrusted":
     "the one rule for writing sandbox archives on the host, kept in one place on purpose",
-  "core/workspaces.ts:create": "create with rollback at every step; to be split (item 4)",
 };
 
 const LONG_FILES: Record<string, string> = {
