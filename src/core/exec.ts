@@ -9,7 +9,7 @@ import {
   type OutputListener,
 } from "./output.js";
 import { secretRedactor } from "./secrets.js";
-import type { Workspaces } from "./workspaces.js";
+import type { JournalWriter, Workspaces } from "./workspaces.js";
 import { DEFAULTS } from "./workspaces.js";
 
 export interface ExecOptions {
@@ -95,48 +95,9 @@ export async function execInWorkspace(
     live?.end();
     const mode = ws.executionMode(w);
     const shown = { command: redact(command), stdout: redact(r.stdout), stderr: redact(r.stderr) };
-    // What the history keeps: the larger cut when the agent sent one, at most
-    // HISTORY_OUTPUT_BYTES per stream (a call with a larger cap is cut again here).
-    const kept = {
-      stdout: clipText(
-        r.stdout_log !== undefined ? redact(r.stdout_log) : shown.stdout,
-        HISTORY_OUTPUT_BYTES,
-        r.stdout_bytes,
-      ),
-      stderr: clipText(
-        r.stderr_log !== undefined ? redact(r.stderr_log) : shown.stderr,
-        HISTORY_OUTPUT_BYTES,
-        r.stderr_bytes,
-      ),
-    };
-    // One transaction for the history row, its review event and the activity time.
-    const seq = journal((store) => {
-      const n = store.recordCommand(
-        w.workspace_id,
-        {
-          command: shown.command,
-          cwd,
-          exit_code: r.exit_code,
-          timed_out: r.timed_out,
-          duration_ms: Math.round(r.duration_ms),
-          started_at: startedAt,
-          // The store keeps the last few KiB of these as the tails.
-          stdout_tail: kept.stdout,
-          stderr_tail: kept.stderr,
-          // Whether the history misses part of the output (not whether this call's cut did).
-          truncated: r.stdout_bytes > HISTORY_OUTPUT_BYTES || r.stderr_bytes > HISTORY_OUTPUT_BYTES,
-          execution_mode: mode,
-        },
-        { ...kept, stdout_bytes: r.stdout_bytes, stderr_bytes: r.stderr_bytes },
-      );
-      store.recordEvent(w.workspace_id, "exec", {
-        seq: n,
-        command: shown.command,
-        exit_code: r.exit_code,
-        timed_out: r.timed_out,
-      });
-      return n;
-    });
+    const seq = journal((store) =>
+      recordExec(store, w.workspace_id, { command: shown.command, cwd, startedAt, mode }, r, redact),
+    );
     return {
       workspace_id: w.workspace_id,
       command: shown.command,
@@ -244,4 +205,57 @@ export async function workspaceLogs(ws: Workspaces, idOrName: string, options: L
       };
     }),
   };
+}
+
+/**
+ * Writes one exec to the journal: its history row (with the history's cut of the output:
+ * the agent's larger cut when it sent one, at most HISTORY_OUTPUT_BYTES per stream, secrets
+ * redacted) and its review event. Returns the row's seq.
+ */
+function recordExec(
+  store: JournalWriter,
+  id: string,
+  call: { command: string; cwd: string; startedAt: string; mode: "guest_agent" | "host_compat" },
+  r: {
+    exit_code: number;
+    timed_out: boolean;
+    duration_ms: number;
+    stdout: string;
+    stderr: string;
+    stdout_log?: string | undefined;
+    stderr_log?: string | undefined;
+    stdout_bytes: number;
+    stderr_bytes: number;
+  },
+  redact: (text: string) => string,
+): number {
+  const kept = {
+    stdout: clipText(redact(r.stdout_log ?? r.stdout), HISTORY_OUTPUT_BYTES, r.stdout_bytes),
+    stderr: clipText(redact(r.stderr_log ?? r.stderr), HISTORY_OUTPUT_BYTES, r.stderr_bytes),
+  };
+  const seq = store.recordCommand(
+    id,
+    {
+      command: call.command,
+      cwd: call.cwd,
+      exit_code: r.exit_code,
+      timed_out: r.timed_out,
+      duration_ms: Math.round(r.duration_ms),
+      started_at: call.startedAt,
+      // The store keeps the last few KiB of these as the tails.
+      stdout_tail: kept.stdout,
+      stderr_tail: kept.stderr,
+      // Whether the history misses part of the output (not whether this call's cut did).
+      truncated: r.stdout_bytes > HISTORY_OUTPUT_BYTES || r.stderr_bytes > HISTORY_OUTPUT_BYTES,
+      execution_mode: call.mode,
+    },
+    { ...kept, stdout_bytes: r.stdout_bytes, stderr_bytes: r.stderr_bytes },
+  );
+  store.recordEvent(id, "exec", {
+    seq,
+    command: call.command,
+    exit_code: r.exit_code,
+    timed_out: r.timed_out,
+  });
+  return seq;
 }

@@ -29,9 +29,6 @@ const LONG_FUNCTIONS: Record<string, string> = {
   // To be split (issue 12, item 7): one state machine each, kept whole until then.
   "backends/firecracker/vsock.ts:handshake": "Firecracker's vsock CONNECT handshake as one state machine",
   "backends/firecracker/vsock.ts:(anon)": "the handshake's promise body",
-  "core/exec.ts:execInWorkspace":
-    "one exec: history row, agent call, redaction, journal; to be split (item 4)",
-  "core/exec.ts:(anon)": "the body of execInWorkspace's agent call",
   "core/oneshot.ts:runOnce": "the one-shot fast path and the throwaway-workspace path",
   "core/oneshot.ts:demo": "the demo's steps, in order",
   "core/summary.ts:summarizeWorkspace": "one object literal of the summary's sections",
