@@ -61,6 +61,11 @@ export const SCENARIOS: Scenario[] = [
           stderr: "err\n",
           timed_out: false,
         });
+        // A missing command is 127; a command killed by a signal is 128+N.
+        const missing = await p.execWorkspace(id, "no-such-command-here");
+        expect([missing.exit_code, missing.stderr.includes("not found")]).toEqual([127, true]);
+        expect((await p.execWorkspace(id, "kill -TERM $$")).exit_code).toBe(143);
+        expect(await code(p.execWorkspace(id, "pwd", { cwd: "/etc" }))).toBe("path_outside_workspace");
         expect(
           (await p.execWorkspace(id, 'echo "$GREETING"', { env: { GREETING: "hi there" } })).stdout,
         ).toBe("hi there\n");
@@ -146,6 +151,32 @@ export const SCENARIOS: Scenario[] = [
         expect(r).toMatchObject({ reset_count: 1, workspace_reset: { snapshot_name: "baseline" } });
         expect((await p.diffWorkspace(id)).changed).toBe(false);
         expect((await p.readWorkspaceFile(id, "src/lib.txt")).content).toBe("one\ntwo\n");
+      }),
+  },
+  {
+    name: "sync push and export: a host directory in, a directory and a binary file out, byte for byte",
+    run: (ctx) =>
+      withWorkspace(ctx, async (id) => {
+        const p = ctx.pyro;
+        const host = await mkdtemp(join(tmpdir(), "pyro-parity-xfer-"));
+        const { mkdir, rm } = await import("node:fs/promises");
+        try {
+          await mkdir(join(host, "push", "nested"), { recursive: true });
+          await writeFile(join(host, "push", "a.txt"), "pushed\n");
+          await writeFile(join(host, "push", "nested", "b.txt"), "deeper\n");
+          await p.syncPushWorkspace(id, join(host, "push"), { dest: "incoming" });
+          expect((await p.execWorkspace(id, "cat incoming/a.txt incoming/nested/b.txt")).stdout).toBe(
+            "pushed\ndeeper\n",
+          );
+          await p.exportWorkspace(id, "incoming", join(host, "out"));
+          expect(await readFile(join(host, "out", "nested", "b.txt"), "utf8")).toBe("deeper\n");
+          const blob = Buffer.from(Array.from({ length: 200_000 }, (_, i) => (i * 7919) % 256));
+          await p.writeWorkspaceFile(id, "blob.bin", blob);
+          await p.exportWorkspace(id, "blob.bin", join(host, "blob.bin"));
+          expect((await readFile(join(host, "blob.bin"))).equals(blob)).toBe(true);
+        } finally {
+          await rm(host, { recursive: true, force: true });
+        }
       }),
   },
   {
@@ -285,10 +316,15 @@ export const SCENARIOS: Scenario[] = [
       withWorkspace(ctx, async (id) => {
         const p = ctx.pyro;
         await p.writeWorkspaceFile(id, "kept.txt", "kept\n");
+        // The root filesystem's writes are kept too, where there is a sandbox root to write
+        // (not host-compat, whose root is the host's, nor the in-process fake).
+        const sandboxed = ctx.target.real && ctx.target.backend !== "host";
+        if (sandboxed) await p.execWorkspace(id, "echo root-layer > /root/kept");
         expect((await p.stopWorkspace(id)).state).toBe("stopped");
         expect(await code(p.execWorkspace(id, "true"))).toBe("workspace_stopped");
         expect((await p.startWorkspace(id)).state).toBe("running");
         expect((await p.execWorkspace(id, "cat kept.txt")).stdout).toBe("kept\n");
+        if (sandboxed) expect((await p.execWorkspace(id, "cat /root/kept")).stdout).toBe("root-layer\n");
       }),
   },
 ];
