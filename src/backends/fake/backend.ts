@@ -1,9 +1,14 @@
 import { cp, mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
+import { z } from "zod";
 import { type GuestHandle, startGuest } from "../../agent/guest/agent.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { connectUnix } from "../common.js";
+import { stateReader } from "../sandbox-state.js";
+
+/** What a fake sandbox records: its token in this object and its agent socket. */
+const FAKE_STATE = stateReader("fake", { token: z.string().min(1), socket: z.string().min(1) });
 
 /**
  * A backend for unit tests: the real guest agent, in this process, on a temp directory.
@@ -46,16 +51,19 @@ export class FakeBackend implements WorkspaceBackend {
   }
 
   connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
-    return connectUnix(String(state.socket), options.timeoutMs ?? 2000);
+    return connectUnix(FAKE_STATE.read(state).socket, options.timeoutMs ?? 2000);
   }
 
   async isRunning(state: SandboxState): Promise<boolean> {
-    return this.running.has(String(state.token));
+    const { token } = FAKE_STATE.readPartial(state);
+    return token !== undefined && this.running.has(token);
   }
 
   async stop(state: SandboxState): Promise<void> {
-    const h = this.running.get(String(state.token));
-    this.running.delete(String(state.token));
+    const { token } = FAKE_STATE.readPartial(state);
+    if (token === undefined) return;
+    const h = this.running.get(token);
+    this.running.delete(token);
     await h?.close();
   }
 
