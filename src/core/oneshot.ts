@@ -88,9 +88,35 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
       total_ms: Math.round(performance.now() - started),
     };
   }
-  const createOpts: CreateOptions = {
+  return runInThrowawayWorkspace(engine, command, options, {
     environment,
     backend: backend.name,
+    timeoutSeconds,
+    maxOutputBytes,
+    started,
+  });
+}
+
+/**
+ * The one-shot path for backends without a one-shot fast path, or with a seed: a
+ * workspace made for the command and deleted after it (whatever happened).
+ */
+async function runInThrowawayWorkspace(
+  engine: Engine,
+  command: string,
+  options: RunOptions,
+  run: {
+    environment: string;
+    backend: BackendName;
+    timeoutSeconds: number;
+    maxOutputBytes: number;
+    started: number;
+  },
+) {
+  const { environment, timeoutSeconds, maxOutputBytes, started } = run;
+  const createOpts: CreateOptions = {
+    environment,
+    backend: run.backend,
     ...(options.vcpus ? { vcpus: options.vcpus } : {}),
     ...(options.memory_mib ? { memory_mib: options.memory_mib } : {}),
     ...(options.disk_mib !== undefined ? { disk_mib: options.disk_mib } : {}),
@@ -193,37 +219,7 @@ export async function demo(
       (w) => [w.state === "running", w.workspace_id],
     );
     try {
-      const W = engine.workspaces;
-      await step(
-        "reproduce",
-        () => execInWorkspace(W, ws.workspace_id, "python3 -B test_calc.py"),
-        (r) => [r.exit_code !== 0, `fails as expected (exit ${r.exit_code})`],
-      );
-      await step(
-        "patch",
-        () => applyPatch(W, ws.workspace_id, DEMO_FIX),
-        (r) => [r.changed, r.files.map((f) => `${f.status} ${f.path}`).join(", ")],
-      );
-      await step(
-        "rerun",
-        () => execInWorkspace(W, ws.workspace_id, "python3 -B test_calc.py"),
-        (r) => [r.exit_code === 0, r.stdout.trim()],
-      );
-      await step(
-        "diff",
-        () => diffWorkspace(W, ws.workspace_id),
-        (d) => [d.summary.modified === 1, `${d.summary.total} changed file(s)`],
-      );
-      await step(
-        "reset",
-        () => resetWorkspace(W, ws.workspace_id),
-        (r) => [r.reset_count === 1, `back to ${r.workspace_reset.snapshot_name}`],
-      );
-      await step(
-        "verify",
-        () => execInWorkspace(W, ws.workspace_id, "python3 -B test_calc.py"),
-        (r) => [r.exit_code !== 0, "the fix is gone after reset"],
-      );
+      await demoLoop(step, engine.workspaces, ws.workspace_id);
     } finally {
       await step(
         "delete",
@@ -235,6 +231,42 @@ export async function demo(
     await rm(seed, { recursive: true, force: true });
   }
   return { ok: steps.every((s) => s.ok), backend: run.backend, execution_mode: run.execution_mode, steps };
+}
+
+type Step = <T>(name: string, fn: () => Promise<T>, check: (r: T) => [boolean, string]) => Promise<T>;
+
+/** The demo's loop on its workspace: reproduce, patch, rerun, diff, reset, verify. */
+async function demoLoop(step: Step, W: Engine["workspaces"], id: string): Promise<void> {
+  await step(
+    "reproduce",
+    () => execInWorkspace(W, id, "python3 -B test_calc.py"),
+    (r) => [r.exit_code !== 0, `fails as expected (exit ${r.exit_code})`],
+  );
+  await step(
+    "patch",
+    () => applyPatch(W, id, DEMO_FIX),
+    (r) => [r.changed, r.files.map((f) => `${f.status} ${f.path}`).join(", ")],
+  );
+  await step(
+    "rerun",
+    () => execInWorkspace(W, id, "python3 -B test_calc.py"),
+    (r) => [r.exit_code === 0, r.stdout.trim()],
+  );
+  await step(
+    "diff",
+    () => diffWorkspace(W, id),
+    (d) => [d.summary.modified === 1, `${d.summary.total} changed file(s)`],
+  );
+  await step(
+    "reset",
+    () => resetWorkspace(W, id),
+    (r) => [r.reset_count === 1, `back to ${r.workspace_reset.snapshot_name}`],
+  );
+  await step(
+    "verify",
+    () => execInWorkspace(W, id, "python3 -B test_calc.py"),
+    (r) => [r.exit_code !== 0, "the fix is gone after reset"],
+  );
 }
 
 /**

@@ -29,8 +29,6 @@ const LONG_FUNCTIONS: Record<string, string> = {
   // To be split (issue 12, item 7): one state machine each, kept whole until then.
   "backends/firecracker/vsock.ts:handshake": "Firecracker's vsock CONNECT handshake as one state machine",
   "backends/firecracker/vsock.ts:(anon)": "the handshake's promise body",
-  "core/oneshot.ts:runOnce": "the one-shot fast path and the throwaway-workspace path",
-  "core/oneshot.ts:demo": "the demo's steps, in order",
   "core/summary.ts:summarizeWorkspace": "one object literal of the summary's sections",
   "core/untrusted-tar.ts:extractUntrusted":
     "the one rule for writing sandbox archives on the host, kept in one place on purpose",
