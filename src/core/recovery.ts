@@ -13,8 +13,8 @@
  * - A sandbox started but never recorded (a start or reset killed in between) is ended by
  *   the backend's next start for that workspace, under the workspace's start lock.
  */
-import { readdir, readFile, stat, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { mkdir, readdir, readFile, rename, stat, writeFile } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
 import { procStartTime, sameProcessAlive } from "../backends/common.js";
 import type { WorkspaceRow } from "../state/types.js";
 import { removeTree } from "../util/mounts.js";
@@ -56,6 +56,23 @@ export async function writeCreator(dir: string): Promise<void> {
   await writeFile(join(dir, CREATOR_FILE), JSON.stringify(await currentOwner()), { mode: 0o600 });
 }
 
+/** Prefix of a workspace directory being made (see makeWorkspaceDir). */
+const STAGING_PREFIX = ".creating-";
+
+/**
+ * Makes a workspace's directory (with its `sandbox/`) so that it never exists without
+ * its creator record: both are made under a staging name, then renamed into place. A
+ * create killed in between leaves only a staging directory, which recovery collects once
+ * its creator is gone (a `ws_` directory without a record used to wait out a minute,
+ * and a client in that minute saw a directory without a workspace).
+ */
+export async function makeWorkspaceDir(dir: string): Promise<void> {
+  const staging = join(dirname(dir), `${STAGING_PREFIX}${basename(dir)}`);
+  await mkdir(join(staging, "sandbox"), { recursive: true, mode: 0o700 });
+  await writeCreator(staging);
+  await rename(staging, dir);
+}
+
 /** What recovery needs from the workspace service (kept narrow; see Workspaces). */
 export interface RecoveryHost {
   rows(): WorkspaceRow[];
@@ -88,9 +105,11 @@ export async function recoverInterrupted(host: RecoveryHost): Promise<string[]> 
     }
   }
   const names = await readdir(host.workspacesDir).catch(() => [] as string[]);
-  for (const id of names) {
-    if (!/^ws_[0-9a-f]{12}$/.test(id) || host.row(id)) continue;
-    const dir = join(host.workspacesDir, id);
+  for (const name of names) {
+    const staged = name.startsWith(STAGING_PREFIX);
+    const id = staged ? name.slice(STAGING_PREFIX.length) : name;
+    if (!/^ws_[0-9a-f]{12}$/.test(id) || (!staged && host.row(id))) continue;
+    const dir = join(host.workspacesDir, name);
     const creator = await readFile(join(dir, CREATOR_FILE), "utf8")
       .then((t) => JSON.parse(t) as unknown)
       .catch(() => null);
@@ -102,7 +121,7 @@ export async function recoverInterrupted(host: RecoveryHost): Promise<string[]> 
       const st = await stat(dir).catch(() => null);
       if (!st || Date.now() - st.mtimeMs < 60_000) continue;
     }
-    if (host.row(id)) continue; // its row appeared meanwhile
+    if (!staged && host.row(id)) continue; // its row appeared meanwhile
     try {
       await removeTree(dir);
       done.push(id);

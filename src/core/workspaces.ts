@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, rm } from "node:fs/promises";
+import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentClient } from "../agent/client.js";
 import { AgentError } from "../agent/errors.js";
@@ -15,7 +15,7 @@ import { acquireLock } from "../util/lock.js";
 import { removeTree } from "../util/mounts.js";
 import type { PyroPaths } from "./config.js";
 import { assertAllowed, assertTransition, type Operation } from "./lifecycle.js";
-import { currentOwner, interrupted, recoverInterrupted, writeCreator } from "./recovery.js";
+import { currentOwner, interrupted, makeWorkspaceDir, recoverInterrupted } from "./recovery.js";
 import { secretKeyPaths } from "./secret-key.js";
 import { resolveSecrets, type SecretPrompt, SecretVault, secretRedactor } from "./secrets.js";
 import { type SeedSource, seedInto } from "./seed.js";
@@ -252,10 +252,9 @@ export class Workspaces {
     const id = `ws_${randomBytes(6).toString("hex")}`;
     const dir = this.workspaceDir(id);
     const baseline = join(dir, "snapshots", "baseline");
-    await mkdir(join(dir, "sandbox"), { recursive: true, mode: 0o700 });
     // Until the create is recorded as done, another client can tell whether this process
     // still works on it (recovery.ts rolls back creates whose process died).
-    await writeCreator(dir);
+    await makeWorkspaceDir(dir);
     let created: WorkspaceRow | null = null;
     try {
       const seed = await seedInto(baseline, options, options.signal, [
