@@ -1,6 +1,7 @@
 import type { Readable } from "node:stream";
 import { EXEC_STREAM_TAG } from "../agent/op-schemas.js";
 import { PyroError } from "../errors.js";
+import { LIMITS } from "./limits.js";
 import {
   checkMaxOutputBytes,
   clipText,
@@ -57,10 +58,10 @@ export async function execInWorkspace(
   if (command.trim() === "")
     throw new PyroError("invalid_argument", "the command is empty", "pass a shell command, e.g. `make test`");
   const timeoutSeconds = options.timeout_seconds ?? DEFAULTS.timeout_seconds;
-  if (!(timeoutSeconds > 0 && timeoutSeconds <= 24 * 3600)) {
+  if (!(timeoutSeconds > 0 && timeoutSeconds <= LIMITS.timeout_seconds.max)) {
     throw new PyroError(
       "invalid_argument",
-      `timeout must be between 1 and 86400 seconds, got ${timeoutSeconds}`,
+      `timeout must be between 1 and ${LIMITS.timeout_seconds.max} seconds, got ${timeoutSeconds}`,
     );
   }
   const cap = checkMaxOutputBytes(options.max_output_bytes ?? DEFAULTS.max_output_bytes);
@@ -95,8 +96,13 @@ export async function execInWorkspace(
     live?.end();
     const mode = ws.executionMode(w);
     const shown = { command: redact(command), stdout: redact(r.stdout), stderr: redact(r.stderr) };
+    // The history's cut: the agent's larger one when it sent one (redacted here), else the result's.
+    const logged = {
+      stdout: r.stdout_log !== undefined ? redact(r.stdout_log) : shown.stdout,
+      stderr: r.stderr_log !== undefined ? redact(r.stderr_log) : shown.stderr,
+    };
     const seq = journal((store) =>
-      recordExec(store, w.workspace_id, { command: shown.command, cwd, startedAt, mode }, r, redact),
+      recordExec(store, w.workspace_id, { command: shown.command, cwd, startedAt, mode }, r, logged),
     );
     return {
       workspace_id: w.workspace_id,
@@ -208,9 +214,9 @@ export async function workspaceLogs(ws: Workspaces, idOrName: string, options: L
 }
 
 /**
- * Writes one exec to the journal: its history row (with the history's cut of the output:
- * the agent's larger cut when it sent one, at most HISTORY_OUTPUT_BYTES per stream, secrets
- * redacted) and its review event. Returns the row's seq.
+ * Writes one exec to the journal: its history row (its output as `logged`, already
+ * redacted, cut to HISTORY_OUTPUT_BYTES per stream) and its review event. Returns the
+ * row's seq.
  */
 function recordExec(
   store: JournalWriter,
@@ -220,18 +226,14 @@ function recordExec(
     exit_code: number;
     timed_out: boolean;
     duration_ms: number;
-    stdout: string;
-    stderr: string;
-    stdout_log?: string | undefined;
-    stderr_log?: string | undefined;
     stdout_bytes: number;
     stderr_bytes: number;
   },
-  redact: (text: string) => string,
+  logged: { stdout: string; stderr: string },
 ): number {
   const kept = {
-    stdout: clipText(redact(r.stdout_log ?? r.stdout), HISTORY_OUTPUT_BYTES, r.stdout_bytes),
-    stderr: clipText(redact(r.stderr_log ?? r.stderr), HISTORY_OUTPUT_BYTES, r.stderr_bytes),
+    stdout: clipText(logged.stdout, HISTORY_OUTPUT_BYTES, r.stdout_bytes),
+    stderr: clipText(logged.stderr, HISTORY_OUTPUT_BYTES, r.stderr_bytes),
   };
   const seq = store.recordCommand(
     id,

@@ -1,3 +1,4 @@
+import { resolve } from "node:path";
 import { PyroError } from "../errors.js";
 import { run, which } from "../util/run.js";
 
@@ -9,11 +10,11 @@ import { run, which } from "../util/run.js";
 /** A full commit id or an abbreviation: cannot be cloned with --branch. */
 const COMMIT = /^[0-9a-f]{7,40}$/;
 
-/** The top directory of the Git checkout containing `dir`, or null (also without git). */
+/** The top directory (absolute) of the Git checkout containing `dir`, or null (also without git). */
 export async function gitToplevel(dir: string): Promise<string | null> {
   if (!(await which("git"))) return null;
   const r = await run(["git", "-C", dir, "rev-parse", "--show-toplevel"], { timeoutMs: 10_000 });
-  return r.exitCode === 0 && r.stdout.trim() !== "" ? r.stdout.trim() : null;
+  return r.exitCode === 0 && r.stdout.trim() !== "" ? resolve(r.stdout.trim()) : null;
 }
 
 /** HEAD's commit of a checkout, or undefined. */

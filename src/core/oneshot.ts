@@ -3,14 +3,20 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import type { BackendName } from "../backends/backend.js";
-import { ACTIONS, PyroError } from "../errors.js";
+import { PyroError } from "../errors.js";
 import { atomicWriteFile } from "../util/fs.js";
 import type { Engine } from "./engine.js";
 import { execInWorkspace } from "./exec.js";
 import { applyPatch, diffWorkspace } from "./files.js";
 import { checkMaxOutputBytes, type OutputListener } from "./output.js";
 import { resetWorkspace } from "./snapshots.js";
-import { type CreateOptions, checkDiskMib, checkLimits, DEFAULTS, parseNetworkPolicy } from "./workspaces.js";
+import {
+  type CreateOptions,
+  checkDiskMib,
+  checkLimits,
+  DEFAULTS,
+  supportedNetworkPolicy,
+} from "./workspaces.js";
 
 export interface RunOptions {
   environment?: string;
@@ -46,15 +52,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
   const maxOutputBytes = checkMaxOutputBytes(options.max_output_bytes ?? DEFAULTS.max_output_bytes);
   checkLimits(options);
   const backend = await engine.chooseBackend(options.backend, options.allow_host_compat === true);
-  parseNetworkPolicy(options.network_policy);
-  if (options.network_policy && options.network_policy !== "off") {
-    throw new PyroError(
-      "backend_unavailable",
-      `network policy '${options.network_policy}' is not supported by this build yet`,
-      "use {action}",
-      { action: ACTIONS.networkOff },
-    );
-  }
+  supportedNetworkPolicy(options.network_policy);
   const environment = options.environment ?? "debian:12";
   const timeoutSeconds = options.timeout_seconds ?? DEFAULTS.timeout_seconds;
   if (backend.runOnce && !options.seed_path) {

@@ -104,8 +104,7 @@ async function realPaths(paths: readonly string[]): Promise<string[]> {
 }
 
 async function isGitCheckout(dir: string): Promise<boolean> {
-  const top = await gitToplevel(dir);
-  return top !== null && resolve(top) === dir;
+  return (await gitToplevel(dir)) === dir;
 }
 
 async function seedFromGitCheckout(

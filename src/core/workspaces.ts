@@ -15,6 +15,7 @@ import { acquireLock } from "../util/lock.js";
 import { removeTree } from "../util/mounts.js";
 import type { PyroPaths } from "./config.js";
 import { assertAllowed, assertTransition, type Operation } from "./lifecycle.js";
+import { LIMITS } from "./limits.js";
 import { currentOwner, interrupted, makeWorkspaceDir, recoverInterrupted } from "./recovery.js";
 import { secretKeyPaths } from "./secret-key.js";
 import { resolveSecrets, type SecretPrompt, SecretVault, secretRedactor } from "./secrets.js";
@@ -45,17 +46,15 @@ export function checkDiskMib(mib: number | undefined, backend?: BackendName): nu
       `drop {action}, or use ${DISK_LIMITED.join(" or ")}`,
       { action: { cli: "--disk", tool: "disk_mib" } },
     );
-  if (!Number.isInteger(mib) || mib < 64 || mib > 16 * 1024 * 1024)
+  const { min, max } = LIMITS.disk_mib;
+  if (!Number.isInteger(mib) || mib < min || mib > max)
     throw new PyroError(
       "invalid_argument",
       `invalid disk limit ${String(mib).slice(0, 20)} MiB`,
-      "give a whole number of MiB from 64 to 16777216",
+      `give a whole number of MiB from ${min} to ${max}`,
     );
   return mib;
 }
-
-/** Smallest memory limit a sandbox starts with (the agent and a shell need about 40 MiB). */
-export const MIN_MEMORY_MIB = 64;
 
 /**
  * CPU, memory and TTL limits, validated before anything is made (a sandbox given 1 MiB
@@ -63,7 +62,12 @@ export const MIN_MEMORY_MIB = 64;
  * a TTL of 1 s to 10 years.
  */
 export function checkLimits(o: { vcpus?: number; memory_mib?: number; ttl_seconds?: number | null }): void {
-  const check = (value: number | undefined | null, what: string, min: number, max: number, unit: string) => {
+  const check = (
+    value: number | undefined | null,
+    what: string,
+    { min, max }: { min: number; max: number },
+    unit: string,
+  ) => {
     if (value === undefined || value === null) return;
     if (!Number.isInteger(value) || value < min || value > max)
       throw new PyroError(
@@ -72,9 +76,9 @@ export function checkLimits(o: { vcpus?: number; memory_mib?: number; ttl_second
         `give a whole number of ${unit} from ${min} to ${max}`,
       );
   };
-  check(o.vcpus, "vcpus", 1, 64, "CPUs");
-  check(o.memory_mib, "memory limit", MIN_MEMORY_MIB, 1024 * 1024, "MiB");
-  check(o.ttl_seconds, "ttl", 1, 10 * 365 * 86_400, "seconds");
+  check(o.vcpus, "vcpus", LIMITS.vcpus, "CPUs");
+  check(o.memory_mib, "memory limit", LIMITS.memory_mib, "MiB");
+  check(o.ttl_seconds, "ttl", LIMITS.ttl_seconds, "seconds");
 }
 
 export interface CreateOptions extends SeedSource {
@@ -325,15 +329,7 @@ export class Workspaces {
         "a repository ref (--repo-ref) needs a repository URL (--repo-url)",
         "give the repository with --repo-url, or drop --repo-ref",
       );
-    const policy = parseNetworkPolicy(options.network_policy);
-    if (policy !== "off") {
-      throw new PyroError(
-        "backend_unavailable",
-        `network policy '${policy}' is not supported by this build yet`,
-        "use {action}",
-        { action: ACTIONS.networkOff },
-      );
-    }
+    const policy = supportedNetworkPolicy(options.network_policy);
     if (options.name !== undefined) validateName(options.name);
     if (options.name && this.store.nameTaken(options.name)) {
       throw new PyroError(
@@ -719,6 +715,19 @@ export function parseNetworkPolicy(p: string | undefined): NetworkPolicy {
     `invalid network policy '${p}'`,
     "use off, egress or allowlist:HOST[,HOST...]",
   );
+}
+
+/** A network policy this build can apply (only `off` yet): parsed, then refused if it is another. */
+export function supportedNetworkPolicy(p: string | undefined): NetworkPolicy {
+  const policy = parseNetworkPolicy(p);
+  if (policy !== "off")
+    throw new PyroError(
+      "backend_unavailable",
+      `network policy '${policy}' is not supported by this build yet`,
+      "use {action}",
+      { action: ACTIONS.networkOff },
+    );
+  return policy;
 }
 
 function validateName(name: string): void {

@@ -2,6 +2,7 @@ import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { parse as parseToml } from "smol-toml";
+import { LIMITS } from "../core/limits.js";
 import { PyroError } from "../errors.js";
 import { stringRecord } from "./claude-code.js";
 import {
@@ -36,7 +37,7 @@ const TABLE = ["mcp_servers", "pyro"] as const;
  * The ceiling of `workspace_exec`'s `timeout_seconds` (src/mcp/schemas.ts `timeoutArg`;
  * a unit test pins the two together). A Codex tool call must be allowed to outlast it.
  */
-export const EXEC_TIMEOUT_MAX_SECONDS = 86_400;
+export const EXEC_TIMEOUT_MAX_SECONDS = LIMITS.timeout_seconds.max;
 
 /**
  * Codex's `tool_timeout_sec` for pyro: the longest exec, plus ten minutes for booting

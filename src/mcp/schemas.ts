@@ -5,6 +5,7 @@
  * add fields without breaking clients that validate.
  */
 import { z } from "zod";
+import { LIMITS } from "../core/limits.js";
 import { BACKEND_NAMES, DEFAULT_ENVIRONMENT, OFFICIAL_ENVIRONMENTS } from "../core/vocabulary.js";
 import { ERROR_CODES } from "../errors.js";
 
@@ -82,20 +83,25 @@ export const commandArg = byteBoundedString(INPUT_LIMITS.commandBytes, "command"
   "Shell command string, run as `/bin/sh -c COMMAND` (pipes, && and quoting work as in a shell).",
 );
 
-export const vcpusArg = z.number().int().min(1).max(64).describe("Virtual CPUs (default 1).");
+export const vcpusArg = z
+  .number()
+  .int()
+  .min(LIMITS.vcpus.min)
+  .max(LIMITS.vcpus.max)
+  .describe("Virtual CPUs (default 1).");
 
 export const memoryArg = z
   .number()
   .int()
-  .min(64)
-  .max(1024 * 1024)
+  .min(LIMITS.memory_mib.min)
+  .max(LIMITS.memory_mib.max)
   .describe("Memory limit in MiB (default 1024).");
 
 export const diskArg = z
   .number()
   .int()
-  .min(64)
-  .max(16 * 1024 * 1024)
+  .min(LIMITS.disk_mib.min)
+  .max(LIMITS.disk_mib.max)
   .describe(
     "Disk limit in MiB for what commands write (default 10240); commands past it see ENOSPC. Only where the backend enforces it (bwrap, gvisor, qemu, firecracker); elsewhere refused.",
   );
@@ -103,7 +109,7 @@ export const diskArg = z
 export const timeoutArg = z
   .number()
   .positive()
-  .max(86_400)
+  .max(LIMITS.timeout_seconds.max)
   .describe(
     "Seconds before the command's whole process tree is killed (default 300); the result then has timed_out: true.",
   );

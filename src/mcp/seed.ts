@@ -1,7 +1,7 @@
 import { mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { cloneRepo, gitToplevel as coreToplevel } from "../core/git.js";
+import { cloneRepo, gitToplevel } from "../core/git.js";
 import { PyroError } from "../errors.js";
 
 /** Where a workspace's files come from when `workspace_create` omits `seed_path`. */
@@ -61,12 +61,6 @@ export async function defaultSeed(flags: SeedFlags): Promise<DefaultSeed> {
   }
   const top = await gitToplevel(resolve(flags.cwd));
   return top ? new LocalSeed({ origin: "cwd", path: top }) : NO_SEED;
-}
-
-/** The top directory of the Git checkout containing `dir`, or null. */
-export async function gitToplevel(dir: string): Promise<string | null> {
-  const top = await coreToplevel(dir);
-  return top === null ? null : resolve(top);
 }
 
 export const NO_SEED: DefaultSeed = {

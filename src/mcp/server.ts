@@ -1,10 +1,10 @@
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js";
-import {
-  CallToolRequestSchema,
-  type CallToolResult,
-  type ServerNotification,
-  type ServerRequest,
+import type {
+  CallToolRequest,
+  CallToolResult,
+  ServerNotification,
+  ServerRequest,
 } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { PyroError, toPyroError } from "../errors.js";
@@ -113,7 +113,8 @@ export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer
   // CallToolRequestSchema itself and answers -32602 (invalid params) when, say, `arguments`
   // is not an object, whereas a failure of this schema would be answered -32603 (internal).
   server.server.setRequestHandler(LENIENT_CALL, async (raw, extra) => {
-    const request = CallToolRequestSchema.parse(raw);
+    // Already checked against CallToolRequestSchema by the SDK's Server (see above).
+    const request = raw as CallToolRequest;
     const tool = byName.get(request.params.name);
     if (!tool) {
       return errorResult(

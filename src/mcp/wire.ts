@@ -8,6 +8,7 @@
  */
 import { type JSONRPCMessage, JSONRPCMessageSchema } from "@modelcontextprotocol/sdk/types.js";
 import { PyroError } from "../errors.js";
+import { errorResult } from "./server.js";
 
 /** Largest message: a 16 MiB file text (the file_write limit) escaped as JSON fits. */
 export const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
@@ -59,18 +60,12 @@ export function oversizeReply(head: string, tail: string, bytes: number): JSONRP
       ? undefined
       : errorReply(null, INVALID_REQUEST, tooBig(bytes));
   }
-  if (/"method"\s*:\s*"tools\/call"/.test(head)) {
-    const error = new PyroError("invalid_argument", tooBig(bytes), hint()).toJSON();
+  if (/"method"\s*:\s*"tools\/call"/.test(head))
     return {
       jsonrpc: "2.0",
       id,
-      result: {
-        isError: true,
-        content: [{ type: "text", text: `error [${error.code}]: ${error.message} (hint: ${error.hint})` }],
-        structuredContent: { error },
-      },
+      result: errorResult(new PyroError("invalid_argument", tooBig(bytes), hint())),
     } as JSONRPCMessage;
-  }
   return errorReply(id, INVALID_REQUEST, tooBig(bytes));
 }
 

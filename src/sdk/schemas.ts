@@ -18,6 +18,7 @@
 import { z } from "zod";
 import type { doctor } from "../core/doctor.js";
 import type { ExecOptions as CoreExecOptions, LogsOptions as CoreLogsOptions } from "../core/exec.js";
+import { LIMITS } from "../core/limits.js";
 import type { RunOptions as CoreRunOptions, demo, prepare } from "../core/oneshot.js";
 import { MAX_OUTPUT_BYTES, MIN_OUTPUT_BYTES } from "../core/output.js";
 import { BACKEND_NAMES } from "../core/vocabulary.js";
@@ -121,7 +122,7 @@ const networkPolicy = z.string().describe("off, egress or allowlist:HOST[,HOST..
 const timeoutSeconds = z
   .number()
   .positive()
-  .max(86_400)
+  .max(LIMITS.timeout_seconds.max)
   .describe("a number of seconds, more than 0 and at most 86400 (default 300)");
 const maxOutputBytes = z
   .number()
@@ -134,19 +135,19 @@ const maxOutputBytes = z
 const vcpus = z
   .number()
   .int()
-  .min(1)
-  .max(64)
+  .min(LIMITS.vcpus.min)
+  .max(LIMITS.vcpus.max)
   .describe("the number of virtual CPUs, a whole number from 1 to 64 (default 1)");
 const memoryMib = z
   .number()
   .int()
-  .min(64)
+  .min(LIMITS.memory_mib.min)
   .describe("the memory in MiB, a whole number of at least 64 (default 1024)");
 const diskMib = z
   .number()
   .int()
-  .min(64)
-  .max(16 * 1024 * 1024)
+  .min(LIMITS.disk_mib.min)
+  .max(LIMITS.disk_mib.max)
   .describe("the disk limit in MiB, a whole number from 64 to 16777216 (default 10240)");
 const ttlSeconds = z
   .number()

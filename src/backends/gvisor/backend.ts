@@ -13,8 +13,8 @@ import { type KvmCheck, kvmCheck } from "../kvm.js";
 import { CgroupLimits, detectCgroups, limitedCgroup } from "../linux/cgroups.js";
 import { detectLaunchTools, type LaunchTools, launchArgv } from "../linux/launch.js";
 import {
-  detectLayout,
   discardLayers,
+  isLegacyLayout,
   layoutDisk,
   layoutOverlays,
   prepareLayout,
@@ -129,7 +129,7 @@ export class GvisorBackend implements WorkspaceBackend {
 
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
     const { bin, platform } = await this.runtime();
-    const l = gvisorLayout(spec.dir, (await detectLayout(spec.dir)).legacy);
+    const l = gvisorLayout(spec.dir, await isLegacyLayout(spec.dir));
     await prepareLayout(l, spec, [l.bundle]);
     // State of a sandbox that died without cleaning up (host reboot, SIGKILL) would make
     // `runsc run` refuse the id; nothing of it is alive (stop() ran or the host rebooted).

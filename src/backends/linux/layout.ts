@@ -48,10 +48,14 @@ export function sandboxLayout(dir: string, legacy = false): SandboxLayout {
   };
 }
 
-/** The layout of `dir` as it is on disk: legacy when it has host-directory layers and no image. */
+/** Whether `dir` keeps its layers in host directories (made before disk limits) rather than an image. */
+export async function isLegacyLayout(dir: string): Promise<boolean> {
+  return (await exists(join(dir, "root", "upper"))) && !(await exists(join(dir, "disk.img")));
+}
+
+/** The layout of `dir` as it is on disk. */
 export async function detectLayout(dir: string): Promise<SandboxLayout> {
-  const legacy = (await exists(join(dir, "root", "upper"))) && !(await exists(join(dir, "disk.img")));
-  return sandboxLayout(dir, legacy);
+  return sandboxLayout(dir, await isLegacyLayout(dir));
 }
 
 function layerDirs(l: SandboxLayout): string[] {

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { LIMITS } from "../../core/limits.js";
 import {
   backendArg,
   boundedString,
@@ -58,7 +59,7 @@ export function workspaceCreate(fullCreate: boolean) {
       .number()
       .int()
       .positive()
-      .max(10 * 365 * 86_400)
+      .max(LIMITS.ttl_seconds.max)
       .optional()
       .describe("Seconds of inactivity after which the workspace is deleted (default 86400, one day)."),
   };
