@@ -6,12 +6,13 @@ import { REPO_ROOT } from "../helpers/cli.js";
 /**
  * The floors of src/ and the one direction of their imports (docs/architecture.md):
  *
- *   surfaces (cli, mcp, sdk, hosts, bench) → core → backends, env, state → ground → agent
+ *   surfaces (cli, mcp, sdk, hosts, bench) → core → backends, env, state, net → ground → agent
  *
  * - agent/ is the bottom: it runs inside guests and imports nothing from outside agent/.
  * - the ground floor (errors.ts, names.ts, util/) is the shared vocabulary; it may use
  *   the agent's error type and nothing above.
- * - backends, env and state may use each other, the ground floor and the agent.
+ * - backends, env, state and net (the host-side egress proxy) may use each other, the
+ *   ground floor and the agent.
  * - core may use everything below it.
  * - surfaces reach the floors below core only through core (core/vocabulary.ts
  *   re-exports the names they need); bench alone measures backends directly (its rows
@@ -29,7 +30,7 @@ function floorOf(file: string): Floor {
   const top = rel.split("/")[0]!;
   if (top === "agent") return "agent";
   if (rel === "errors.ts" || rel === "names.ts" || top === "util") return "ground";
-  if (top === "backends" || top === "env" || top === "state") return "lower";
+  if (top === "backends" || top === "env" || top === "state" || top === "net") return "lower";
   if (top === "core") return "core";
   return "surface";
 }
