@@ -74,6 +74,11 @@ export interface SandboxSpec {
   appDir: string;
   /** Cache directory for the injected Node runtime. */
   runtimeCacheDir: string;
+  /**
+   * Host directory where the workspace's egress proxy socket lives (core/network.ts);
+   * backends with `connectPort` bind it read-only into the sandbox at /run/pyro/net.
+   */
+  netDir?: string;
 }
 
 /** Live facts about a started sandbox; persisted in the state store so any process can reattach. */
@@ -145,6 +150,13 @@ export interface WorkspaceBackend {
     name: string,
     agent: import("../agent/client.js").AgentClient,
   ): Promise<void>;
+  /**
+   * Optional: a new byte channel to 127.0.0.1:`port` inside the sandbox (published
+   * ports). A backend with it also binds `spec.netDir` into the sandbox and has its
+   * agent serve egress on 127.0.0.1:3128 (agent/guest/net.ts); one without it supports
+   * only the `off` policy and no published ports.
+   */
+  connectPort?(state: SandboxState, port: number, options?: { timeoutMs?: number }): Promise<import("node:stream").Duplex>;
   /**
    * Optional fast path for `pyro run`: the command as the sandbox's only process, with the
    * same isolation as a workspace. Backends without it run one-shots as

@@ -4,6 +4,7 @@ import { closeSync, openSync } from "node:fs";
 import { link, lstat, mkdir, open, readFile, unlink } from "node:fs/promises";
 import { connect as netConnect, type Socket } from "node:net";
 import { dirname, join } from "node:path";
+import { FORWARD_SOCKET } from "./guest.js";
 import { PyroError } from "../errors.js";
 import { withSocketPath } from "./sockpath.js";
 
@@ -250,4 +251,34 @@ export async function killAndWait(pid: number, startTime: string, timeoutMs = 50
     if (!st || st.slice(st.lastIndexOf(")") + 2).startsWith("Z")) return;
     await new Promise((r) => setTimeout(r, 10));
   }
+}
+
+/**
+ * A channel to 127.0.0.1:`port` in a sandbox whose agent serves published ports on
+ * FORWARD_SOCKET beside its `agentSocket` (agent/guest/net.ts): the socket is reached
+ * like the agent's (connectSandboxSocket), then told the port.
+ */
+export async function connectForward(agentSocket: string, port: number, timeoutMs: number): Promise<Socket> {
+  const sock = await connectSandboxSocket(join(dirname(agentSocket), FORWARD_SOCKET), timeoutMs);
+  sock.write(`${port}\n`);
+  return sock;
+}
+
+/** A TCP connection with a timeout. */
+export function connectTcp(host: string, port: number, timeoutMs: number): Promise<Socket> {
+  return new Promise<Socket>((resolve, reject) => {
+    const sock = netConnect({ host, port });
+    const timer = setTimeout(() => {
+      sock.destroy();
+      reject(new PyroError("timeout", `connecting to ${host}:${port} timed out`));
+    }, timeoutMs);
+    sock.once("connect", () => {
+      clearTimeout(timer);
+      resolve(sock);
+    });
+    sock.once("error", (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+  });
 }

@@ -12,6 +12,26 @@ export const AGENT_ENTRY = "dist/agent/guest/main.js";
 export type AgentChannel = { listen: string } | { stdio: true } | { vm: string };
 
 /**
+ * Where a sandboxed agent finds the host's egress proxy socket and serves published
+ * ports (agent/guest/net.ts), as paths inside the sandbox.
+ */
+export interface GuestNet {
+  egress: string;
+  forward: string;
+}
+
+/** The proxy socket's name in the workspace's net directory (core/network.ts makes it). */
+export const PROXY_SOCKET = "proxy.sock";
+
+/** The published-port socket's name beside the agent's socket. */
+export const FORWARD_SOCKET = "forward.sock";
+
+/** GuestNet for a sandbox that mounts the net directory at `dirs.net` and its sockets at `dirs.sock`. */
+export function guestNet(dirs: { net: string; sock: string }): GuestNet {
+  return { egress: `${dirs.net}/${PROXY_SOCKET}`, forward: `${dirs.sock}/${FORWARD_SOCKET}` };
+}
+
+/**
  * The agent's argv inside a sandbox: `runtime` (node) mounted at `runtimeDir`, the pyro
  * package at `appDir`, serving `root` over `channel`. `idleCommands`: commands run at
  * nice 19, below the agent, so a busy workspace still answers (agent/server.ts).
@@ -21,7 +41,7 @@ export function agentArgv(
   dirs: { runtime: string; app: string },
   root: string,
   channel: AgentChannel,
-  options: { idleCommands?: boolean } = {},
+  options: { idleCommands?: boolean; net?: GuestNet } = {},
 ): string[] {
   const serve =
     "listen" in channel
@@ -36,6 +56,7 @@ export function agentArgv(
     root,
     ...serve,
     ...(options.idleCommands ? ["--idle-commands"] : []),
+    ...(options.net ? ["--egress", options.net.egress, "--forward", options.net.forward] : []),
   );
 }
 

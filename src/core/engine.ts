@@ -24,6 +24,12 @@ export interface EngineOptions extends ConfigOptions {
   builders?: readonly Builder[];
   /** Replace or add workspace backends (tests use a fake backend). */
   backends?: Partial<Record<BackendName, WorkspaceBackend>>;
+  /**
+   * Test-only: names the egress proxy resolves to these addresses, exempt from its
+   * address checks (so tests can aim at loopback servers). Never read from the
+   * environment; see docs/network.md.
+   */
+  networkTestHosts?: Record<string, string>;
 }
 
 /** The directory of the built pyro package (holds dist/ and node_modules/), mounted for the agent. */
@@ -45,12 +51,14 @@ export class Engine {
   readonly environments: EnvironmentCache;
   readonly workspaces: Workspaces;
   readonly appDir = APP_DIR;
+  readonly networkTestHosts: Record<string, string> | undefined;
   private readonly backends: Partial<Record<BackendName, WorkspaceBackend>>;
   private stateStore: StateStore | undefined;
   private readonly injected: ReadonlySet<BackendName>;
 
   constructor(options: EngineOptions = {}) {
     this.env = options.env ?? process.env;
+    this.networkTestHosts = options.networkTestHosts;
     this.config = loadConfig({ ...options, env: this.env });
     this.paths = this.config.paths;
     const mirror = this.config.debianMirror;

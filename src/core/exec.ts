@@ -79,8 +79,8 @@ export async function execInWorkspace(
       {
         command,
         cwd,
-        // Forwarded env, then secrets, then this call's env.
-        env: { ...w.spec.env, ...Object.fromEntries(secrets), ...options.env },
+        // The proxy settings, forwarded env, then secrets, then this call's env.
+        env: { ...(await ws.networkEnv(w)), ...w.spec.env, ...Object.fromEntries(secrets), ...options.env },
         timeout_ms: Math.round(timeoutSeconds * 1000),
         max_output_bytes: cap,
         ...(logCap !== undefined ? { log_output_bytes: logCap } : {}),

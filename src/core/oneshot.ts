@@ -10,13 +10,8 @@ import { execInWorkspace } from "./exec.js";
 import { applyPatch, diffWorkspace } from "./files.js";
 import { checkMaxOutputBytes, type OutputListener } from "./output.js";
 import { resetWorkspace } from "./snapshots.js";
-import {
-  type CreateOptions,
-  checkDiskMib,
-  checkLimits,
-  DEFAULTS,
-  supportedNetworkPolicy,
-} from "./workspaces.js";
+import { checkNetworkSupport, parseNetworkPolicy } from "./network.js";
+import { type CreateOptions, checkDiskMib, checkLimits, DEFAULTS } from "./workspaces.js";
 
 export interface RunOptions {
   environment?: string;
@@ -52,10 +47,12 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
   const maxOutputBytes = checkMaxOutputBytes(options.max_output_bytes ?? DEFAULTS.max_output_bytes);
   checkLimits(options);
   const backend = await engine.chooseBackend(options.backend, options.allow_host_compat === true);
-  supportedNetworkPolicy(options.network_policy);
+  // A policy other than off needs the network helper: the throwaway-workspace path.
+  const policy = parseNetworkPolicy(options.network_policy);
+  checkNetworkSupport(backend, policy, []);
   const environment = options.environment ?? "debian:12";
   const timeoutSeconds = options.timeout_seconds ?? DEFAULTS.timeout_seconds;
-  if (backend.runOnce && !options.seed_path) {
+  if (backend.runOnce && !options.seed_path && policy === "off") {
     const env = await engine.environments.pull(environment, {
       ...(options.signal ? { signal: options.signal } : {}),
       ...(options.on_progress ? { onProgress: options.on_progress } : {}),
@@ -120,6 +117,7 @@ async function runInThrowawayWorkspace(
     ...(options.disk_mib !== undefined ? { disk_mib: options.disk_mib } : {}),
     ...(options.env ? { env: options.env } : {}),
     ...(options.seed_path ? { seed_path: options.seed_path } : {}),
+    ...(options.network_policy ? { network_policy: options.network_policy } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
     ...(options.on_progress ? { on_progress: options.on_progress } : {}),
     allow_host_compat: options.allow_host_compat === true,

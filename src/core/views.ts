@@ -13,6 +13,8 @@ export function workspaceView(w: WorkspaceRow, executionMode: ExecutionMode) {
     execution_mode: executionMode,
     state: w.state,
     network_policy: w.network_policy,
+    /** Host ports as bound (127.0.0.1) and the guest ports they reach. */
+    published_ports: w.spec.published_ports ?? [],
     created_at: w.created_at,
     last_activity_at: w.last_activity_at,
     expires_at: w.expires_at,

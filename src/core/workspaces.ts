@@ -9,13 +9,26 @@ import type { BuildProgress } from "../env/builder.js";
 import type { EnvironmentCache } from "../env/cache.js";
 import { ACTIONS, PyroError, toPyroError } from "../errors.js";
 import type { StateStore } from "../state/store.js";
-import type { NetworkPolicy, WorkspacePatch, WorkspaceRow, WorkspaceState } from "../state/types.js";
+import type {
+  NetworkPolicy,
+  PublishedPort,
+  WorkspacePatch,
+  WorkspaceRow,
+  WorkspaceState,
+} from "../state/types.js";
 import { treeSize } from "../util/fs.js";
 import { acquireLock } from "../util/lock.js";
 import { removeTree } from "../util/mounts.js";
 import type { PyroPaths } from "./config.js";
 import { assertAllowed, assertTransition, type Operation } from "./lifecycle.js";
 import { LIMITS } from "./limits.js";
+import {
+  approvedPolicy,
+  checkNetworkSupport,
+  checkPublishedPorts,
+  parseNetworkPolicy,
+  WorkspaceNetwork,
+} from "./network.js";
 import { currentOwner, interrupted, makeWorkspaceDir, recoverInterrupted } from "./recovery.js";
 import { secretKeyPaths } from "./secret-key.js";
 import { resolveSecrets, type SecretPrompt, SecretVault, secretRedactor } from "./secrets.js";
@@ -91,6 +104,8 @@ export interface CreateOptions extends SeedSource {
   name?: string;
   labels?: Record<string, string>;
   network_policy?: string;
+  /** Host ports (127.0.0.1) forwarded to guest ports; host port 0 picks a free one. */
+  published_ports?: PublishedPort[];
   env?: Record<string, string>;
   backend?: BackendName;
   allow_host_compat?: boolean;
@@ -121,6 +136,8 @@ export interface WorkspaceDeps {
   readonly paths: Pick<PyroPaths, "home" | "environmentsDir">;
   readonly env: NodeJS.ProcessEnv;
   readonly appDir: string;
+  /** Test-only destination overrides for the egress proxy (EngineOptions.networkTestHosts). */
+  readonly networkTestHosts?: Record<string, string> | undefined;
 }
 
 /**
@@ -135,8 +152,16 @@ export class Workspaces {
   private readonly redactorCache = new Map<string, (text: string) => string>();
   private readonly vault: SecretVault;
 
+  readonly net: WorkspaceNetwork;
+
   constructor(private readonly engine: WorkspaceDeps) {
     this.vault = new SecretVault(engine.paths.home, engine.env);
+    this.net = new WorkspaceNetwork({
+      dbPath: join(engine.paths.home, "state.db"),
+      workspaceDir: (id) => this.workspaceDir(id),
+      appDir: engine.appDir,
+      ...(engine.networkTestHosts ? { testHosts: engine.networkTestHosts } : {}),
+    });
   }
 
   get store(): StateStore {
@@ -149,6 +174,11 @@ export class Workspaces {
 
   agentSnapshotPath(w: WorkspaceRow, name: string): string {
     return this.engine.backend(w.backend).agentSnapshotPath(this.sandboxSpec(w), name);
+  }
+
+  /** The proxy variables every command of `w` gets (none while its policy is off). */
+  networkEnv(w: WorkspaceRow): Promise<Record<string, string>> {
+    return this.net.env(w, this.engine.backend(w.backend));
   }
 
   /** Makes a snapshot tree visible to the agent where the backend cannot share host trees (VMs). */
@@ -218,7 +248,16 @@ export class Workspaces {
       },
       appDir: this.engine.appDir,
       runtimeCacheDir: join(this.engine.paths.home, "runtime"),
+      ...this.net.specFor(w.workspace_id, this.backendOrNull(w.backend)),
     };
+  }
+
+  private backendOrNull(name: BackendName | undefined): WorkspaceBackend | undefined {
+    try {
+      return name ? this.engine.backend(name) : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /**
@@ -246,7 +285,7 @@ export class Workspaces {
   async create(options: CreateOptions) {
     const environment = options.environment ?? "debian:12";
     const backend = await this.engine.chooseBackend(options.backend, options.allow_host_compat === true);
-    const { diskMib, policy } = this.checkCreate(options, backend.name);
+    const { diskMib, policy, ports } = this.checkCreate(options, backend);
     // Secrets first: a missing host variable or terminal fails before anything is made.
     const secrets = await resolveSecrets(options.secrets ?? {}, this.engine.env, options.prompt_secret);
     const env = await this.engine.environments.pull(environment, {
@@ -283,6 +322,7 @@ export class Workspaces {
           disk_mib: diskMib,
           env: options.env ?? {},
           timeout_seconds: DEFAULTS.timeout_seconds,
+          ...(ports.length > 0 ? { published_ports: ports } : {}),
         },
         runtime: { rootfs: env.rootfs, env_key: env.recipe_key, owner: await currentOwner() },
         current_snapshot: "baseline",
@@ -298,6 +338,7 @@ export class Workspaces {
         bytes: seed.bytes,
         file_count: seed.file_count,
       });
+      created = await this.startNetwork(created, backend);
       const state = await backend.start(
         this.sandboxSpec(created),
         options.signal ? { signal: options.signal } : {},
@@ -319,9 +360,9 @@ export class Workspaces {
   /** What a create is refused for before anything is made: limits, seed, policy, name. */
   private checkCreate(
     options: CreateOptions,
-    backend: BackendName,
-  ): { diskMib: number; policy: NetworkPolicy } {
-    const diskMib = checkDiskMib(options.disk_mib, backend);
+    backend: WorkspaceBackend,
+  ): { diskMib: number; policy: NetworkPolicy; ports: PublishedPort[] } {
+    const diskMib = checkDiskMib(options.disk_mib, backend.name);
     checkLimits(options);
     if (options.repo_ref !== undefined && !options.repo_url)
       throw new PyroError(
@@ -329,7 +370,9 @@ export class Workspaces {
         "a repository ref (--repo-ref) needs a repository URL (--repo-url)",
         "give the repository with --repo-url, or drop --repo-ref",
       );
-    const policy = supportedNetworkPolicy(options.network_policy);
+    const policy = parseNetworkPolicy(options.network_policy);
+    const ports = checkPublishedPorts(options.published_ports);
+    checkNetworkSupport(backend, policy, ports);
     if (options.name !== undefined) validateName(options.name);
     if (options.name && this.store.nameTaken(options.name)) {
       throw new PyroError(
@@ -338,7 +381,18 @@ export class Workspaces {
         "pick another name or delete the old one",
       );
     }
-    return { diskMib, policy };
+    return { diskMib, policy, ports };
+  }
+
+  /**
+   * Starts (or stops) the workspace's network helper to match its row, recording the
+   * published ports as bound (a host port 0 becomes the one picked, kept for restarts).
+   */
+  private async startNetwork(w: WorkspaceRow, backend: WorkspaceBackend): Promise<WorkspaceRow> {
+    const bound = await this.net.ensure(w, backend);
+    const asked = w.spec.published_ports ?? [];
+    if (!bound || JSON.stringify(bound) === JSON.stringify(asked)) return w;
+    return this.store.updateWorkspace(w.workspace_id, { spec: { ...w.spec, published_ports: bound } });
   }
 
   /** Undoes a create that failed: its row, its sandbox and its directory (best effort). */
@@ -347,6 +401,7 @@ export class Workspaces {
     created: WorkspaceRow | null,
     backend: WorkspaceBackend,
   ): Promise<void> {
+    await this.net.stop(id).catch(() => {});
     if (created) this.store.deleteWorkspace(id);
     const row =
       created ?? ({ workspace_id: id, spec: { vcpus: 1, memory_mib: 1 }, runtime: {} } as WorkspaceRow);
@@ -369,10 +424,18 @@ export class Workspaces {
 
   async update(
     idOrName: string,
-    patch: { name?: string; set_labels?: Record<string, string>; clear_labels?: string[] },
+    patch: {
+      name?: string;
+      set_labels?: Record<string, string>;
+      clear_labels?: string[];
+      network_policy?: string;
+    },
   ) {
     const w = await this.get(idOrName);
     assertAllowed(w.state, "update", w.workspace_id);
+    const policy = patch.network_policy === undefined ? undefined : parseNetworkPolicy(patch.network_policy);
+    if (policy !== undefined)
+      checkNetworkSupport(this.engine.backend(w.backend), policy, w.spec.published_ports ?? []);
     if (patch.name !== undefined) {
       validateName(patch.name);
       if (this.store.nameTaken(patch.name, w.workspace_id))
@@ -382,10 +445,53 @@ export class Workspaces {
       ...(patch.name !== undefined ? { name: patch.name } : {}),
       ...(patch.set_labels ? { set_labels: patch.set_labels } : {}),
       ...(patch.clear_labels ? { clear_labels: patch.clear_labels } : {}),
+      ...(policy !== undefined ? { network_policy: policy } : {}),
     });
     this.store.recordEvent(w.workspace_id, "update", patch as Record<string, unknown>);
     this.store.touch(w.workspace_id);
+    // The helper reads the policy per connection: starting or stopping it is all a change needs.
+    if (policy !== undefined && updated.state === "running")
+      await this.startNetwork(updated, this.engine.backend(w.backend));
     return workspaceView(updated, this.engine.backend(w.backend).executionMode);
+  }
+
+  /** The capability blocks of a workspace: destinations its proxy refused. */
+  async networkBlocks(idOrName: string) {
+    const w = await this.get(idOrName);
+    const blocks = this.store.listNetworkBlocks(w.workspace_id).map((b) => ({
+      kind: b.kind,
+      target: b.target,
+      reason: b.reason,
+      count: b.count,
+      first_at: b.first_at,
+      last_at: b.last_at,
+    }));
+    return { workspace_id: w.workspace_id, network_policy: w.network_policy, count: blocks.length, blocks };
+  }
+
+  /**
+   * A human's approval of `target` (`host[:port]`): allowed from the next connection
+   * on (the helper reads the row per connection). Never an MCP tool: a model must not
+   * approve its own egress.
+   */
+  async approveNetwork(idOrName: string, target: string) {
+    const w = await this.get(idOrName);
+    assertAllowed(w.state, "update", w.workspace_id);
+    const next = approvedPolicy(w, target);
+    const updated = this.journal(w.workspace_id, (store) => {
+      const row = this.store.updateWorkspace(w.workspace_id, {
+        network_policy: next.policy,
+        spec: { ...w.spec, network_approved: next.approved },
+      });
+      store.recordEvent(w.workspace_id, "network_approve", { target: next.target });
+      return row;
+    });
+    return {
+      workspace_id: w.workspace_id,
+      target: next.target,
+      network_policy: updated.network_policy,
+      approved: next.approved,
+    };
   }
 
   async delete(idOrName: string) {
@@ -397,6 +503,7 @@ export class Workspaces {
   private async destroy(w: WorkspaceRow): Promise<void> {
     this.setState(w.workspace_id, "deleting", { runtime: { owner: await currentOwner() } });
     await this.dropClient(w.workspace_id);
+    await this.net.stop(w.workspace_id);
     const backend = this.engine.backend(w.backend);
     await backend.destroy(this.sandboxSpec(w), sandboxState(w));
     await removeTree(this.workspaceDir(w.workspace_id));
@@ -446,6 +553,7 @@ export class Workspaces {
     await this.dropClient(w.workspace_id);
     const state = sandboxState(w);
     if (state) await this.engine.backend(w.backend).stop(state);
+    await this.net.stop(w.workspace_id);
     const updated = this.setState(w.workspace_id, "stopped", { runtime: { sandbox: null } });
     this.store.recordEvent(w.workspace_id, "stop", {});
     return workspaceView(updated, this.engine.backend(w.backend).executionMode);
@@ -468,7 +576,12 @@ export class Workspaces {
     // An `error` workspace is one whose last start failed: every use tries again.
     if (w.state !== "running" && w.state !== "error") return w;
     const state = sandboxState(w);
-    if (state && (await this.engine.backend(w.backend).isRunning(state))) return w;
+    const backend = this.engine.backend(w.backend);
+    if (state && (await backend.isRunning(state))) {
+      // A helper that died (killed, host restarted it away) is started again on its own.
+      if (this.net.needed(w) && !(await this.net.running(w.workspace_id))) return this.startNetwork(w, backend);
+      return w;
+    }
     return this.ensureStarted(w, false);
   }
 
@@ -637,7 +750,9 @@ export class Workspaces {
   private async startSandbox(w: WorkspaceRow, spec: SandboxSpec): Promise<WorkspaceRow> {
     let started: SandboxState;
     try {
-      started = await this.engine.backend(w.backend).start(spec);
+      const backend = this.engine.backend(w.backend);
+      await this.startNetwork(w, backend);
+      started = await backend.start(spec);
     } catch (err) {
       const e = toPyroError(err);
       if (e.code !== "cancelled")
@@ -704,30 +819,6 @@ function redactError(err: PyroError, secrets: Map<string, string>): PyroError {
 export function sandboxState(w: WorkspaceRow): SandboxState | null {
   const s = w.runtime.sandbox;
   return s && typeof s === "object" ? (s as SandboxState) : null;
-}
-
-export function parseNetworkPolicy(p: string | undefined): NetworkPolicy {
-  if (p === undefined || p === "off") return "off";
-  if (p === "egress") return "egress";
-  if (/^allowlist:[A-Za-z0-9.-]+(,[A-Za-z0-9.-]+)*$/.test(p)) return p as NetworkPolicy;
-  throw new PyroError(
-    "invalid_argument",
-    `invalid network policy '${p}'`,
-    "use off, egress or allowlist:HOST[,HOST...]",
-  );
-}
-
-/** A network policy this build can apply (only `off` yet): parsed, then refused if it is another. */
-export function supportedNetworkPolicy(p: string | undefined): NetworkPolicy {
-  const policy = parseNetworkPolicy(p);
-  if (policy !== "off")
-    throw new PyroError(
-      "backend_unavailable",
-      `network policy '${policy}' is not supported by this build yet`,
-      "use {action}",
-      { action: ACTIONS.networkOff },
-    );
-  return policy;
 }
 
 function validateName(name: string): void {

@@ -43,6 +43,8 @@ import type {
   FileReadResult,
   FileWriteResult,
   LogsResult,
+  NetworkApproval,
+  NetworkBlocks,
   PatchResult,
   PrepareResult,
   PruneResult,
@@ -136,7 +138,21 @@ export class Pyro {
       ...(patch.name !== undefined ? { name: patch.name } : {}),
       ...(patch.labels ? { set_labels: patch.labels } : {}),
       ...(patch.clearLabels ? { clear_labels: patch.clearLabels } : {}),
+      ...(patch.networkPolicy !== undefined ? { network_policy: patch.networkPolicy } : {}),
     });
+  }
+  /** Destinations the workspace's egress proxy refused (capability blocks), most recent first. */
+  async networkBlocks(workspaceId: string): Promise<NetworkBlocks> {
+    checkArgs("networkBlocks", [workspaceId]);
+    return this.ws.networkBlocks(workspaceId);
+  }
+  /**
+   * Allows `target` (`host[:port]`) from the next connection on: a human's decision, so
+   * the SDK and the CLI have it and the MCP server does not.
+   */
+  async approveNetwork(workspaceId: string, target: string): Promise<NetworkApproval> {
+    checkArgs("approveNetwork", [workspaceId, target]);
+    return this.ws.approveNetwork(workspaceId, target);
   }
   async deleteWorkspace(workspaceId: string): Promise<WorkspaceDeleteResult> {
     checkArgs("deleteWorkspace", [workspaceId]);

@@ -63,6 +63,8 @@ export interface UpdateWorkspacePatch {
   name?: string;
   labels?: Record<string, string>;
   clearLabels?: string[];
+  /** A new network policy; applies to the running workspace at once. */
+  networkPolicy?: string;
 }
 /** Options of `listWorkspaceFiles`. */
 export interface ListFilesOptions {
@@ -118,7 +120,17 @@ const workspaceName = z
   .describe("a unique name: 1-63 letters, digits, '.', '_' or '-'");
 const backend = z.enum(BACKEND_NAMES).describe(`a backend name: ${BACKEND_NAMES.join(", ")}`);
 const flag = z.boolean().describe("true or false");
-const networkPolicy = z.string().describe("off, egress or allowlist:HOST[,HOST...]");
+const networkPolicy = z
+  .string()
+  .min(1)
+  .max(4096)
+  .describe("off, egress or allowlist:HOST[,HOST...] (exact names, *.suffix, optional :PORT)");
+const port = (min: number) => z.number().int().min(min).max(65535);
+const publishedPorts = z
+  .array(z.object({ host_port: port(0), guest_port: port(1) }).strict())
+  .max(32)
+  .describe("an array of {host_port, guest_port}: 127.0.0.1:host_port reaches the guest port (0 picks a free one)");
+const networkTarget = z.string().min(1).max(300).describe("a destination HOST[:PORT], as `networkBlocks` lists it");
 const timeoutSeconds = z
   .number()
   .positive()
@@ -247,6 +259,7 @@ const createOptions = options({
   name: workspaceName,
   labels,
   networkPolicy,
+  publishedPorts,
   env: envVars,
   secrets,
   promptSecret: fn,
@@ -301,10 +314,13 @@ export const SIGNATURES = {
         name: workspaceName,
         labels,
         clearLabels: z.array(z.string().min(1)).describe("an array of label keys to remove"),
+        networkPolicy,
       } satisfies Keys<UpdateWorkspacePatch>),
     ),
   ],
   deleteWorkspace: [arg("workspaceId", workspaceId)],
+  networkBlocks: [arg("workspaceId", workspaceId)],
+  approveNetwork: [arg("workspaceId", workspaceId), arg("target", networkTarget)],
   stopWorkspace: [arg("workspaceId", workspaceId)],
   startWorkspace: [arg("workspaceId", workspaceId)],
   execWorkspace: [arg("workspaceId", workspaceId), arg("command", command), opt("options", execOptions)],

@@ -28,6 +28,10 @@ export type { DoctorReport } from "../core/doctor.js";
 export type { ExecResult } from "../core/exec.js";
 // A workspace: what createWorkspace, getWorkspace, updateWorkspace, stopWorkspace and startWorkspace return.
 export type { WorkspaceView } from "../core/views.js";
+/** `networkBlocks`: the destinations the workspace's proxy refused. */
+export type NetworkBlocks = Result<Engine["workspaces"]["networkBlocks"]>;
+/** `approveNetwork`: the approved target and the policy now in force. */
+export type NetworkApproval = Result<Engine["workspaces"]["approveNetwork"]>;
 
 /** One environment of the catalogue and its cache status (`inspectEnvironment`). */
 export type EnvironmentInfo = Result<Engine["environments"]["info"]>;

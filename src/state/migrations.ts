@@ -109,6 +109,26 @@ export const MIGRATIONS: readonly Migration[] = [
       `);
     },
   },
+  {
+    version: 3,
+    description: "network capability blocks",
+    up(db) {
+      // One row per refused destination of a workspace, counted (the egress proxy of
+      // core/netd.ts writes them; `network blocks` reads them).
+      db.exec(`
+        CREATE TABLE network_blocks (
+          workspace_id TEXT NOT NULL REFERENCES workspaces (workspace_id) ON DELETE CASCADE,
+          kind         TEXT NOT NULL,
+          target       TEXT NOT NULL,
+          reason       TEXT NOT NULL,
+          count        INTEGER NOT NULL,
+          first_at     TEXT NOT NULL,
+          last_at      TEXT NOT NULL,
+          PRIMARY KEY (workspace_id, kind, target)
+        ) STRICT;
+      `);
+    },
+  },
 ];
 
 /** The schema version this code writes. */

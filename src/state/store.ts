@@ -33,6 +33,7 @@ import type {
   ListOptions,
   NewCommand,
   NewSnapshot,
+  NetworkBlockRow,
   NewWorkspace,
   SnapshotRow,
   WorkspaceListRow,
@@ -475,6 +476,27 @@ export class StateStore {
     return this.write(
       () => this.sql("DELETE FROM snapshots WHERE workspace_id = ? AND name = ?").run(id, name).changes > 0,
     );
+  }
+
+  /** Counts one refusal of `target` (a new row, or count + 1 and a new `last_at`). */
+  recordNetworkBlock(id: string, block: { kind: "network"; target: string; reason: string }, at?: string | Date): void {
+    const when = iso(at ?? this.now(), "at");
+    this.write(() => {
+      this.mustExist(id);
+      this.sql(
+        `INSERT INTO network_blocks (workspace_id, kind, target, reason, count, first_at, last_at)
+           VALUES (?, ?, ?, ?, 1, ?, ?)
+           ON CONFLICT (workspace_id, kind, target) DO UPDATE SET count = count + 1,
+             last_at = excluded.last_at, reason = excluded.reason`,
+      ).run(id, block.kind, block.target, block.reason, when, when);
+    });
+  }
+
+  /** The workspace's capability blocks, most recent first. */
+  listNetworkBlocks(id: string): NetworkBlockRow[] {
+    return this.sql(
+      "SELECT * FROM network_blocks WHERE workspace_id = ? ORDER BY last_at DESC, target",
+    ).all(id) as NetworkBlockRow[];
   }
 
   /** Closes the database. The instance is unusable afterwards. */

@@ -50,6 +50,11 @@ export interface WorkspaceSpec {
   /** Default command timeout for exec. */
   timeout_seconds: number;
   published_ports?: PublishedPort[];
+  /**
+   * Targets (`host[:port]`) a human approved with `network approve` on an `egress`
+   * workspace: allowed even where they resolve to a private address (core/network.ts).
+   */
+  network_approved?: string[];
 }
 
 /**
@@ -242,6 +247,21 @@ export interface EventRow {
 }
 
 export type SnapshotKind = "baseline" | "named";
+
+/**
+ * A capability block: a destination the workspace's egress proxy refused, counted.
+ * `target` is `host:port` as asked for; `reason` says why (not allowed by the policy, or
+ * the address it resolves to).
+ */
+export interface NetworkBlockRow {
+  workspace_id: string;
+  kind: "network";
+  target: string;
+  reason: string;
+  count: number;
+  first_at: string;
+  last_at: string;
+}
 
 /** A snapshot of a workspace's files. "baseline" is the seed. */
 export interface SnapshotRow {

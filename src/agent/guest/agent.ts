@@ -14,6 +14,7 @@ import { AgentError } from "../errors.js";
 import { serveConnection } from "../server.js";
 import { BUILTIN_OPS } from "./ops/index.js";
 import { Workspace } from "./paths.js";
+import { configureApt, type NetHelper, serveEgress, serveForward } from "./net.js";
 import { findPorts, servePort } from "./serial.js";
 
 /** Parsed command line of the guest agent. */
@@ -36,10 +37,14 @@ export interface GuestOptions {
    * the agent. Never on host-compat, where it would put commands below host processes.
    */
   idleCommands?: boolean;
+  /** The host proxy's socket: serve 127.0.0.1:3128 forwarding to it (guest/net.ts). */
+  egress?: string;
+  /** A unix socket to serve published ports on (guest/net.ts). */
+  forward?: string;
 }
 
 export const USAGE =
-  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands]";
+  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET] [--forward SOCKET]";
 
 /** Parses `--root DIR (--listen PATH | --stdio) [--tmp DIR]`; throws `invalid_argument`. */
 export function parseGuestArgs(argv: readonly string[]): GuestOptions {
@@ -58,6 +63,8 @@ export function parseGuestArgs(argv: readonly string[]): GuestOptions {
     else if (arg === "--alias") opts.alias = value();
     else if (arg === "--serial") opts.serial = value();
     else if (arg === "--vm") opts.vm = value();
+    else if (arg === "--egress") opts.egress = value();
+    else if (arg === "--forward") opts.forward = value();
     else if (arg === "--stdio") opts.stdio = true;
     else if (arg === "--idle-commands") opts.idleCommands = true;
     else throw new AgentError("invalid_argument", `unknown argument '${arg}'; ${USAGE}`);
@@ -110,6 +117,21 @@ async function restrictToOwner(socketPath: string): Promise<void> {
   }
 }
 
+/** The egress listener and the published-port socket, when asked for (guest/net.ts). */
+async function startNetHelpers(opts: GuestOptions): Promise<NetHelper[]> {
+  const helpers: NetHelper[] = [];
+  if (opts.egress) {
+    helpers.push(await serveEgress(opts.egress));
+    await configureApt();
+  }
+  if (opts.forward) {
+    await removeStaleSocket(opts.forward);
+    helpers.push(await serveForward(opts.forward));
+    await restrictToOwner(opts.forward);
+  }
+  return helpers;
+}
+
 /** Starts an agent as described by `opts`. `io` replaces stdin/stdout in stdio mode. */
 export async function startGuest(
   opts: GuestOptions,
@@ -160,6 +182,7 @@ export async function startGuest(
 
   const socketPath = opts.listen!;
   await removeStaleSocket(socketPath);
+  const helpers = await startNetHelpers(opts);
   const sessions = new Set<Promise<unknown>>();
   const sockets = new Set<net.Socket>();
   const server = net.createServer((socket) => {
@@ -186,6 +209,7 @@ export async function startGuest(
     close: async () => {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const socket of sockets) socket.destroy();
+      await Promise.allSettled(helpers.map((h) => h.close()));
       await Promise.allSettled([...sessions]);
       await closed;
     },

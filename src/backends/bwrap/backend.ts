@@ -4,9 +4,9 @@ import type { Duplex } from "node:stream";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
+import { connectForward, connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
-import { agentArgv, sandboxHostname } from "../guest.js";
+import { agentArgv, guestNet, sandboxHostname } from "../guest.js";
 import { CgroupLimits, detectCgroups, limitedCgroup } from "../linux/cgroups.js";
 import { detectLaunchTools, type LaunchTools, launchArgv } from "../linux/launch.js";
 import {
@@ -30,6 +30,7 @@ export const IN_SANDBOX = {
   app: "/run/pyro/app",
   snapshots: "/run/pyro/snapshots",
   sock: "/run/pyro/sock",
+  net: "/run/pyro/net",
 } as const;
 
 /** What a bwrap sandbox records: its launch process, agent socket, log and cgroup. */
@@ -87,6 +88,7 @@ export class BwrapBackend implements WorkspaceBackend {
       "--bind",
       l.sock,
       IN_SANDBOX.sock,
+      ...(spec.netDir ? ["--ro-bind", spec.netDir, IN_SANDBOX.net] : []),
       "--chdir",
       IN_SANDBOX.workspace,
       "--",
@@ -110,7 +112,7 @@ export class BwrapBackend implements WorkspaceBackend {
       IN_SANDBOX,
       IN_SANDBOX.workspace,
       { listen: `${IN_SANDBOX.sock}/agent.sock` },
-      { idleCommands: true },
+      { idleCommands: true, ...(spec.netDir ? { net: guestNet(IN_SANDBOX) } : {}) },
     );
     const seccompFile = join(spec.dir, "seccomp.bpf");
     await writeSeccompFile(seccompFile);
@@ -161,6 +163,10 @@ export class BwrapBackend implements WorkspaceBackend {
 
   connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
     return connectSandboxSocket(BWRAP_STATE.read(state).socket, options.timeoutMs ?? 5000);
+  }
+
+  connectPort(state: SandboxState, port: number, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    return connectForward(BWRAP_STATE.read(state).socket, port, options.timeoutMs ?? 5000);
   }
 
   isRunning(state: SandboxState): Promise<boolean> {

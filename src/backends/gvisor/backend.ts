@@ -6,9 +6,9 @@ import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import { which } from "../../util/run.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
+import { connectForward, connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
-import { agentArgv, sandboxHostname } from "../guest.js";
+import { agentArgv, guestNet, sandboxHostname } from "../guest.js";
 import { type KvmCheck, kvmCheck } from "../kvm.js";
 import { CgroupLimits, detectCgroups, limitedCgroup } from "../linux/cgroups.js";
 import { detectLaunchTools, type LaunchTools, launchArgv } from "../linux/launch.js";
@@ -152,10 +152,15 @@ export class GvisorBackend implements WorkspaceBackend {
       appDir: spec.appDir,
       snapshotsDir: spec.snapshotsDir,
       sockDir: l.sock,
+      ...(spec.netDir ? { netDir: spec.netDir } : {}),
       hostname: sandboxHostname(spec.workspace_id),
-      agentArgv: agentArgv(runtime, GVISOR_IN_SANDBOX, GVISOR_IN_SANDBOX.workspace, {
-        listen: `${GVISOR_IN_SANDBOX.sock}/agent.sock`,
-      }),
+      agentArgv: agentArgv(
+        runtime,
+        GVISOR_IN_SANDBOX,
+        GVISOR_IN_SANDBOX.workspace,
+        { listen: `${GVISOR_IN_SANDBOX.sock}/agent.sock` },
+        spec.netDir ? { net: guestNet(GVISOR_IN_SANDBOX) } : {},
+      ),
       cgroupsPath: cgroupsPath(layout.base, spec.workspace_id),
       limits: spec.limits,
       shim,
@@ -209,6 +214,10 @@ export class GvisorBackend implements WorkspaceBackend {
 
   connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
     return connectSandboxSocket(GVISOR_STATE.read(state).socket, options.timeoutMs ?? 5000);
+  }
+
+  connectPort(state: SandboxState, port: number, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    return connectForward(GVISOR_STATE.read(state).socket, port, options.timeoutMs ?? 5000);
   }
 
   /**

@@ -11,6 +11,7 @@ export const GVISOR_IN_SANDBOX = {
   app: "/run/pyro/app",
   snapshots: "/run/pyro/snapshots",
   sock: "/run/pyro/sock",
+  net: "/run/pyro/net",
 } as const;
 
 export interface OciMount {
@@ -147,6 +148,8 @@ export interface WorkspaceConfigInput {
   snapshotsDir: string;
   /** Host directory (mode 0700) where the agent's socket appears. */
   sockDir: string;
+  /** Host directory of the egress proxy socket, bound read-only (core/network.ts). */
+  netDir?: string;
   hostname: string;
   /** The agent's argv as seen inside the sandbox. */
   agentArgv: string[];
@@ -176,6 +179,7 @@ export function workspaceConfig(input: WorkspaceConfigInput): OciConfig {
       bind(input.appDir, GVISOR_IN_SANDBOX.app, true),
       bind(input.snapshotsDir, GVISOR_IN_SANDBOX.snapshots, true),
       bind(input.sockDir, GVISOR_IN_SANDBOX.sock, false),
+      ...(input.netDir ? [bind(input.netDir, GVISOR_IN_SANDBOX.net, true)] : []),
       ...shimMounts(input.shim),
     ],
   });

@@ -4,6 +4,7 @@ import type { Duplex } from "node:stream";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import {
   connectSandboxSocket,
+  connectTcp,
   killAndWait,
   LAUNCH_ENV,
   procStartTime,
@@ -82,6 +83,11 @@ export class HostBackend implements WorkspaceBackend {
 
   connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
     return connectSandboxSocket(String(state.socket), options.timeoutMs ?? 5000);
+  }
+
+  /** No sandbox: the port is on the host's own loopback. */
+  connectPort(_state: SandboxState, port: number, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    return connectTcp("127.0.0.1", port, options.timeoutMs ?? 5000);
   }
 
   isRunning(state: SandboxState): Promise<boolean> {

@@ -3,6 +3,7 @@ import type { CliContext } from "../../main.js";
 import { registerExec } from "./exec.js";
 import { registerFiles } from "./files.js";
 import { registerLifecycle } from "./lifecycle.js";
+import { registerNetwork } from "./network.js";
 import { registerSnapshots } from "./snapshots.js";
 
 export function registerWorkspace(program: Command, ctx: CliContext): void {
@@ -13,4 +14,5 @@ export function registerWorkspace(program: Command, ctx: CliContext): void {
   registerExec(ws, ctx);
   registerFiles(ws, ctx);
   registerSnapshots(ws, ctx);
+  registerNetwork(ws, ctx);
 }

@@ -1,4 +1,5 @@
 import type { Command } from "commander";
+import { parsePublish } from "../../../core/network.js";
 import { parseSecretOptions } from "../../../core/secrets.js";
 import type { WorkspaceView } from "../../../core/views.js";
 import { backendName, collect, keyValues, wholeNumber } from "../../args.js";
@@ -10,6 +11,9 @@ export function renderWorkspace(w: WorkspaceView): string {
   return [
     `workspace ${w.workspace_id}${w.name ? ` (${w.name})` : ""}: ${w.state}`,
     `  environment ${w.environment}, backend ${w.backend} (${w.execution_mode}), network ${w.network_policy}`,
+    ...(w.published_ports.length > 0
+      ? [`  published: ${w.published_ports.map((p) => `127.0.0.1:${p.host_port} -> ${p.guest_port}`).join(", ")}`]
+      : []),
     `  seed: ${w.workspace_seed.kind}${w.workspace_seed.source ? ` ${w.workspace_seed.source}` : ""} (${w.workspace_seed.file_count} files)`,
     `  secrets: ${w.secrets.map((x) => `${x.name} (${x.kind})`).join(", ") || "-"}`,
     `  labels: ${
@@ -30,7 +34,12 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
     .option("--repo-ref <ref>", "branch, tag or commit for --repo-url")
     .option("--name <name>", "unique name to address the workspace by")
     .option("--label <K=V>", "label (repeatable)", collect)
-    .option("--network <policy>", "network policy: off (default)")
+    .option("--network <policy>", "network policy: off (default), egress or allowlist:HOST[,HOST...] (docs/network.md)")
+    .option(
+      "--publish <HOST:GUEST>",
+      "bind 127.0.0.1:HOST on the host to GUEST in the workspace; HOST 0 picks a free port (repeatable)",
+      collect,
+    )
     .option("--env <K=V>", "environment variable for every command (repeatable)", collect)
     .option(
       "--secret <NAME=SPEC>",
@@ -62,6 +71,7 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
             ...(o.name !== undefined ? { name: o.name } : {}),
             labels: keyValues(o.label, "--label"),
             ...(o.network ? { network_policy: o.network } : {}),
+            ...(o.publish ? { published_ports: (o.publish as string[]).map(parsePublish) } : {}),
             env: keyValues(o.env, "--env"),
             secrets: parseSecretOptions(o.secret),
             ...(terminalSecretPrompt() ? { prompt_secret: terminalSecretPrompt()! } : {}),
@@ -112,14 +122,18 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
     });
 
   ws.command("update")
-    .description("rename a workspace or change its labels")
+    .description("rename a workspace, change its labels or its network policy")
     .argument("<id>", "workspace id or name")
     .option("--name <name>", "new unique name")
     .option("--label <K=V>", "set a label (repeatable)", collect)
     .option("--clear-label <K>", "remove a label (repeatable)", collect)
+    .option("--network <policy>", "new network policy, applied to the running workspace at once")
     .option("--json", "print the structured result")
     .action(
-      async (id: string, o: { name?: string; label?: string[]; clearLabel?: string[]; json?: boolean }) => {
+      async (
+        id: string,
+        o: { name?: string; label?: string[]; clearLabel?: string[]; network?: string; json?: boolean },
+      ) => {
         ctx.exitCode = await act(
           ctx.io,
           o,
@@ -128,6 +142,7 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
               ...(o.name !== undefined ? { name: o.name } : {}),
               ...(o.label ? { set_labels: keyValues(o.label, "--label") } : {}),
               ...(o.clearLabel ? { clear_labels: o.clearLabel } : {}),
+              ...(o.network !== undefined ? { network_policy: o.network } : {}),
             }),
           renderWorkspace,
         );

@@ -1,0 +1,242 @@
+/**
+ * The network helper of one workspace (docs/network.md), a detached host process:
+ *
+ *   node dist/core/netd.js CONFIG.json
+ *
+ * - Serves the workspace's egress proxy (src/net/proxy.ts) on a unix socket in the
+ *   workspace's net directory, which the backend binds read-only into the sandbox (and,
+ *   for host-compat, which has no sandbox, on a loopback TCP port). Every decision reads
+ *   the workspace's row, so a policy update or an approval applies to the next
+ *   connection; every refusal is counted in the state store (`network_blocks`).
+ * - Binds each published port on 127.0.0.1 and forwards every connection through the
+ *   backend that owns the sandbox (`connectPort`), reading the sandbox's state per
+ *   connection, so a restarted sandbox is found again.
+ *
+ * It writes its outcome to READY_FILE once everything is bound (or failed), and exits
+ * on SIGTERM or when its workspace is gone. It outlives the pyro process that started
+ * it, like the sandbox.
+ */
+import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import { join } from "node:path";
+import { procStartTime } from "../backends/common.js";
+import { PROXY_SOCKET } from "../backends/guest.js";
+import { kvmCheck } from "../backends/kvm.js";
+import { backendEntry } from "../backends/registry.js";
+import { type ErrorObject, PyroError, toPyroError } from "../errors.js";
+import { createEgressProxy } from "../net/proxy.js";
+import { parsePolicy, parseTarget, policyAllows, ruleMatches } from "../net/policy.js";
+import { StateStore } from "../state/store.js";
+import type { PublishedPort, WorkspaceRow } from "../state/types.js";
+
+/** What core/network.ts hands the helper. */
+export interface NetdConfig {
+  workspace_id: string;
+  /** The state database. */
+  db: string;
+  /** The net directory: the proxy socket and READY_FILE live here. */
+  dir: string;
+  /** Also serve the proxy on a loopback TCP port (host-compat: no sandbox to bind a socket into). */
+  proxy_tcp: boolean;
+  /** Ports to bind; host port 0 picks a free one. */
+  published: PublishedPort[];
+  /** Test-only name → address map (src/net/proxy.ts `testHosts`); never from the environment. */
+  test_hosts?: Record<string, string>;
+}
+
+/** What the helper reports once started. */
+export interface NetdReady {
+  pid: number;
+  start_time: string;
+  proxy_port: number | null;
+  published: PublishedPort[];
+  error?: ErrorObject;
+}
+
+export const NETD_CONFIG = "netd.json";
+export const READY_FILE = "netd.ready.json";
+/**
+ * The subdirectory of the net directory the sandbox sees (at /run/pyro/net): only the
+ * proxy socket, not the helper's configuration, report or log.
+ */
+export const SANDBOX_NET_DIR = "sandbox";
+
+/** How often the helper checks that its workspace still exists. */
+const WATCH_MS = 5000;
+
+function writeReady(dir: string, ready: NetdReady): void {
+  const tmp = join(dir, `${READY_FILE}.tmp`);
+  writeFileSync(tmp, JSON.stringify(ready), { mode: 0o600 });
+  renameSync(tmp, join(dir, READY_FILE));
+}
+
+/** The proxy's decision for one destination, from the workspace's current row. */
+export function decideFor(row: WorkspaceRow | null, host: string, port: number) {
+  if (!row) return { allowed: false as const, reason: "the workspace is gone" };
+  const approved = (row.spec.network_approved ?? []).map(parseTarget);
+  if (approved.some((r) => ruleMatches(r, host, port))) return { allowed: true as const, trustPrivate: true };
+  const policy = parsePolicy(row.network_policy);
+  if (policyAllows(policy, host, port)) return { allowed: true as const };
+  return {
+    allowed: false as const,
+    reason: policy.kind === "off" ? "the network policy is off" : "not in the workspace's allowlist",
+  };
+}
+
+function listen(server: net.Server, where: net.ListenOptions): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(where, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+}
+
+/** Binds one published port; a port in use is a `conflict`. */
+async function publish(
+  p: PublishedPort,
+  forward: (guestPort: number) => Promise<net.Socket | import("node:stream").Duplex>,
+): Promise<{ server: net.Server; port: PublishedPort }> {
+  const server = net.createServer((client) => {
+    client.on("error", () => client.destroy());
+    client.pause();
+    forward(p.guest_port).then(
+      (guest) => {
+        const end = () => {
+          client.destroy();
+          guest.destroy();
+        };
+        guest.on("error", end);
+        guest.on("close", end);
+        client.on("close", end);
+        client.pipe(guest);
+        guest.pipe(client);
+        client.resume();
+      },
+      () => client.destroy(),
+    );
+  });
+  try {
+    await listen(server, { host: "127.0.0.1", port: p.host_port });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new PyroError(
+      code === "EADDRINUSE" ? "conflict" : "backend_unavailable",
+      `cannot bind 127.0.0.1:${p.host_port} for guest port ${p.guest_port}: ${code ?? (err as Error).message}`,
+      code === "EADDRINUSE" ? "pick another host port, or 0 for a free one" : undefined,
+    );
+  }
+  const bound = (server.address() as net.AddressInfo).port;
+  return { server, port: { host_port: bound, guest_port: p.guest_port } };
+}
+
+export async function runNetd(config: NetdConfig): Promise<void> {
+  const store = StateStore.open(config.db);
+  const row = () => store.getWorkspace(config.workspace_id);
+  const first = row();
+  if (!first) throw new PyroError("workspace_not_found", `workspace ${config.workspace_id} is gone`);
+  const backend = backendEntry(first.backend).create({
+    env: process.env,
+    kvm: kvmCheck(process.env),
+    settings: {},
+  });
+  const options = {
+    workspaceId: config.workspace_id,
+    decide: (dest: { host: string; port: number }) => decideFor(row(), dest.host, dest.port),
+    onBlock: (dest: { host: string; port: number }, reason: string) => {
+      try {
+        store.recordNetworkBlock(config.workspace_id, {
+          kind: "network",
+          target: `${dest.host}:${dest.port}`,
+          reason,
+        });
+      } catch {
+        // The workspace was deleted meanwhile: nothing to record.
+      }
+    },
+    ...(config.test_hosts ? { testHosts: new Map(Object.entries(config.test_hosts)) } : {}),
+  };
+  const servers: net.Server[] = [];
+  const proxy = createEgressProxy(options);
+  const socketPath = join(config.dir, SANDBOX_NET_DIR, PROXY_SOCKET);
+  mkdirSync(join(config.dir, SANDBOX_NET_DIR), { recursive: true, mode: 0o700 });
+  rmSync(socketPath, { force: true });
+  await listen(proxy.server, { path: socketPath });
+  chmodSync(socketPath, 0o600);
+  servers.push(proxy.server);
+  let proxyPort: number | null = null;
+  if (config.proxy_tcp) {
+    const tcp = createEgressProxy(options);
+    await listen(tcp.server, { host: "127.0.0.1", port: 0 });
+    proxyPort = (tcp.server.address() as net.AddressInfo).port;
+    servers.push(tcp.server);
+  }
+  const forward = async (guestPort: number) => {
+    const w = row();
+    const state = w?.runtime.sandbox as import("../backends/backend.js").SandboxState | null | undefined;
+    if (!w || w.state !== "running" || !state || !backend.connectPort)
+      throw new PyroError("workspace_stopped", "the workspace is not running");
+    return backend.connectPort(state, guestPort, { timeoutMs: 5000 });
+  };
+  const published: PublishedPort[] = [];
+  for (const p of config.published) {
+    const bound = await publish(p, forward);
+    servers.push(bound.server);
+    published.push(bound.port);
+  }
+  writeReady(config.dir, {
+    pid: process.pid,
+    start_time: (await procStartTime(process.pid)) ?? "",
+    proxy_port: proxyPort,
+    published,
+  });
+  // Gone with its workspace even if nobody stops it (a deleted row, a removed directory).
+  const watch = setInterval(() => {
+    let gone = false;
+    try {
+      gone = row() === null;
+    } catch {
+      gone = true;
+    }
+    if (gone) process.exit(0);
+  }, WATCH_MS);
+  watch.unref();
+  await new Promise<void>((resolve) => {
+    process.once("SIGTERM", resolve);
+    process.once("SIGINT", resolve);
+  });
+  for (const s of servers) s.close();
+  store.close();
+}
+
+async function main(): Promise<void> {
+  const file = process.argv[2];
+  let config: NetdConfig;
+  try {
+    if (!file) throw new PyroError("invalid_argument", "usage: netd.js CONFIG.json");
+    config = JSON.parse(readFileSync(file, "utf8")) as NetdConfig;
+  } catch (err) {
+    process.stderr.write(`pyro-netd: ${(err as Error).message}\n`);
+    process.exit(2);
+  }
+  try {
+    await runNetd(config);
+    process.exit(0);
+  } catch (err) {
+    const e = toPyroError(err);
+    process.stderr.write(`pyro-netd: ${e.message}\n`);
+    try {
+      writeReady(config.dir, {
+        pid: process.pid,
+        start_time: (await procStartTime(process.pid)) ?? "",
+        proxy_port: null,
+        published: [],
+        error: e.toJSON(),
+      });
+    } catch {}
+    process.exit(1);
+  }
+}
+
+if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href) void main();
