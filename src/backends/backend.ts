@@ -156,7 +156,11 @@ export interface WorkspaceBackend {
    * agent serve egress on 127.0.0.1:3128 (agent/guest/net.ts); one without it supports
    * only the `off` policy and no published ports.
    */
-  connectPort?(state: SandboxState, port: number, options?: { timeoutMs?: number }): Promise<import("node:stream").Duplex>;
+  connectPort?(
+    state: SandboxState,
+    port: number,
+    options?: { timeoutMs?: number },
+  ): Promise<import("node:stream").Duplex>;
   /**
    * Optional fast path for `pyro run`: the command as the sandbox's only process, with the
    * same isolation as a workspace. Backends without it run one-shots as

@@ -4,8 +4,8 @@ import { closeSync, openSync } from "node:fs";
 import { link, lstat, mkdir, open, readFile, unlink } from "node:fs/promises";
 import { connect as netConnect, type Socket } from "node:net";
 import { dirname, join } from "node:path";
-import { FORWARD_SOCKET } from "./guest.js";
 import { PyroError } from "../errors.js";
+import { FORWARD_SOCKET } from "./guest.js";
 import { withSocketPath } from "./sockpath.js";
 
 /** Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat), or null. */

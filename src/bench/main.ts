@@ -7,6 +7,7 @@ import type { BackendName } from "../backends/backend.js";
 import { ensureDiskImage } from "../backends/disk-image.js";
 import { Pyro } from "../sdk/pyro.js";
 import { run } from "../util/run.js";
+import { networkRows } from "./network.js";
 import { qemuRows } from "./qemu.js";
 import { type BenchRow, median, medianMs, printTable, round, row } from "./stats.js";
 
@@ -15,12 +16,17 @@ const pexec = promisify(execFile);
 /**
  * `npm run bench`: every capability against a raw floor measured in the same run, as a
  * ratio (machines differ; ratios measured together travel). Prints a table, and the rows
- * as JSON with --json.
+ * as JSON with --json. --quick: fewer runs. --only=network: only the egress proxy rows.
  */
 async function main(): Promise<void> {
   const json = process.argv.includes("--json");
   const quick = process.argv.includes("--quick");
   const log = (s: string) => process.stderr.write(`${s}\n`);
+  if (process.argv.includes("--only=network")) {
+    const extra: Record<string, unknown> = {};
+    const rows = await networkRows({ quick, log, extra });
+    return output(rows, extra, json);
+  }
   const home = await mkdtemp(join(tmpdir(), "pyro-bench-"));
   const pyro = new Pyro({ home });
   const rows: BenchRow[] = [];
@@ -202,10 +208,17 @@ async function main(): Promise<void> {
     );
     rows.push(row("export 100 MB", exportMs, "tar | tar pipe", tarPipe, { min: 0.5, inverse: true }));
     await pyro.deleteWorkspace(big.workspace_id);
+
+    log("bench: egress proxy");
+    rows.push(...(await networkRows({ quick, log, extra })));
   } finally {
     await pyro.close();
     await rm(home, { recursive: true, force: true });
   }
+  output(rows, extra, json);
+}
+
+function output(rows: BenchRow[], extra: Record<string, unknown>, json: boolean): void {
   if (json) process.stdout.write(`${JSON.stringify({ rows, ...extra }, null, 2)}\n`);
   else {
     process.stdout.write(`${printTable(rows)}\n`);

@@ -19,13 +19,14 @@
 import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { join } from "node:path";
+import type { SandboxState } from "../backends/backend.js";
 import { procStartTime } from "../backends/common.js";
 import { PROXY_SOCKET } from "../backends/guest.js";
 import { kvmCheck } from "../backends/kvm.js";
 import { backendEntry } from "../backends/registry.js";
 import { type ErrorObject, PyroError, toPyroError } from "../errors.js";
-import { createEgressProxy } from "../net/proxy.js";
 import { parsePolicy, parseTarget, policyAllows, ruleMatches } from "../net/policy.js";
+import { createEgressProxy } from "../net/proxy.js";
 import { StateStore } from "../state/store.js";
 import type { PublishedPort, WorkspaceRow } from "../state/types.js";
 
@@ -174,8 +175,8 @@ export async function runNetd(config: NetdConfig): Promise<void> {
   }
   const forward = async (guestPort: number) => {
     const w = row();
-    const state = w?.runtime.sandbox as import("../backends/backend.js").SandboxState | null | undefined;
-    if (!w || w.state !== "running" || !state || !backend.connectPort)
+    const state = w?.runtime.sandbox as SandboxState | null | undefined;
+    if (w?.state !== "running" || !state || !backend.connectPort)
       throw new PyroError("workspace_stopped", "the workspace is not running");
     return backend.connectPort(state, guestPort, { timeoutMs: 5000 });
   };

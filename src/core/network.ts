@@ -46,7 +46,8 @@ export function checkPublishedPorts(ports: readonly PublishedPort[] | undefined)
     throw new PyroError("invalid_argument", `at most ${MAX_PUBLISHED} published ports`);
   const seen = new Set<number>();
   for (const p of list) {
-    const ok = (n: unknown, min: number) => Number.isInteger(n) && (n as number) >= min && (n as number) <= 65535;
+    const ok = (n: unknown, min: number) =>
+      Number.isInteger(n) && (n as number) >= min && (n as number) <= 65535;
     if (!ok(p.host_port, 0) || !ok(p.guest_port, 1))
       throw new PyroError(
         "invalid_argument",
@@ -154,10 +155,13 @@ export class WorkspaceNetwork {
     const configFile = join(dir, NETD_CONFIG);
     await writeFile(configFile, JSON.stringify(config), { mode: 0o600 });
     const logFile = join(dir, "netd.log");
-    const { pid } = spawnDetached([process.execPath, join(this.deps.appDir, "dist/core/netd.js"), configFile], {
-      logFile,
-      env: { ...LAUNCH_ENV },
-    });
+    const { pid } = spawnDetached(
+      [process.execPath, join(this.deps.appDir, "dist/core/netd.js"), configFile],
+      {
+        logFile,
+        env: { ...LAUNCH_ENV },
+      },
+    );
     const deadline = Date.now() + NETD_START_MS;
     for (;;) {
       const r = await this.ready(w.workspace_id);
@@ -217,7 +221,8 @@ export function approvedPolicy(
   text: string,
 ): { policy: NetworkPolicy; approved: string[]; target: string } {
   const rule = parseTarget(text);
-  const target = rule.port === null ? rule.host : `${rule.host.includes(":") ? `[${rule.host}]` : rule.host}:${rule.port}`;
+  const target =
+    rule.port === null ? rule.host : `${rule.host.includes(":") ? `[${rule.host}]` : rule.host}:${rule.port}`;
   const approved = [...(w.spec.network_approved ?? [])];
   if (w.network_policy === "off")
     throw new PyroError(
@@ -227,8 +232,6 @@ export function approvedPolicy(
     );
   if (!approved.includes(target)) approved.push(target);
   const policy =
-    w.network_policy === "egress"
-      ? "egress"
-      : parseNetworkPolicy(`${w.network_policy},${target}`);
+    w.network_policy === "egress" ? "egress" : parseNetworkPolicy(`${w.network_policy},${target}`);
   return { policy, approved, target };
 }

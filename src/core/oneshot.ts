@@ -8,9 +8,9 @@ import { atomicWriteFile } from "../util/fs.js";
 import type { Engine } from "./engine.js";
 import { execInWorkspace } from "./exec.js";
 import { applyPatch, diffWorkspace } from "./files.js";
+import { checkNetworkSupport, parseNetworkPolicy } from "./network.js";
 import { checkMaxOutputBytes, type OutputListener } from "./output.js";
 import { resetWorkspace } from "./snapshots.js";
-import { checkNetworkSupport, parseNetworkPolicy } from "./network.js";
 import { type CreateOptions, checkDiskMib, checkLimits, DEFAULTS } from "./workspaces.js";
 
 export interface RunOptions {

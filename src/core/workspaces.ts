@@ -579,7 +579,8 @@ export class Workspaces {
     const backend = this.engine.backend(w.backend);
     if (state && (await backend.isRunning(state))) {
       // A helper that died (killed, host restarted it away) is started again on its own.
-      if (this.net.needed(w) && !(await this.net.running(w.workspace_id))) return this.startNetwork(w, backend);
+      if (this.net.needed(w) && !(await this.net.running(w.workspace_id)))
+        return this.startNetwork(w, backend);
       return w;
     }
     return this.ensureStarted(w, false);

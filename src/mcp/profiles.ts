@@ -28,6 +28,7 @@ export const TOOL_NAMES = [
   "snapshot_delete",
   "workspace_stop",
   "workspace_start",
+  "workspace_network_blocks",
 ] as const;
 export type ToolName = (typeof TOOL_NAMES)[number];
 
@@ -54,7 +55,8 @@ const CORE: readonly ToolName[] = [
 /**
  * workspace-full grows with the core. Not here yet because the core does not have them:
  * services (service_*), PTY shells (shell_*), stopped-workspace disk tools
- * (workspace_disk_*), network approval, published ports on create.
+ * (workspace_disk_*). Network approval is never a tool: a model must not approve its own
+ * egress (the CLI and the SDK have it).
  */
 const FULL: readonly ToolName[] = [
   ...CORE,
@@ -63,6 +65,7 @@ const FULL: readonly ToolName[] = [
   "snapshot_delete",
   "workspace_stop",
   "workspace_start",
+  "workspace_network_blocks",
 ];
 
 export interface ToolSet {
@@ -70,7 +73,7 @@ export interface ToolSet {
   name: string;
   description: string;
   tools: readonly ToolName[];
-  /** workspace_create also takes `network_policy` and `secrets` (the full profile's options on create). */
+  /** workspace_create also takes `network_policy`, `published_ports` and `secrets` (the full profile's options on create). */
   fullCreate: boolean;
 }
 
@@ -92,7 +95,8 @@ export const PROFILES = {
   "workspace-full": {
     kind: "profile",
     name: "workspace-full",
-    description: "workspace-core plus snapshots, stop/start, and secrets and network options on create",
+    description:
+      "workspace-core plus snapshots, stop/start, network blocks, and secrets, network and published ports on create",
     tools: FULL,
     fullCreate: true,
   },

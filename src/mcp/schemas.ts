@@ -192,6 +192,7 @@ export const workspaceShape = {
   reset_count: count,
   limits: z.looseObject({ vcpus: z.number(), memory_mib: z.number(), pids_max: z.number().nullable() }),
   error: z.looseObject({ code: z.string(), message: z.string(), hint: z.string().optional() }).nullable(),
+  published_ports: z.array(z.looseObject({ host_port: z.number(), guest_port: z.number() })).optional(),
   /** Names and kinds only, never values. */
   secrets: z.array(z.looseObject({ name: z.string(), kind: z.string() })).optional(),
 };

@@ -260,7 +260,7 @@ function describe(tool: ToolDefinition, env: DescribeEnv): string {
 function instructions(set: ToolSet, env: DescribeEnv): string {
   const has = (t: ToolName) => env.available.has(t);
   const lines = [
-    "pyro gives you disposable, isolated Linux workspaces (sandboxes with no network); nothing run in them touches the host.",
+    "pyro gives you disposable, isolated Linux workspaces (sandboxes with no network unless a policy grants it); nothing run in them touches the host.",
   ];
   if (has("workspace_create")) {
     const loop = ["workspace_create (seeded with the project)", "workspace_exec to reproduce"];

@@ -65,8 +65,20 @@ export function isPrivateish(kind: AddressKind): boolean {
   return kind === "private" || kind === "cgnat";
 }
 
+/**
+ * The documentation networks (RFC 5737, RFC 3849) are not local, private or the host:
+ * refusing them guards nothing, and labs and CI machines use them for stand-ins of
+ * public services (this project's own CI resolves its package registry to one). They
+ * count as public.
+ */
+const DOCUMENTATION_V4 = ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"].map((c) =>
+  ipaddr.IPv4.parseCIDR(c),
+);
+const DOCUMENTATION_V6 = ipaddr.IPv6.parseCIDR("2001:db8::/32");
+
 function classifyV4(addr: ipaddr.IPv4): AddressKind {
   if (METADATA.has(addr.toString())) return "metadata";
+  if (DOCUMENTATION_V4.some((c) => addr.match(c))) return "public";
   switch (addr.range()) {
     case "unicast":
     case "as112":
@@ -85,13 +97,14 @@ function classifyV4(addr: ipaddr.IPv4): AddressKind {
     case "multicast":
       return "multicast";
     default:
-      // broadcast, 240/4, documentation and benchmarking nets: not a host we should dial
+      // broadcast, 240/4, benchmarking nets: not a host we should dial
       return "reserved";
   }
 }
 
 function classifyV6(addr: ipaddr.IPv6): AddressKind {
   if (METADATA.has(addr.toRFC5952String())) return "metadata";
+  if (addr.match(DOCUMENTATION_V6)) return "public";
   const range = addr.range();
   switch (range) {
     case "unspecified":
@@ -113,8 +126,8 @@ function classifyV6(addr: ipaddr.IPv6): AddressKind {
       break;
   }
   if (addr.match(NAT64_WELL_KNOWN)) return classifyV4(embeddedV4(addr));
-  // Only 2000::/3 is global unicast; ::/96 (IPv4-compatible), 6to4, teredo, local NAT64,
-  // documentation and the rest are refused rather than decoded.
+  // Only 2000::/3 is global unicast; ::/96 (IPv4-compatible), 6to4, teredo, local NAT64
+  // and the rest are refused rather than decoded.
   if (range === "unicast" || range === "as112v6" || range === "amt")
     return addr.match(GLOBAL_UNICAST) ? "public" : "reserved";
   return "reserved";

@@ -129,8 +129,14 @@ const port = (min: number) => z.number().int().min(min).max(65535);
 const publishedPorts = z
   .array(z.object({ host_port: port(0), guest_port: port(1) }).strict())
   .max(32)
-  .describe("an array of {host_port, guest_port}: 127.0.0.1:host_port reaches the guest port (0 picks a free one)");
-const networkTarget = z.string().min(1).max(300).describe("a destination HOST[:PORT], as `networkBlocks` lists it");
+  .describe(
+    "an array of {host_port, guest_port}: 127.0.0.1:host_port reaches the guest port (0 picks a free one)",
+  );
+const networkTarget = z
+  .string()
+  .min(1)
+  .max(300)
+  .describe("a destination HOST[:PORT], as `networkBlocks` lists it");
 const timeoutSeconds = z
   .number()
   .positive()

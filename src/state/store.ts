@@ -31,9 +31,9 @@ import type {
   EventRow,
   ListEventsOptions,
   ListOptions,
+  NetworkBlockRow,
   NewCommand,
   NewSnapshot,
-  NetworkBlockRow,
   NewWorkspace,
   SnapshotRow,
   WorkspaceListRow,
@@ -479,7 +479,11 @@ export class StateStore {
   }
 
   /** Counts one refusal of `target` (a new row, or count + 1 and a new `last_at`). */
-  recordNetworkBlock(id: string, block: { kind: "network"; target: string; reason: string }, at?: string | Date): void {
+  recordNetworkBlock(
+    id: string,
+    block: { kind: "network"; target: string; reason: string },
+    at?: string | Date,
+  ): void {
     const when = iso(at ?? this.now(), "at");
     this.write(() => {
       this.mustExist(id);
@@ -494,9 +498,9 @@ export class StateStore {
 
   /** The workspace's capability blocks, most recent first. */
   listNetworkBlocks(id: string): NetworkBlockRow[] {
-    return this.sql(
-      "SELECT * FROM network_blocks WHERE workspace_id = ? ORDER BY last_at DESC, target",
-    ).all(id) as NetworkBlockRow[];
+    return this.sql("SELECT * FROM network_blocks WHERE workspace_id = ? ORDER BY last_at DESC, target").all(
+      id,
+    ) as NetworkBlockRow[];
   }
 
   /** Closes the database. The instance is unusable afterwards. */

@@ -63,7 +63,9 @@ function realTarget(name: BackendName): ParityTarget {
         ...(name === "docker" ? { DOCKER_HOST: dockerHost } : {}),
         PARITY_HOST_VAR: "from-the-host-env",
       };
-      const pyro = new Pyro({ home, environmentsDir: ENV_CACHE, env });
+      // The proxy's test-only map (docs/network.md): these names reach the tests' loopback servers.
+      const networkTestHosts = { "allowed.test": "127.0.0.1", "blocked.test": "127.0.0.1" };
+      const pyro = new Pyro({ home, environmentsDir: ENV_CACHE, env, networkTestHosts });
       const cliEnv = {
         PYRO_HOME: home,
         PYRO_ENV_CACHE: ENV_CACHE,

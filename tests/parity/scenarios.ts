@@ -7,6 +7,7 @@ import type { PyroError } from "../../src/errors.js";
 import type { Pyro } from "../../src/sdk/pyro.js";
 import { PYRO_BIN, REPO_ROOT } from "../helpers/cli.js";
 import type { ParityTarget } from "./backends.js";
+import { NETWORK_SCENARIOS } from "./network.js";
 
 /**
  * The backend parity scenarios: one list, run against every backend (see parity.test.ts).
@@ -328,6 +329,8 @@ export const SCENARIOS: Scenario[] = [
       }),
   },
 ];
+
+SCENARIOS.push(...NETWORK_SCENARIOS);
 
 /** The seed every scenario starts from. */
 export async function makeSeed(): Promise<string> {

@@ -44,6 +44,8 @@ describe("public SDK surface", () => {
         "listSnapshots",
         "listWorkspaceFiles",
         "listWorkspaces",
+        "approveNetwork",
+        "networkBlocks",
         "prepare",
         "pruneEnvironments",
         "pullEnvironment",

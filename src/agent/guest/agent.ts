@@ -12,9 +12,9 @@ import path from "node:path";
 import { Duplex, type Readable, type Writable } from "node:stream";
 import { AgentError } from "../errors.js";
 import { serveConnection } from "../server.js";
+import { configureApt, type NetHelper, serveEgress, serveForward } from "./net.js";
 import { BUILTIN_OPS } from "./ops/index.js";
 import { Workspace } from "./paths.js";
-import { configureApt, type NetHelper, serveEgress, serveForward } from "./net.js";
 import { findPorts, servePort } from "./serial.js";
 
 /** Parsed command line of the guest agent. */

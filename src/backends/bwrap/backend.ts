@@ -4,7 +4,13 @@ import type { Duplex } from "node:stream";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { connectForward, connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
+import {
+  connectForward,
+  connectSandboxSocket,
+  killAndWait,
+  sameProcessAlive,
+  waitForSocket,
+} from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
 import { agentArgv, guestNet, sandboxHostname } from "../guest.js";
 import { CgroupLimits, detectCgroups, limitedCgroup } from "../linux/cgroups.js";

@@ -6,7 +6,13 @@ import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import { which } from "../../util/run.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { connectForward, connectSandboxSocket, killAndWait, sameProcessAlive, waitForSocket } from "../common.js";
+import {
+  connectForward,
+  connectSandboxSocket,
+  killAndWait,
+  sameProcessAlive,
+  waitForSocket,
+} from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
 import { agentArgv, guestNet, sandboxHostname } from "../guest.js";
 import { type KvmCheck, kvmCheck } from "../kvm.js";

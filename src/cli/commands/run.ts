@@ -30,7 +30,10 @@ export function registerRun(program: Command, ctx: CliContext): void {
     .option("--memory <mib>", "memory limit in MiB (default 1024)", wholeNumber("--memory"))
     .option("--disk <mib>", "disk limit of the writable layer in MiB (default 10240)", wholeNumber("--disk"))
     .option("--timeout <s>", "command timeout in seconds (default 300)", positiveNumber("--timeout"))
-    .option("--network <policy>", "network policy: off (default), egress or allowlist:HOST[,HOST...] (docs/network.md)")
+    .option(
+      "--network <policy>",
+      "network policy: off (default), egress or allowlist:HOST[,HOST...] (docs/network.md)",
+    )
     .option("--backend <name>", "isolation backend (default: strongest that works)")
     .option("--allow-host-compat", "allow running without isolation when no sandbox works")
     .option("--env <K=V>", "environment variable for the command (repeatable)", collect)

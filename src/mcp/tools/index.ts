@@ -15,6 +15,7 @@ import {
   workspaceCreate,
   workspaceDelete,
   workspaceList,
+  workspaceNetworkBlocks,
   workspaceStart,
   workspaceStatus,
   workspaceStop,
@@ -46,6 +47,7 @@ export function toolDefinitions(set: ToolSet): ToolDefinition[] {
     snapshot_delete: snapshotDelete,
     workspace_stop: workspaceStop,
     workspace_start: workspaceStart,
+    workspace_network_blocks: workspaceNetworkBlocks,
   };
   return set.tools.map((name) => all[name]);
 }

@@ -84,7 +84,24 @@ export function workspaceCreate(fullCreate: boolean) {
     network_policy: boundedString(INPUT_LIMITS.networkPolicy, "network_policy")
       .optional()
       .describe(
-        "Network policy: 'off' (default, no network at all). 'egress' and 'allowlist:HOST,...' are refused by this build (backend_unavailable).",
+        "Network policy: 'off' (default, no network at all), 'egress' (public destinations through a proxy; package managers, git and curl use it by themselves) or 'allowlist:HOST,...' (only those hosts: exact names, *.suffix, optional :PORT). Refused destinations are listed by workspace_network_blocks; only a human can approve one.",
+      ),
+    published_ports: z
+      .array(
+        z.strictObject({
+          host_port: z
+            .number()
+            .int()
+            .min(0)
+            .max(65535)
+            .describe("Port on the host's 127.0.0.1; 0 picks a free one."),
+          guest_port: z.number().int().min(1).max(65535).describe("Port inside the workspace."),
+        }),
+      )
+      .max(32)
+      .optional()
+      .describe(
+        "Ports to reach from the host: 127.0.0.1:host_port forwards to guest_port inside (under every policy). The result's published_ports has the ports as bound.",
       ),
   };
   return defineTool({
@@ -118,8 +135,13 @@ export function workspaceCreate(fullCreate: boolean) {
       }
       await ensureEnvironment(ctx, a.environment, a.backend);
       ctx.progress.report("starting the sandbox");
-      const { network_policy: networkPolicy, secrets } = a as {
+      const {
+        network_policy: networkPolicy,
+        published_ports: publishedPorts,
+        secrets,
+      } = a as {
         network_policy?: string;
+        published_ports?: { host_port: number; guest_port: number }[];
         secrets?: Record<string, string>;
       };
       const w = await ctx.pyro.createWorkspace({
@@ -135,6 +157,7 @@ export function workspaceCreate(fullCreate: boolean) {
           diskMib: a.disk_mib,
           ttlSeconds: a.ttl_seconds,
           networkPolicy,
+          publishedPorts,
           secrets,
         }),
         allowHostCompat: ctx.allowHostCompat,
@@ -249,4 +272,36 @@ export const workspaceStart = defineTool({
   long: "starting the workspace",
   run: (a, ctx) => ctx.pyro.startWorkspace(a.workspace_id),
   render: renderWorkspace,
+});
+
+export const workspaceNetworkBlocks = defineTool({
+  name: "workspace_network_blocks",
+  title: "Network blocks",
+  description:
+    "List the destinations the workspace's network policy refused (capability blocks: target host:port, reason, count, first and last time). Read-only: approving one is a human's decision, made with `pyro workspace network approve ID TARGET` outside this conversation; tell the user which target you need and why.",
+  input: z.strictObject({ workspace_id: workspaceIdArg }),
+  output: z.looseObject({
+    workspace_id: z.string(),
+    network_policy: z.string(),
+    count: z.number().int().min(0),
+    blocks: z.array(
+      z.looseObject({
+        kind: z.string(),
+        target: z.string(),
+        reason: z.string(),
+        count: z.number(),
+        first_at: z.string(),
+        last_at: z.string(),
+      }),
+    ),
+  }),
+  annotations: READ_ONLY,
+  run: (a, ctx) => ctx.pyro.networkBlocks(a.workspace_id),
+  render: (r) =>
+    r.count === 0
+      ? `no blocked destinations (network ${r.network_policy})`
+      : [
+          `${r.count} blocked destination(s) (network ${r.network_policy}); a human can approve one with: pyro workspace network approve ${r.workspace_id} TARGET`,
+          ...r.blocks.map((b) => `- ${b.target}: ${b.reason} (${b.count}x, last ${b.last_at})`),
+        ].join("\n"),
 });

@@ -43,6 +43,7 @@ export const PINNED: Record<string, string[]> = {
     "snapshot_delete",
     "workspace_stop",
     "workspace_start",
+    "workspace_network_blocks",
   ],
   "repro-fix": [
     "workspace_create",

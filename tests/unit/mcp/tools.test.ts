@@ -24,6 +24,7 @@ const READ_ONLY: ToolName[] = [
   "workspace_file_read",
   "workspace_diff",
   "snapshot_list",
+  "workspace_network_blocks",
 ];
 const DESTRUCTIVE: ToolName[] = [
   "workspace_exec",
@@ -304,6 +305,18 @@ const HAPPY: Record<ToolName, (fx: McpFixture) => Promise<any>> = {
     const w = await seeded(fx);
     const r = await fx.ok("workspace_stop", { workspace_id: w.workspace_id });
     expect(r.state).toBe("stopped");
+    return r;
+  },
+  workspace_network_blocks: async (fx) => {
+    const w = await seeded(fx);
+    fx.pyro.engine.store().recordNetworkBlock(w.workspace_id, {
+      kind: "network",
+      target: "blocked.test:443",
+      reason: "not in the workspace's allowlist",
+    });
+    const r = await fx.ok("workspace_network_blocks", { workspace_id: w.workspace_id });
+    expect(r).toMatchObject({ workspace_id: w.workspace_id, network_policy: "off", count: 1 });
+    expect(r.blocks[0]).toMatchObject({ kind: "network", target: "blocked.test:443", count: 1 });
     return r;
   },
   workspace_start: async (fx) => {

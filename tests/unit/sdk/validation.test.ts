@@ -125,6 +125,19 @@ const BAD_CALLS: [string, () => unknown[], string][] = [
   ],
   ["updateWorkspace", () => [id], "updateWorkspace: patch must be an object, got undefined"],
   [
+    "updateWorkspace",
+    () => [id, { networkPolicy: 7 }],
+    "updateWorkspace: patch.networkPolicy must be a string, got 7",
+  ],
+  ["networkBlocks", () => [42], "networkBlocks: workspaceId must be a string, got 42"],
+  ["approveNetwork", () => [id], "approveNetwork: target must be a string, got undefined"],
+  ["approveNetwork", () => [id, "x".repeat(301)], "approveNetwork: target must be at most 300 characters"],
+  [
+    "createWorkspace",
+    () => [{ publishedPorts: [{ host_port: 0, guest_port: 0 }] }],
+    "createWorkspace: options.publishedPorts",
+  ],
+  [
     "deleteWorkspace",
     () => [{ workspace_id: id }],
     "deleteWorkspace: workspaceId must be a string, got an object {workspace_id}",

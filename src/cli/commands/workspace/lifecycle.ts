@@ -12,7 +12,9 @@ export function renderWorkspace(w: WorkspaceView): string {
     `workspace ${w.workspace_id}${w.name ? ` (${w.name})` : ""}: ${w.state}`,
     `  environment ${w.environment}, backend ${w.backend} (${w.execution_mode}), network ${w.network_policy}`,
     ...(w.published_ports.length > 0
-      ? [`  published: ${w.published_ports.map((p) => `127.0.0.1:${p.host_port} -> ${p.guest_port}`).join(", ")}`]
+      ? [
+          `  published: ${w.published_ports.map((p) => `127.0.0.1:${p.host_port} -> ${p.guest_port}`).join(", ")}`,
+        ]
       : []),
     `  seed: ${w.workspace_seed.kind}${w.workspace_seed.source ? ` ${w.workspace_seed.source}` : ""} (${w.workspace_seed.file_count} files)`,
     `  secrets: ${w.secrets.map((x) => `${x.name} (${x.kind})`).join(", ") || "-"}`,
@@ -34,7 +36,10 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
     .option("--repo-ref <ref>", "branch, tag or commit for --repo-url")
     .option("--name <name>", "unique name to address the workspace by")
     .option("--label <K=V>", "label (repeatable)", collect)
-    .option("--network <policy>", "network policy: off (default), egress or allowlist:HOST[,HOST...] (docs/network.md)")
+    .option(
+      "--network <policy>",
+      "network policy: off (default), egress or allowlist:HOST[,HOST...] (docs/network.md)",
+    )
     .option(
       "--publish <HOST:GUEST>",
       "bind 127.0.0.1:HOST on the host to GUEST in the workspace; HOST 0 picks a free port (repeatable)",
