@@ -76,6 +76,52 @@ describe("limits and seeds the core refuses before making anything", () => {
   });
 });
 
+describe("network policies and published ports (issue 13)", () => {
+  // The last element: whether the refusal carries a hint (a duplicate host port has none).
+  const create: [string[], RegExp, boolean][] = [
+    [["--network", "allowlist:"], /network allowlist is empty/, true],
+    [["--network", "bogus"], /unknown network policy "bogus"/, true],
+    [["--publish", "0.0.0.0:80:80"], /bad published port '0\.0\.0\.0:80:80'/, true],
+    [["--publish", "70000:80"], /published port 70000:80 is out of range/, true],
+    [["--publish", "8080:80", "--publish", "8080:81"], /host port 8080 is published twice/, false],
+  ];
+  for (const [args, message, hinted] of create) {
+    it(`pyro workspace create ${args.join(" ")} is invalid_argument and makes nothing`, async () => {
+      const before = (await cli(["workspace", "list", "--json"], env)).json().count;
+      const r = await cli(["workspace", "create", ...args], env);
+      expect(r.code).toBe(1);
+      noTrace(r.stderr);
+      expect(r.stderr.trim().split("\n")[0]).toMatch(message);
+      const j = await cli(["workspace", "create", ...args, "--json"], env);
+      expect(j.code).toBe(1);
+      noTrace(j.stderr);
+      expect(j.json().error).toMatchObject({
+        code: "invalid_argument",
+        message: expect.stringMatching(message),
+      });
+      if (hinted) expect(j.json().error.hint).toBeTruthy();
+      expect((await cli(["workspace", "list", "--json"], env)).json().count).toBe(before);
+    });
+  }
+
+  const missing: string[][] = [
+    ["workspace", "network", "approve", "NOSUCH", "example.com"],
+    ["workspace", "network", "blocks", "NOSUCH"],
+  ];
+  for (const args of missing) {
+    it(`pyro ${args.join(" ")} is workspace_not_found`, async () => {
+      const r = await cli(args, env);
+      expect(r.code).not.toBe(0);
+      noTrace(r.stderr);
+      expect(r.stderr).toMatch(/no workspace 'NOSUCH'/);
+      const j = await cli([...args, "--json"], env);
+      expect(j.code).not.toBe(0);
+      noTrace(j.stderr);
+      expect(j.json().error).toMatchObject({ code: "workspace_not_found", message: "no workspace 'NOSUCH'" });
+    });
+  }
+});
+
 describe("bare pyro", () => {
   it("prints the help and exits 0", async () => {
     const r = await cli([], env);
