@@ -259,7 +259,12 @@ export async function killAndWait(pid: number, startTime: string, timeoutMs = 50
  * like the agent's (connectSandboxSocket), then told the port.
  */
 export async function connectForward(agentSocket: string, port: number, timeoutMs: number): Promise<Socket> {
-  const sock = await connectSandboxSocket(join(dirname(agentSocket), FORWARD_SOCKET), timeoutMs);
+  return connectForwardIn(dirname(agentSocket), port, timeoutMs);
+}
+
+/** connectForward for a sandbox whose forward socket is in `sockDir` (no agent socket beside it). */
+export async function connectForwardIn(sockDir: string, port: number, timeoutMs: number): Promise<Socket> {
+  const sock = await connectSandboxSocket(join(sockDir, FORWARD_SOCKET), timeoutMs);
   sock.write(`${port}\n`);
   return sock;
 }

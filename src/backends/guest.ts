@@ -9,7 +9,7 @@ import type { NodeRuntime } from "./runtime.js";
 export const AGENT_ENTRY = "dist/agent/guest/main.js";
 
 /** How the agent serves the host: a unix socket it listens on, stdio, or a VM's ports. */
-export type AgentChannel = { listen: string } | { stdio: true } | { vm: string };
+export type AgentChannel = { listen: string } | { stdio: true } | { vm: string } | { netOnly: true };
 
 /**
  * Where a sandboxed agent finds the host's egress proxy socket and serves published
@@ -48,7 +48,9 @@ export function agentArgv(
       ? ["--listen", channel.listen]
       : "stdio" in channel
         ? ["--stdio"]
-        : ["--vm", channel.vm];
+        : "netOnly" in channel
+          ? ["--net-only"]
+          : ["--vm", channel.vm];
   return runtime.argv(
     dirs.runtime,
     `${dirs.app}/${AGENT_ENTRY}`,

@@ -19,7 +19,7 @@ import {
   terminateAndWait,
 } from "../backends/common.js";
 import { PyroError } from "../errors.js";
-import { formatPolicy, parsePolicy, parseTarget } from "../net/policy.js";
+import { formatPolicy, formatRule, parsePolicy, parseTarget } from "../net/policy.js";
 import type { NetworkPolicy, PublishedPort, WorkspaceRow } from "../state/types.js";
 import { makeDirs } from "../util/fs.js";
 import { NETD_CONFIG, type NetdConfig, type NetdReady, READY_FILE, SANDBOX_NET_DIR } from "./netd.js";
@@ -43,7 +43,11 @@ export function parseNetworkPolicy(text: string | undefined): NetworkPolicy {
 export function checkPublishedPorts(ports: readonly PublishedPort[] | undefined): PublishedPort[] {
   const list = ports ?? [];
   if (list.length > MAX_PUBLISHED)
-    throw new PyroError("invalid_argument", `at most ${MAX_PUBLISHED} published ports`);
+    throw new PyroError(
+      "invalid_argument",
+      `at most ${MAX_PUBLISHED} published ports`,
+      "publish fewer ports, or reach more services through one",
+    );
   const seen = new Set<number>();
   for (const p of list) {
     const ok = (n: unknown, min: number) =>
@@ -55,7 +59,11 @@ export function checkPublishedPorts(ports: readonly PublishedPort[] | undefined)
         "give HOST_PORT:GUEST_PORT with a host port 0-65535 (0 picks a free one) and a guest port 1-65535",
       );
     if (p.host_port !== 0 && seen.has(p.host_port))
-      throw new PyroError("invalid_argument", `host port ${p.host_port} is published twice`);
+      throw new PyroError(
+        "invalid_argument",
+        `host port ${p.host_port} is published twice`,
+        "give each host port once (0 picks a free one each time)",
+      );
     seen.add(p.host_port);
   }
   return list.map((p) => ({ host_port: p.host_port, guest_port: p.guest_port }));
@@ -221,8 +229,7 @@ export function approvedPolicy(
   text: string,
 ): { policy: NetworkPolicy; approved: string[]; target: string } {
   const rule = parseTarget(text);
-  const target =
-    rule.port === null ? rule.host : `${rule.host.includes(":") ? `[${rule.host}]` : rule.host}:${rule.port}`;
+  const target = formatRule(rule);
   const approved = [...(w.spec.network_approved ?? [])];
   if (w.network_policy === "off")
     throw new PyroError(

@@ -41,10 +41,15 @@ export interface GuestOptions {
   egress?: string;
   /** A unix socket to serve published ports on (guest/net.ts). */
   forward?: string;
+  /**
+   * Serve only `egress` and `forward`, no agent channel: the persistent network helper
+   * of a sandbox whose agent runs per connection (Docker's `docker exec`).
+   */
+  netOnly?: boolean;
 }
 
 export const USAGE =
-  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET] [--forward SOCKET]";
+  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET] [--forward SOCKET] [--net-only]";
 
 /** Parses `--root DIR (--listen PATH | --stdio) [--tmp DIR]`; throws `invalid_argument`. */
 export function parseGuestArgs(argv: readonly string[]): GuestOptions {
@@ -65,13 +70,18 @@ export function parseGuestArgs(argv: readonly string[]): GuestOptions {
     else if (arg === "--vm") opts.vm = value();
     else if (arg === "--egress") opts.egress = value();
     else if (arg === "--forward") opts.forward = value();
+    else if (arg === "--net-only") opts.netOnly = true;
     else if (arg === "--stdio") opts.stdio = true;
     else if (arg === "--idle-commands") opts.idleCommands = true;
     else throw new AgentError("invalid_argument", `unknown argument '${arg}'; ${USAGE}`);
   }
   if (!opts.root) throw new AgentError("invalid_argument", `--root is required; ${USAGE}`);
-  if ([opts.listen, opts.stdio, opts.serial].filter(Boolean).length !== 1)
-    throw new AgentError("invalid_argument", `give exactly one of --listen, --stdio and --serial; ${USAGE}`);
+  const channels = [opts.listen, opts.stdio, opts.serial].filter(Boolean).length;
+  if (opts.netOnly ? channels !== 0 || (!opts.egress && !opts.forward) : channels !== 1)
+    throw new AgentError(
+      "invalid_argument",
+      `give exactly one of --listen, --stdio and --serial (or --net-only with --egress or --forward); ${USAGE}`,
+    );
   return opts as GuestOptions;
 }
 
@@ -148,6 +158,21 @@ export async function startGuest(
       ...(opts.vm ? { vmDir: opts.vm } : {}),
       ...(opts.idleCommands ? { idleCommands: true } : {}),
     });
+
+  if (opts.netOnly) {
+    const helpers = await startNetHelpers(opts);
+    let stop = () => {};
+    const done = new Promise<void>((resolve) => {
+      stop = resolve;
+    });
+    return {
+      done,
+      close: async () => {
+        await Promise.allSettled(helpers.map((h) => h.close()));
+        stop();
+      },
+    };
+  }
 
   if (opts.serial) {
     const ports = await findPorts(opts.serial);

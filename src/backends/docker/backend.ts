@@ -1,4 +1,4 @@
-import { mkdir, readFile, stat } from "node:fs/promises";
+import { mkdir, readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
@@ -7,8 +7,9 @@ import { PyroError } from "../../errors.js";
 import { atomicWriteFile } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { agentArgv } from "../guest.js";
-import { prepareNodeRuntime } from "../runtime.js";
+import { connectForwardIn, waitForSocket } from "../common.js";
+import { agentArgv, FORWARD_SOCKET, guestNet } from "../guest.js";
+import { type NodeRuntime, prepareNodeRuntime } from "../runtime.js";
 import {
   CALL_MS,
   deadline,
@@ -50,10 +51,17 @@ interface DockerState extends SandboxState {
   container_id: string;
   container: string;
   agent_argv: string[];
+  /** Host directory of the network helper's published-port socket (absent: no network). */
+  sock_dir?: string;
 }
 
 function layout(dir: string) {
-  return { upper: join(dir, "ws", "upper"), work: join(dir, "ws", "work"), record: join(dir, RECORD) };
+  return {
+    upper: join(dir, "ws", "upper"),
+    work: join(dir, "ws", "work"),
+    record: join(dir, RECORD),
+    sock: join(dir, "sock"),
+  };
 }
 
 function asDockerState(state: SandboxState): DockerState {
@@ -109,7 +117,8 @@ export class DockerBackend implements WorkspaceBackend {
     const docker = this.clients.get(endpoint);
     const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
     const image = await ensureImage(docker, endpoint, spec.rootfs, options);
-    for (const d of [l.upper, l.work]) await mkdir(d, { recursive: true, mode: 0o700 });
+    for (const d of [l.upper, l.work, l.sock]) await mkdir(d, { recursive: true, mode: 0o700 });
+    await rm(join(l.sock, FORWARD_SOCKET), { force: true });
     const argvOfAgent = agentArgv(
       runtime,
       IN_CONTAINER,
@@ -135,6 +144,7 @@ export class DockerBackend implements WorkspaceBackend {
         runtime.argv(IN_CONTAINER.runtime, "-e", "setInterval(() => {}, 1 << 30)"),
       ),
       user: workspaceUser(ids),
+      sockDir: l.sock,
     });
 
     let id: string;
@@ -150,9 +160,11 @@ export class DockerBackend implements WorkspaceBackend {
       container_id: id,
       container: containerName(spec.workspace_id),
       agent_argv: argvOfAgent,
+      ...(spec.netDir ? { sock_dir: l.sock } : {}),
     };
     try {
       await this.awaitAgent(state, options.signal);
+      if (spec.netDir) await this.startNetHelper(state, runtime);
     } catch (err) {
       await this.stop(state).catch(() => {});
       throw err;
@@ -210,6 +222,51 @@ export class DockerBackend implements WorkspaceBackend {
       );
     }
     return created.id;
+  }
+
+  /**
+   * The agent runs per connection here, so the sandbox side of the network (egress on
+   * 127.0.0.1:3128, the published-port socket: agent/guest/net.ts) is a detached exec of
+   * the agent in its network-only mode, living as long as the container.
+   */
+  private async startNetHelper(state: DockerState, runtime: NodeRuntime): Promise<void> {
+    const docker = this.clients.get(state.endpoint);
+    const argv = agentArgv(
+      runtime,
+      IN_CONTAINER,
+      IN_CONTAINER.workspace,
+      { netOnly: true },
+      { net: guestNet(IN_CONTAINER) },
+    );
+    try {
+      const exec = await docker.getContainer(state.container_id).exec({
+        Cmd: argv,
+        AttachStdin: false,
+        AttachStdout: false,
+        AttachStderr: false,
+        Tty: false,
+        WorkingDir: IN_CONTAINER.workspace,
+        ...deadline(),
+      } as Docker.ExecCreateOptions);
+      await exec.start({ Detach: true, ...deadline() } as Docker.ExecStartOptions);
+    } catch (err) {
+      throw engineError(err, `starting the network helper in ${state.container}`, state.endpoint);
+    }
+    await waitForSocket(join(state.sock_dir!, FORWARD_SOCKET), () => this.isRunning(state), {
+      timeoutMs: AGENT_READY_MS,
+      what: "the container's network helper",
+    });
+  }
+
+  connectPort(state: SandboxState, port: number, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    const s = asDockerState(state);
+    if (!s.sock_dir)
+      throw new PyroError(
+        "backend_unavailable",
+        `container ${s.container} was started without a network helper`,
+        "stop and start the workspace",
+      );
+    return connectForwardIn(s.sock_dir, port, options.timeoutMs ?? 5000);
   }
 
   /** Proves the agent runs in the container: one handshake over a fresh exec channel. */

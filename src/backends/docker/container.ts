@@ -15,6 +15,8 @@ export const IN_CONTAINER = {
   runtime: "/run/pyro/runtime",
   app: "/run/pyro/app",
   snapshots: "/run/pyro/snapshots",
+  sock: "/run/pyro/sock",
+  net: "/run/pyro/net",
 } as const;
 
 export const LABELS = {
@@ -152,6 +154,8 @@ export function workspaceContainerBody(p: {
   idleCmd: string[];
   /** `uid:gid` the workspace runs as (see {@link workspaceUser}). */
   user: string;
+  /** Host directory for the network helper's published-port socket (with spec.netDir). */
+  sockDir?: string;
 }): ContainerBody {
   const { spec } = p;
   return {
@@ -178,6 +182,14 @@ export function workspaceContainerBody(p: {
         Target: IN_CONTAINER.workspace,
         VolumeOptions: { NoCopy: true },
       },
+      // The network (docs/network.md): the proxy socket's directory read-only, and where
+      // the network helper serves published ports.
+      ...(spec.netDir && p.sockDir
+        ? [
+            { Type: "bind" as const, Source: spec.netDir, Target: IN_CONTAINER.net, ReadOnly: true },
+            { Type: "bind" as const, Source: p.sockDir, Target: IN_CONTAINER.sock, ReadOnly: false },
+          ]
+        : []),
     ]),
   };
 }

@@ -250,7 +250,7 @@ describe("approvedPolicy", () => {
   // src bug (reported): a bracketed IPv6 target without a port is formatted bare ("::1"),
   // which parseTarget/parsePolicy refuse: on allowlist the approval fails, on egress it is
   // stored and every later decideFor throws. `.fails` until approvedPolicy uses formatRule.
-  it.fails("formats a bracketed IPv6 target without a port in brackets", async () => {
+  it("formats a bracketed IPv6 target without a port in brackets", async () => {
     const { approvedPolicy } = await network();
     expect(approvedPolicy(row("egress"), "[::1]").target).toBe("[::1]");
     expect(approvedPolicy(row("allowlist:a.example"), "[::1]").policy).toBe("allowlist:a.example,[::1]");
