@@ -162,6 +162,12 @@ export interface WorkspaceBackend {
     options?: { timeoutMs?: number },
   ): Promise<import("node:stream").Duplex>;
   /**
+   * Optional, for VMs (nothing can be bound into them): the byte channel of the network
+   * mux (agent/netmux.ts) that carries the VM's egress and published ports. One session
+   * at a time, held by the workspace's network helper (core/netd.ts).
+   */
+  connectNet?(state: SandboxState, options?: { timeoutMs?: number }): Promise<import("node:stream").Duplex>;
+  /**
    * Optional fast path for `pyro run`: the command as the sandbox's only process, with the
    * same isolation as a workspace. Backends without it run one-shots as
    * create + exec + delete.

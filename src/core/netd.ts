@@ -19,7 +19,9 @@
 import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { join } from "node:path";
-import type { SandboxState } from "../backends/backend.js";
+import type { Duplex } from "node:stream";
+import { NetMux } from "../agent/netmux.js";
+import type { SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { procStartTime } from "../backends/common.js";
 import { PROXY_SOCKET } from "../backends/guest.js";
 import { kvmCheck } from "../backends/kvm.js";
@@ -62,6 +64,9 @@ export const READY_FILE = "netd.ready.json";
  */
 export const SANDBOX_NET_DIR = "sandbox";
 
+/** How soon the helper attaches again to a VM's network port after losing it. */
+const MUX_RETRY_MS = 250;
+
 /** How often the helper checks that its workspace still exists. */
 const WATCH_MS = 5000;
 
@@ -94,29 +99,87 @@ function listen(server: net.Server, where: net.ListenOptions): Promise<void> {
   });
 }
 
+/** Pipes two streams both ways; either ending or failing ends both. */
+function splice(a: Duplex, b: Duplex): void {
+  const end = () => {
+    a.destroy();
+    b.destroy();
+  };
+  for (const s of [a, b]) {
+    s.on("error", end);
+    s.on("close", end);
+  }
+  a.pipe(b);
+  b.pipe(a);
+  a.resume();
+}
+
+/**
+ * How a published port's connection reaches the guest: through the backend's
+ * `connectPort` (sandboxes whose agent serves a forward socket), or over the VM's
+ * network mux, which this helper keeps attached while the VM runs (its egress comes
+ * back over the same mux, to the proxy socket).
+ */
+function makeForwarder(
+  backend: WorkspaceBackend,
+  row: () => WorkspaceRow | null,
+  proxySocket: string,
+): (guestPort: number, client: net.Socket) => void {
+  const running = () => {
+    const w = row();
+    const state = w?.runtime.sandbox as SandboxState | null | undefined;
+    return w?.state === "running" && state ? state : null;
+  };
+  if (backend.connectPort) {
+    const connectPort = backend.connectPort.bind(backend);
+    return (guestPort, client) => {
+      const state = running();
+      if (!state) return void client.destroy();
+      connectPort(state, guestPort, { timeoutMs: 5000 }).then(
+        (guest) => splice(client, guest),
+        () => client.destroy(),
+      );
+    };
+  }
+  const connectNet = backend.connectNet?.bind(backend);
+  if (!connectNet) return (_port, client) => void client.destroy();
+  let mux: NetMux | null = null;
+  const attach = async () => {
+    for (;;) {
+      const state = running();
+      if (state) {
+        try {
+          const wire = await connectNet(state, { timeoutMs: 5000 });
+          const m = new NetMux(wire, "host", async (req) => {
+            if (req.kind !== "egress") throw new Error("the host serves egress only");
+            return net.connect({ path: proxySocket });
+          });
+          mux = m;
+          await m.closed;
+          if (mux === m) mux = null;
+        } catch {
+          // Not up yet, or restarting: try again.
+        }
+      }
+      await new Promise((r) => setTimeout(r, MUX_RETRY_MS));
+    }
+  };
+  void attach();
+  return (guestPort, client) => {
+    if (!mux) return void client.destroy();
+    mux.open({ kind: "port", port: guestPort }, client).catch(() => {});
+  };
+}
+
 /** Binds one published port; a port in use is a `conflict`. */
 async function publish(
   p: PublishedPort,
-  forward: (guestPort: number) => Promise<net.Socket | import("node:stream").Duplex>,
+  forward: (guestPort: number, client: net.Socket) => void,
 ): Promise<{ server: net.Server; port: PublishedPort }> {
   const server = net.createServer((client) => {
     client.on("error", () => client.destroy());
     client.pause();
-    forward(p.guest_port).then(
-      (guest) => {
-        const end = () => {
-          client.destroy();
-          guest.destroy();
-        };
-        guest.on("error", end);
-        guest.on("close", end);
-        client.on("close", end);
-        client.pipe(guest);
-        guest.pipe(client);
-        client.resume();
-      },
-      () => client.destroy(),
-    );
+    forward(p.guest_port, client);
   });
   try {
     await listen(server, { host: "127.0.0.1", port: p.host_port });
@@ -173,13 +236,7 @@ export async function runNetd(config: NetdConfig): Promise<void> {
     proxyPort = (tcp.server.address() as net.AddressInfo).port;
     servers.push(tcp.server);
   }
-  const forward = async (guestPort: number) => {
-    const w = row();
-    const state = w?.runtime.sandbox as SandboxState | null | undefined;
-    if (w?.state !== "running" || !state || !backend.connectPort)
-      throw new PyroError("workspace_stopped", "the workspace is not running");
-    return backend.connectPort(state, guestPort, { timeoutMs: 5000 });
-  };
+  const forward = makeForwarder(backend, row, socketPath);
   const published: PublishedPort[] = [];
   for (const p of config.published) {
     const bound = await publish(p, forward);

@@ -87,7 +87,7 @@ export function checkNetworkSupport(
   policy: NetworkPolicy,
   ports: readonly PublishedPort[],
 ): void {
-  if (backend.connectPort) return;
+  if (backend.connectPort || backend.connectNet) return;
   if (policy === "off" && ports.length === 0) return;
   throw new PyroError(
     "backend_unavailable",

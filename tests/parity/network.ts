@@ -17,7 +17,7 @@ import type { Scenario, ScenarioContext } from "./scenarios.js";
  */
 
 /** Backends that apply network policies in this build; the others must refuse them. */
-const NETWORKED = new Set(["bwrap", "gvisor", "docker", "host"]);
+const NETWORKED = new Set(["bwrap", "gvisor", "docker", "qemu", "host"]);
 
 export function networked(ctx: ScenarioContext): boolean {
   return ctx.target.real && NETWORKED.has(ctx.target.backend);
@@ -32,7 +32,8 @@ async function code(p: Promise<unknown>): Promise<string> {
 
 /** The node binary as the workspace sees it. */
 function nodeIn(ctx: ScenarioContext): string {
-  return ctx.target.backend === "host" ? process.execPath : "/run/pyro/runtime/bin/node";
+  if (ctx.target.backend === "host") return process.execPath;
+  return ctx.target.backend === "qemu" ? "/run/pyro/agent/runtime/bin/node" : "/run/pyro/runtime/bin/node";
 }
 
 interface Servers {

@@ -12,7 +12,7 @@ import path from "node:path";
 import { Duplex, type Readable, type Writable } from "node:stream";
 import { AgentError } from "../errors.js";
 import { serveConnection } from "../server.js";
-import { configureApt, type NetHelper, serveEgress, serveForward } from "./net.js";
+import { configureApt, type NetHelper, serveEgress, serveForward, serveNetMux } from "./net.js";
 import { BUILTIN_OPS } from "./ops/index.js";
 import { Workspace } from "./paths.js";
 import { findPorts, servePort } from "./serial.js";
@@ -46,10 +46,12 @@ export interface GuestOptions {
    * of a sandbox whose agent runs per connection (Docker's `docker exec`).
    */
   netOnly?: boolean;
+  /** Inside a VM: serve egress and published ports over the virtio-serial port with this name (guest/net.ts). */
+  netMux?: string;
 }
 
 export const USAGE =
-  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET] [--forward SOCKET] [--net-only]";
+  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET] [--forward SOCKET] [--net-only] [--net-mux PORT_NAME]";
 
 /** Parses `--root DIR (--listen PATH | --stdio) [--tmp DIR]`; throws `invalid_argument`. */
 export function parseGuestArgs(argv: readonly string[]): GuestOptions {
@@ -71,6 +73,7 @@ export function parseGuestArgs(argv: readonly string[]): GuestOptions {
     else if (arg === "--egress") opts.egress = value();
     else if (arg === "--forward") opts.forward = value();
     else if (arg === "--net-only") opts.netOnly = true;
+    else if (arg === "--net-mux") opts.netMux = value();
     else if (arg === "--stdio") opts.stdio = true;
     else if (arg === "--idle-commands") opts.idleCommands = true;
     else throw new AgentError("invalid_argument", `unknown argument '${arg}'; ${USAGE}`);
@@ -142,6 +145,25 @@ async function startNetHelpers(opts: GuestOptions): Promise<NetHelper[]> {
   return helpers;
 }
 
+/**
+ * The VM's network helper on the port named `name`; a VM started without that port (an
+ * older machine) has no network, which the host refuses to configure anyway.
+ */
+async function startNetMux(
+  name: string,
+  signal: AbortSignal,
+  log?: (line: string) => void,
+): Promise<NetHelper | null> {
+  const [dev] = (await findPorts(name)).filter(Boolean);
+  if (!dev) {
+    log?.(`no virtio-serial port named ${name}: no network`);
+    return null;
+  }
+  const helper = await serveNetMux(dev, signal, log);
+  await configureApt();
+  return helper;
+}
+
 /** Starts an agent as described by `opts`. `io` replaces stdin/stdout in stdio mode. */
 export async function startGuest(
   opts: GuestOptions,
@@ -184,10 +206,12 @@ export async function startGuest(
       () => undefined,
     );
     log?.(`serving ${ports.length} serial ports, root ${workspace.givenRoot}`);
+    const net = opts.netMux ? await startNetMux(opts.netMux, stop.signal, log) : null;
     return {
       done,
       close: async () => {
         stop.abort();
+        await net?.close();
         await done;
       },
     };

@@ -13,6 +13,8 @@
  */
 import { stat, writeFile } from "node:fs/promises";
 import net from "node:net";
+import { NetMux } from "../netmux.js";
+import { servePort } from "./serial.js";
 
 /** Where commands find the proxy: HTTP_PROXY, HTTPS_PROXY and ALL_PROXY point here. */
 export const EGRESS_PORT = 3128;
@@ -63,6 +65,55 @@ export async function serveEgress(proxySocket: string, port = EGRESS_PORT): Prom
   const helper = listening(server, sockets);
   await listen(server, { host: "127.0.0.1", port });
   return helper;
+}
+
+/**
+ * Inside a VM (no socket can be bound in from the host): egress on 127.0.0.1:`port` and
+ * published ports go over the network mux (agent/netmux.ts) on the virtio-serial port
+ * `dev`, one host session at a time. A connection made while no host is attached is
+ * closed at once.
+ */
+export async function serveNetMux(
+  dev: string,
+  signal: AbortSignal,
+  log?: (line: string) => void,
+  port = EGRESS_PORT,
+): Promise<NetHelper> {
+  let current: NetMux | null = null;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    client.on("error", () => {});
+    if (!current) return void client.destroy();
+    current.open({ kind: "egress" }, client).catch(() => {});
+  });
+  const helper = listening(server, sockets);
+  await listen(server, { host: "127.0.0.1", port });
+  const dial = (p: number) =>
+    new Promise<net.Socket>((resolve, reject) => {
+      const s = net.connect({ host: "127.0.0.1", port: p });
+      s.once("connect", () => resolve(s));
+      s.once("error", reject);
+    });
+  const sessions = servePort(
+    dev,
+    async (wire) => {
+      const mux = new NetMux(wire, "guest", async (req) => {
+        if (req.kind !== "port") throw new Error("the guest serves ports only");
+        return dial(req.port);
+      });
+      current = mux;
+      await mux.closed;
+      if (current === mux) current = null;
+    },
+    signal,
+    log,
+  );
+  return {
+    close: async () => {
+      await helper.close();
+      await sessions.catch(() => {});
+    },
+  };
 }
 
 /** Serves the unix socket `path` for published ports (see the module comment). */

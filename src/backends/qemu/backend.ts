@@ -9,7 +9,7 @@ import { exists, touch } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import { firstLine, run, which } from "../../util/run.js";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { killAndWait, logTail, sameProcessAlive, terminateAndWait } from "../common.js";
+import { connectUnix, killAndWait, logTail, sameProcessAlive, terminateAndWait } from "../common.js";
 import { DEFAULT_DISK_MIB } from "../disk-image.js";
 import { sandboxHostname } from "../guest.js";
 import { type KvmCheck, kvmCheck } from "../kvm.js";
@@ -20,7 +20,7 @@ import { setupGuest } from "../vm/setup.js";
 import { MicroVmBackend } from "../vm/snapshots.js";
 import type { VmArtifacts } from "../vm/types.js";
 import { consoleRead, spawnQemu, watchBoot } from "./boot.js";
-import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
+import { type Accel, netSocket, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
 import { QmpClient, tailLines } from "./qmp.js";
 import { blankStateDisk, ensureTemplate } from "./template.js";
@@ -317,6 +317,14 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
         "start the workspace again",
       );
     return connectPort(s.sockets, timeoutMs);
+  }
+
+  /** The network mux's channel (agent/netmux.ts): QEMU's socket for the VM's network port. */
+  async connectNet(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    const s = QEMU_STATE.read(state);
+    if (!(await sameProcessAlive(s.pid, s.start_time)))
+      throw new PyroError("workspace_stopped", "the VM is not running");
+    return connectUnix(netSocket(s.sockets), options.timeoutMs ?? 5000);
   }
 
   async isRunning(state: SandboxState): Promise<boolean> {

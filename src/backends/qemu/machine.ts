@@ -1,5 +1,5 @@
 import { join, relative } from "node:path";
-import { SERIAL_PORT_PREFIX } from "../vm/agent-disk.js";
+import { NET_PORT_NAME, SERIAL_PORT_PREFIX } from "../vm/agent-disk.js";
 import { DISK_SERIAL, SERIAL_PORTS, type VmArtifacts } from "../vm/types.js";
 
 export type Accel = "kvm" | "tcg";
@@ -36,6 +36,11 @@ export function qmpSocket(socketDir: string): string {
 
 export function portSocket(socketDir: string, i: number): string {
   return join(socketDir, `p${i}`);
+}
+
+/** The socket of the network mux's port (agent/netmux.ts): one host session, the network helper's. */
+export function netSocket(socketDir: string): string {
+  return join(socketDir, "net");
 }
 
 /**
@@ -101,7 +106,12 @@ export function qemuArgv(m: MachineSpec): string[] {
     ...drive("state", m.stateDisk, "qcow2", false, DISK_SERIAL.state),
     ...drive("seed", m.seedDisk, "raw", true, DISK_SERIAL.seed),
     "-device",
-    `virtio-serial-device,max_ports=${SERIAL_PORTS + 1}`,
+    // Port 0 is reserved (console); then SERIAL_PORTS agent ports and the network port.
+    `virtio-serial-device,max_ports=${SERIAL_PORTS + 2}`,
+    "-chardev",
+    `socket,id=net,path=${qemuOpt(relative(m.socketDir, netSocket(m.socketDir)))},server=on,wait=off`,
+    "-device",
+    `virtserialport,chardev=net,name=${NET_PORT_NAME}`,
     "-qmp",
     `unix:${qemuOpt(relative(m.socketDir, qmpSocket(m.socketDir)))},server=on,wait=off`,
   ];

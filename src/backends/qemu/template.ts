@@ -25,7 +25,7 @@ export interface Template {
 }
 
 /** Bumped when the VM's hardware or the guest's pre-save state changes shape. */
-const TEMPLATE_VERSION = 2;
+const TEMPLATE_VERSION = 3;
 
 export interface TemplateInputs {
   qemu: string;

@@ -13,6 +13,9 @@ export const AGENT_PACKAGES = ["zod", "tar", "diff"] as const;
 /** Name prefix of the virtio-serial ports that carry agent connections. */
 export const SERIAL_PORT_PREFIX = "pyro.agent.";
 
+/** Name of the virtio-serial port of the network mux (agent/netmux.ts). */
+export const NET_PORT_NAME = "pyro.net";
+
 /**
  * Stage 2, PID 1 after switch_root (busybox from the agent disk): the rest of the
  * system setup, then the agent, restarted if it ever exits, with the shell reaping
@@ -42,7 +45,7 @@ if [ "$channel" = vsock ]; then
   ${bridge ? `keep ${q(bridge)} ${AGENT_VSOCK_PORT} ${GUEST.agentSocket} &` : 'echo "pyro-init: no vsock bridge on the agent disk"; $B poweroff -f'}
   keep ${agentArgv.map(q).join(" ")} --listen ${GUEST.agentSocket} &
 else
-  keep ${agentArgv.map(q).join(" ")} --serial ${SERIAL_PORT_PREFIX} &
+  keep ${agentArgv.map(q).join(" ")} --serial ${SERIAL_PORT_PREFIX} --net-mux ${NET_PORT_NAME} &
 fi
 wait $!
 `;
