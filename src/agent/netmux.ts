@@ -31,11 +31,20 @@ interface Pending {
 }
 
 const MAX_STREAMS = 1024;
+const MAX_CHANNEL = 0xffff_ffff;
+const MAX_REASON = 200;
 
 export class NetMux {
   private readonly decoder = new FrameDecoder();
   private readonly streams = new Map<number, Duplex>();
   private readonly pending = new Map<number, Pending>();
+  /** Channels the peer opened whose accept callback has not answered yet. */
+  private readonly accepting = new Set<number>();
+  /** Local streams paused until the wire drains (outbound backpressure). */
+  private readonly blocked = new Set<Duplex>();
+  /** Local streams over their high-water mark; the wire is paused while any is (inbound). */
+  private readonly stalled = new Set<Duplex>();
+  private readonly peerParity: number;
   private next: number;
   private ended = false;
   readonly closed: Promise<void>;
@@ -47,6 +56,7 @@ export class NetMux {
     private readonly accept: MuxAccept,
   ) {
     this.next = side === "host" ? 1 : 2;
+    this.peerParity = side === "host" ? 0 : 1;
     this.closed = new Promise((r) => {
       this.resolveClosed = r;
     });
@@ -54,6 +64,11 @@ export class NetMux {
     wire.on("close", () => this.shutdown());
     wire.on("end", () => this.shutdown());
     wire.on("error", () => this.shutdown());
+    wire.on("drain", () => {
+      const blocked = [...this.blocked];
+      this.blocked.clear();
+      for (const s of blocked) s.resume();
+    });
   }
 
   /**
@@ -85,6 +100,8 @@ export class NetMux {
     this.ended = true;
     for (const s of this.streams.values()) s.destroy();
     this.streams.clear();
+    this.blocked.clear();
+    this.stalled.clear();
     for (const p of this.pending.values()) {
       p.local.destroy();
       p.reject(new Error("the network channel closed"));
@@ -110,8 +127,14 @@ export class NetMux {
   }
 
   private onFrame(f: Frame): void {
+    if (this.ended) return;
     if (f.kind === FrameKind.Message) {
       this.onMessage(f.payload);
+      return;
+    }
+    if (f.channel === 0) {
+      // The mux never fragments messages: data or end on channel 0 is a violation.
+      this.close();
       return;
     }
     const s = this.streams.get(f.channel);
@@ -119,8 +142,9 @@ export class NetMux {
       if (f.kind !== FrameKind.Abort) this.send(FrameKind.Abort, f.channel);
       return;
     }
-    if (f.kind === FrameKind.Data) s.write(f.payload);
-    else if (f.kind === FrameKind.End) s.end();
+    if (f.kind === FrameKind.Data) {
+      if (!s.write(f.payload)) this.stall(s);
+    } else if (f.kind === FrameKind.End) s.end();
     else {
       this.streams.delete(f.channel);
       s.destroy();
@@ -135,12 +159,23 @@ export class NetMux {
       this.close();
       return;
     }
-    const ch = m.ch;
-    if (typeof ch !== "number" || !Number.isInteger(ch) || ch <= 0) {
+    if (typeof m !== "object" || m === null || Array.isArray(m)) {
       this.close();
       return;
     }
-    if (m.t === "open") return void this.onOpen(ch, m);
+    const ch = m.ch;
+    if (typeof ch !== "number" || !Number.isInteger(ch) || ch <= 0 || ch > MAX_CHANNEL) {
+      this.close();
+      return;
+    }
+    if (m.t === "open") {
+      // The peer opens channels of its own parity only (odd: host, even: guest).
+      if (ch % 2 !== this.peerParity) {
+        this.close();
+        return;
+      }
+      return void this.onOpen(ch, m);
+    }
     const p = this.pending.get(ch);
     if (!p) return;
     this.pending.delete(ch);
@@ -149,14 +184,19 @@ export class NetMux {
       p.resolve(p.local);
     } else {
       p.local.destroy();
-      p.reject(new Error(typeof m.reason === "string" ? m.reason.slice(0, 200) : "refused"));
+      p.reject(new Error(typeof m.reason === "string" ? m.reason.slice(0, MAX_REASON) : "refused"));
     }
   }
 
   private async onOpen(ch: number, m: { kind?: unknown; port?: unknown }): Promise<void> {
     const refuse = (reason: string) =>
-      this.send(FrameKind.Message, 0, Buffer.from(JSON.stringify({ t: "no", ch, reason })));
-    if (this.streams.has(ch) || this.streams.size >= MAX_STREAMS) return void refuse("too many streams");
+      this.send(
+        FrameKind.Message,
+        0,
+        Buffer.from(JSON.stringify({ t: "no", ch, reason: reason.slice(0, MAX_REASON) })),
+      );
+    if (this.streams.has(ch) || this.accepting.has(ch)) return void refuse("channel in use");
+    if (this.streams.size + this.accepting.size >= MAX_STREAMS) return void refuse("too many streams");
     let req: MuxOpen;
     if (m.kind === "egress") req = { kind: "egress" };
     else if (
@@ -168,26 +208,37 @@ export class NetMux {
       req = { kind: "port", port: m.port as number };
     else return void refuse("bad open request");
     let local: Duplex;
+    this.accepting.add(ch);
     try {
       local = await this.accept(req);
     } catch (err) {
-      return void refuse((err as Error).message);
+      return void refuse(err instanceof Error ? err.message : String(err));
+    } finally {
+      this.accepting.delete(ch);
     }
     if (this.ended) return void local.destroy();
+    if (local.destroyed) return void refuse("closed");
     this.attach(ch, local);
     this.send(FrameKind.Message, 0, Buffer.from(JSON.stringify({ t: "ok", ch })));
   }
 
   /** Pipes a local stream through channel `ch`. */
   private attach(ch: number, local: Duplex): void {
+    if (local.destroyed) {
+      // Closed while its open was in flight: its 'close' has already been emitted.
+      this.send(FrameKind.Abort, ch);
+      return;
+    }
     this.streams.set(ch, local);
     let finished = false;
     local.on("data", (chunk: Buffer) => {
+      let full = false;
       for (let i = 0; i < chunk.length; i += MAX_FRAME_PAYLOAD) {
-        if (!this.send(FrameKind.Data, ch, chunk.subarray(i, i + MAX_FRAME_PAYLOAD))) {
-          local.pause();
-          this.wire.once("drain", () => local.resume());
-        }
+        if (!this.send(FrameKind.Data, ch, chunk.subarray(i, i + MAX_FRAME_PAYLOAD))) full = true;
+      }
+      if (full && !this.ended) {
+        local.pause();
+        this.blocked.add(local);
       }
     });
     local.on("end", () => {
@@ -196,10 +247,26 @@ export class NetMux {
     });
     local.on("error", () => {});
     local.on("close", () => {
+      this.blocked.delete(local);
       if (this.streams.get(ch) !== local) return;
       this.streams.delete(ch);
       if (!finished) this.send(FrameKind.Abort, ch);
     });
     local.resume();
+  }
+
+  /** Pauses the wire until `s` drains or closes (inbound backpressure). */
+  private stall(s: Duplex): void {
+    if (this.stalled.has(s)) return;
+    this.stalled.add(s);
+    this.wire.pause();
+    const go = () => {
+      s.off("drain", go);
+      s.off("close", go);
+      this.stalled.delete(s);
+      if (this.stalled.size === 0 && !this.ended) this.wire.resume();
+    };
+    s.on("drain", go);
+    s.on("close", go);
   }
 }

@@ -25,4 +25,6 @@ export const GUEST = {
   workspace: "/workspace",
   /** The agent's unix socket (vsock channel: the bridge forwards vsock connections here). */
   agentSocket: "/run/pyro/agent.sock",
+  /** The network mux's unix socket (vsock channel: a second bridge forwards NET_VSOCK_PORT here). */
+  netSocket: "/run/pyro/net.sock",
 } as const;

@@ -17,7 +17,7 @@ import type { Scenario, ScenarioContext } from "./scenarios.js";
  */
 
 /** Backends that apply network policies in this build; the others must refuse them. */
-const NETWORKED = new Set(["bwrap", "gvisor", "docker", "qemu", "host"]);
+const NETWORKED = new Set(["bwrap", "gvisor", "docker", "qemu", "firecracker", "host"]);
 
 export function networked(ctx: ScenarioContext): boolean {
   return ctx.target.real && NETWORKED.has(ctx.target.backend);

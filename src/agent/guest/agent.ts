@@ -12,7 +12,14 @@ import path from "node:path";
 import { Duplex, type Readable, type Writable } from "node:stream";
 import { AgentError } from "../errors.js";
 import { serveConnection } from "../server.js";
-import { configureApt, type NetHelper, serveEgress, serveForward, serveNetMux } from "./net.js";
+import {
+  configureApt,
+  type NetHelper,
+  serveEgress,
+  serveForward,
+  serveNetMux,
+  serveNetMuxOn,
+} from "./net.js";
 import { BUILTIN_OPS } from "./ops/index.js";
 import { Workspace } from "./paths.js";
 import { findPorts, servePort } from "./serial.js";
@@ -48,10 +55,12 @@ export interface GuestOptions {
   netOnly?: boolean;
   /** Inside a VM: serve egress and published ports over the virtio-serial port with this name (guest/net.ts). */
   netMux?: string;
+  /** Inside a Firecracker VM: serve the network mux on connections to this unix socket. */
+  netListen?: string;
 }
 
 export const USAGE =
-  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET] [--forward SOCKET] [--net-only] [--net-mux PORT_NAME]";
+  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET] [--forward SOCKET] [--net-only] [--net-mux PORT_NAME] [--net-listen SOCKET]";
 
 /** Parses `--root DIR (--listen PATH | --stdio) [--tmp DIR]`; throws `invalid_argument`. */
 export function parseGuestArgs(argv: readonly string[]): GuestOptions {
@@ -74,6 +83,7 @@ export function parseGuestArgs(argv: readonly string[]): GuestOptions {
     else if (arg === "--forward") opts.forward = value();
     else if (arg === "--net-only") opts.netOnly = true;
     else if (arg === "--net-mux") opts.netMux = value();
+    else if (arg === "--net-listen") opts.netListen = value();
     else if (arg === "--stdio") opts.stdio = true;
     else if (arg === "--idle-commands") opts.idleCommands = true;
     else throw new AgentError("invalid_argument", `unknown argument '${arg}'; ${USAGE}`);
@@ -135,6 +145,12 @@ async function startNetHelpers(opts: GuestOptions): Promise<NetHelper[]> {
   const helpers: NetHelper[] = [];
   if (opts.egress) {
     helpers.push(await serveEgress(opts.egress));
+    await configureApt();
+  }
+  if (opts.netListen) {
+    await removeStaleSocket(opts.netListen);
+    helpers.push(await serveNetMuxOn(opts.netListen));
+    await restrictToOwner(opts.netListen);
     await configureApt();
   }
   if (opts.forward) {

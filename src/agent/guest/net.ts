@@ -79,6 +79,42 @@ export async function serveNetMux(
   log?: (line: string) => void,
   port = EGRESS_PORT,
 ): Promise<NetHelper> {
+  return serveMuxSessions((serve) => servePort(dev, serve, signal, log), port);
+}
+
+/**
+ * The same over a unix socket (Firecracker: its vsock bridge forwards the host's
+ * connections on NET_VSOCK_PORT here). The newest connection is the session; an older
+ * one is closed.
+ */
+export async function serveNetMuxOn(path: string, port = EGRESS_PORT): Promise<NetHelper> {
+  const sockets = new Set<net.Socket>();
+  let serve: ((wire: net.Socket) => Promise<void>) | null = null;
+  let previous: net.Socket | null = null;
+  const server = net.createServer((wire) => {
+    wire.on("error", () => {});
+    previous?.destroy();
+    previous = wire;
+    void serve?.(wire);
+  });
+  const listener = listening(server, sockets);
+  await listen(server, { path });
+  const mux = await serveMuxSessions(async (s) => {
+    serve = s;
+  }, port);
+  return {
+    close: async () => {
+      await listener.close();
+      await mux.close();
+    },
+  };
+}
+
+/** Egress on 127.0.0.1:`port` into whichever mux session `sessions` currently serves. */
+async function serveMuxSessions(
+  sessions: (serve: (wire: net.Socket) => Promise<void>) => Promise<void>,
+  port: number,
+): Promise<NetHelper> {
   let current: NetMux | null = null;
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
@@ -94,24 +130,19 @@ export async function serveNetMux(
       s.once("connect", () => resolve(s));
       s.once("error", reject);
     });
-  const sessions = servePort(
-    dev,
-    async (wire) => {
-      const mux = new NetMux(wire, "guest", async (req) => {
-        if (req.kind !== "port") throw new Error("the guest serves ports only");
-        return dial(req.port);
-      });
-      current = mux;
-      await mux.closed;
-      if (current === mux) current = null;
-    },
-    signal,
-    log,
-  );
+  const running = sessions(async (wire) => {
+    const mux = new NetMux(wire, "guest", async (req) => {
+      if (req.kind !== "port") throw new Error("the guest serves ports only");
+      return dial(req.port);
+    });
+    current = mux;
+    await mux.closed;
+    if (current === mux) current = null;
+  });
   return {
     close: async () => {
       await helper.close();
-      await sessions.catch(() => {});
+      await running.catch(() => {});
     },
   };
 }

@@ -15,7 +15,7 @@ import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artif
 import { blankExt4, seedImage } from "../vm/disks.js";
 import { setupGuest } from "../vm/setup.js";
 import { MicroVmBackend } from "../vm/snapshots.js";
-import { AGENT_VSOCK_PORT, type VmArtifacts } from "../vm/types.js";
+import { AGENT_VSOCK_PORT, NET_VSOCK_PORT, type VmArtifacts } from "../vm/types.js";
 import { prepareVsockBridge } from "./bridge.js";
 import { ensureTemplate, markTemplateFailed, type TemplateFiles, templateKey } from "./template.js";
 import {
@@ -297,6 +297,13 @@ export class FirecrackerBackend extends MicroVmBackend implements WorkspaceBacke
 
   connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
     return connectVsock(FIRECRACKER_STATE.read(state).vsock_socket, AGENT_VSOCK_PORT, {
+      timeoutMs: options.timeoutMs ?? 5000,
+    });
+  }
+
+  /** The network mux's channel (agent/netmux.ts): guest vsock NET_VSOCK_PORT, bridged to the agent. */
+  connectNet(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    return connectVsock(FIRECRACKER_STATE.read(state).vsock_socket, NET_VSOCK_PORT, {
       timeoutMs: options.timeoutMs ?? 5000,
     });
   }

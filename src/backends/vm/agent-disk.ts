@@ -5,7 +5,7 @@ import { touch } from "../../util/fs.js";
 import { agentArgv } from "../guest.js";
 import type { NodeRuntime } from "../runtime.js";
 import { mkfsExt4 } from "./disks.js";
-import { AGENT_VSOCK_PORT, GUEST } from "./types.js";
+import { AGENT_VSOCK_PORT, GUEST, NET_VSOCK_PORT } from "./types.js";
 
 /** npm packages the guest agent imports (the rest of node_modules stays on the host). */
 export const AGENT_PACKAGES = ["zod", "tar", "diff"] as const;
@@ -43,7 +43,8 @@ done
 keep() { while :; do "$@"; echo "pyro-init: $1 exited $?, restarting"; $B sleep 1; done; }
 if [ "$channel" = vsock ]; then
   ${bridge ? `keep ${q(bridge)} ${AGENT_VSOCK_PORT} ${GUEST.agentSocket} &` : 'echo "pyro-init: no vsock bridge on the agent disk"; $B poweroff -f'}
-  keep ${agentArgv.map(q).join(" ")} --listen ${GUEST.agentSocket} &
+  ${bridge ? `keep ${q(bridge)} ${NET_VSOCK_PORT} ${GUEST.netSocket} &` : ""}
+  keep ${agentArgv.map(q).join(" ")} --listen ${GUEST.agentSocket} --net-listen ${GUEST.netSocket} &
 else
   keep ${agentArgv.map(q).join(" ")} --serial ${SERIAL_PORT_PREFIX} --net-mux ${NET_PORT_NAME} &
 fi

@@ -10,6 +10,9 @@ export { DISK_SERIAL, GUEST } from "../../agent/vm-layout.js";
 /** Guest vsock port the agent bridge listens on (firecracker). */
 export const AGENT_VSOCK_PORT = 1024;
 
+/** Guest vsock port of the network mux (firecracker; agent/netmux.ts). */
+export const NET_VSOCK_PORT = 1025;
+
 /** Number of virtio-serial ports: concurrent host connections to one VM's agent (qemu). */
 export const SERIAL_PORTS = 8;
 

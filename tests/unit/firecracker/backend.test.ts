@@ -11,7 +11,12 @@ import {
   writeFile,
 } from "node:fs/promises";
 import { createServer as createHttpServer, type Server as HttpServer } from "node:http";
-import { createServer as createNetServer, type Server as NetServer, type Socket } from "node:net";
+import {
+  createConnection,
+  createServer as createNetServer,
+  type Server as NetServer,
+  type Socket,
+} from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -19,6 +24,7 @@ import { AgentClient } from "../../../src/agent/client.js";
 import { BUILTIN_OPS } from "../../../src/agent/guest/ops/index.js";
 import { Workspace } from "../../../src/agent/guest/paths.js";
 import { PROTOCOL_VERSION } from "../../../src/agent/messages.js";
+import { NetMux } from "../../../src/agent/netmux.js";
 import { serveConnection } from "../../../src/agent/server.js";
 import type { SandboxSpec, SandboxState } from "../../../src/backends/backend.js";
 import { procStartTime, sameProcessAlive } from "../../../src/backends/common.js";
@@ -155,7 +161,18 @@ class FakeFirecracker {
       vm.sockets.push(sock);
       sock.on("error", () => {});
       sock.once("data", (chunk) => {
-        if (chunk.toString() !== "CONNECT 1024\n") {
+        const line = chunk.toString();
+        if (line === "CONNECT 1025\n") {
+          // The guest's network mux (agent/netmux.ts): published ports dial the host's
+          // loopback here, standing in for the guest's.
+          sock.write("OK 1073741825\n");
+          new NetMux(sock, "guest", async (req) => {
+            if (req.kind !== "port") throw new Error("ports only");
+            return createConnection({ host: "127.0.0.1", port: req.port });
+          });
+          return;
+        }
+        if (line !== "CONNECT 1024\n") {
           sock.destroy();
           return;
         }
@@ -382,6 +399,31 @@ describe("FirecrackerBackend against a fake Firecracker", () => {
     await b.destroy(s, again);
     expect(await b.isRunning(again)).toBe(false);
     await expect(stat(s.dir)).rejects.toThrow();
+  });
+
+  it("carries published ports over the network mux on vsock port 1025 (the guest side is qemu's)", async () => {
+    const b = backend({ fastStart: false });
+    const state = await b.start(spec("ws_net1"));
+    const echo = createNetServer((s) => s.pipe(s));
+    await new Promise<void>((r) => echo.listen(0, "127.0.0.1", r));
+    try {
+      const wire = await b.connectNet(state, { timeoutMs: 2000 });
+      const host = new NetMux(wire, "host", async () => {
+        throw new Error("no egress in this test");
+      });
+      const { PassThrough, Duplex } = await import("node:stream");
+      const toGuest = new PassThrough();
+      const fromGuest = new PassThrough();
+      const local = Duplex.from({ readable: toGuest, writable: fromGuest });
+      await host.open({ kind: "port", port: (echo.address() as { port: number }).port }, local);
+      toGuest.write("ping over vsock\n");
+      const got = await new Promise<string>((r) => fromGuest.once("data", (d: Buffer) => r(d.toString())));
+      expect(got).toBe("ping over vsock\n");
+      host.close();
+    } finally {
+      echo.close();
+      await b.stop(state);
+    }
   });
 
   it("surfaces Firecracker's fault_message when it refuses the configuration, and leaves no process", async () => {

@@ -3,8 +3,13 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { packageClosure, SERIAL_PORT_PREFIX, stage2Script } from "../../../src/backends/vm/agent-disk.js";
-import { AGENT_VSOCK_PORT, GUEST } from "../../../src/backends/vm/types.js";
+import {
+  NET_PORT_NAME,
+  packageClosure,
+  SERIAL_PORT_PREFIX,
+  stage2Script,
+} from "../../../src/backends/vm/agent-disk.js";
+import { AGENT_VSOCK_PORT, GUEST, NET_VSOCK_PORT } from "../../../src/backends/vm/types.js";
 import { which } from "../../../src/util/run.js";
 
 const busybox = await which("busybox");
@@ -86,10 +91,13 @@ describe("stage2Script", () => {
     const s = stage2Script(["node", "main.js"], BRIDGE);
     expect(s.startsWith(`#!${GUEST.agentDir}/bin/busybox sh\n`)).toBe(true);
     expect(s).toContain("channel=serial\n");
-    expect(s).toContain(`'node' 'main.js' --serial ${SERIAL_PORT_PREFIX} &`);
+    expect(s).toContain(`'node' 'main.js' --serial ${SERIAL_PORT_PREFIX} --net-mux ${NET_PORT_NAME} &`);
     expect(SERIAL_PORT_PREFIX).toBe("pyro.agent.");
-    expect(s).toContain(`keep 'node' 'main.js' --listen ${GUEST.agentSocket} &`);
+    expect(s).toContain(
+      `keep 'node' 'main.js' --listen ${GUEST.agentSocket} --net-listen ${GUEST.netSocket} &`,
+    );
     expect(s).toContain(`keep '${BRIDGE.replace(/'/g, "'\\''")}' ${AGENT_VSOCK_PORT} ${GUEST.agentSocket} &`);
+    expect(s).toContain(`keep '${BRIDGE.replace(/'/g, "'\\''")}' ${NET_VSOCK_PORT} ${GUEST.netSocket} &`);
   });
 
   it("without a bridge, the vsock branch powers the VM off with a message", () => {
@@ -108,7 +116,7 @@ describe("stage2Script", () => {
       title("serial channel: the agent gets its argv back exactly, plus --serial"),
       async () => {
         const log = await runStage2(stage2Script(TRICKY, BRIDGE), "console=ttyS0 quiet\n", shell);
-        expect(log).toContain(kept(...TRICKY, "--serial", SERIAL_PORT_PREFIX));
+        expect(log).toContain(kept(...TRICKY, "--serial", SERIAL_PORT_PREFIX, "--net-mux", NET_PORT_NAME));
         expect(log.filter((l) => l.startsWith("<keep>"))).toHaveLength(1);
         // The rest of the setup went through busybox.
         expect(log).toContain("bb hostname pyro");
@@ -122,7 +130,8 @@ describe("stage2Script", () => {
       expect(keeps).toEqual(
         [
           kept(BRIDGE, String(AGENT_VSOCK_PORT), GUEST.agentSocket),
-          kept(...TRICKY, "--listen", GUEST.agentSocket),
+          kept(BRIDGE, String(NET_VSOCK_PORT), GUEST.netSocket),
+          kept(...TRICKY, "--listen", GUEST.agentSocket, "--net-listen", GUEST.netSocket),
         ].sort(),
       );
       expect(log).not.toContain("bb poweroff -f");

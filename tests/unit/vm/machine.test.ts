@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import {
   type MachineSpec,
+  netSocket,
   portSocket,
   qemuArgv,
   qemuOpt,
@@ -116,16 +117,28 @@ describe("qemuArgv", () => {
     }
   });
 
-  it(`gives ${SERIAL_PORTS} named virtio-serial ports on the port sockets, and QMP on its socket`, () => {
+  it(`gives ${SERIAL_PORTS} named virtio-serial ports on the port sockets, the network port, and QMP on its socket`, () => {
     const argv = qemuArgv(spec());
     const bus = values(argv, "-device").find((d) => d.startsWith("virtio-serial-device"));
-    expect(Number(opts(bus!).get("max_ports"))).toBeGreaterThan(SERIAL_PORTS);
+    // Port 0 is reserved; the agent ports and the network port fit.
+    expect(Number(opts(bus!).get("max_ports"))).toBeGreaterThan(SERIAL_PORTS + 1);
+    const net = values(argv, "-device")
+      .filter((d) => d.startsWith("virtserialport,"))
+      .map(opts)
+      .find((d) => d.get("chardev") === "net");
+    expect(net?.get("name")).toBe("pyro.net");
+    const netChar = values(argv, "-chardev")
+      .map(opts)
+      .find((c) => c.get("id") === "net");
+    expect(netChar?.get("path")).toBe("net");
+    expect(netSocket(SOCKETS)).toBe(`${SOCKETS}/net`);
     const chardevs = values(argv, "-chardev")
       .map(opts)
       .filter((c) => c.get("id")?.startsWith("p"));
     const ports = values(argv, "-device")
       .filter((d) => d.startsWith("virtserialport,"))
-      .map(opts);
+      .map(opts)
+      .filter((d) => d.get("chardev") !== "net");
     expect(chardevs).toHaveLength(SERIAL_PORTS);
     expect(ports).toHaveLength(SERIAL_PORTS);
     for (let i = 0; i < SERIAL_PORTS; i++) {
