@@ -49,64 +49,9 @@ export async function networkRows(o: NetworkRowsOptions): Promise<BenchRow[]> {
     const greetPort = await listenLoopback(greeter);
     await new Promise<void>((r, j) => proxy.server.once("error", j).listen(sock, r));
 
-    // Row 1: a 10 MB GET, direct (floor) vs forwarded and tunnelled through the proxy.
     const getRuns = o.quick ? 5 : 15;
-    const direct = await medianMs(getRuns, () =>
-      readBody(http.get({ host: "127.0.0.1", port: webPort, path: "/", agent: false })),
-    );
-    const forward = await medianMs(getRuns, () =>
-      readBody(
-        http.get({
-          socketPath: sock,
-          path: `http://${NAME}:${webPort}/`,
-          headers: { host: `${NAME}:${webPort}` },
-          agent: false,
-        }),
-      ),
-    );
-    const tunnel = await medianMs(getRuns, async () => {
-      const s = await connectTunnel(sock, `${NAME}:${webPort}`);
-      await readBody(
-        // No agent: with one, node would ignore createConnection and look the name up.
-        http.get({ createConnection: () => s, host: NAME, port: webPort, path: "/" }),
-      );
-    });
-    const mbs = (ms: number) => `${round(BODY_BYTES / 1024 / 1024 / (ms / 1000), 0)} MB/s`;
-    o.log(`bench: proxy GET 10 MB direct ${round(direct)} ms (${mbs(direct)})`);
-    const floorName = "direct GET 127.0.0.1";
-    rows.push(
-      row(
-        "proxy: HTTP GET 10 MB (forward, unix socket)",
-        forward,
-        floorName,
-        direct,
-        { min: 0.5, inverse: true },
-        `${mbs(forward)} vs ${mbs(direct)}`,
-      ),
-      row(
-        "proxy: HTTP GET 10 MB (CONNECT tunnel)",
-        tunnel,
-        floorName,
-        direct,
-        { min: 0.5, inverse: true },
-        `${mbs(tunnel)} vs ${mbs(direct)}`,
-      ),
-    );
-
-    // Row 2: connection setup to the first byte of a greeting server.
-    const setupRuns = o.quick ? 20 : 100;
-    const directSetup = await medianMs(setupRuns, () => firstByte(net.connect(greetPort, "127.0.0.1")), 3);
-    const connectSetup = await medianMs(
-      setupRuns,
-      async () => (await connectTunnel(sock, `${NAME}:${greetPort}`, true)).destroy(),
-      3,
-    );
-    const socksSetup = await medianMs(setupRuns, () => socksFirstByte(sock, NAME, greetPort), 3);
-    const setupFloor = "direct TCP connect 127.0.0.1";
-    rows.push(
-      row("proxy: connection setup to first byte (CONNECT)", connectSetup, setupFloor, directSetup, {}),
-      row("proxy: connection setup to first byte (SOCKS5, name)", socksSetup, setupFloor, directSetup, {}),
-    );
+    const direct = await getRows(rows, o, sock, webPort, getRuns);
+    await setupRows(rows, o, sock, greetPort);
     o.extra.proxy_stats = proxy.stats();
 
     // Row 3: the same GET from inside a bwrap workspace, through its egress proxy.
@@ -120,7 +65,7 @@ export async function networkRows(o: NetworkRowsOptions): Promise<BenchRow[]> {
         row(
           "proxy: HTTP GET 10 MB in a bwrap workspace (allowlist)",
           ms,
-          floorName,
+          FLOOR_GET,
           direct,
           { min: 0.5, inverse: true },
           `${mbs(ms)}; timed inside the sandbox, node via HTTP_PROXY`,
@@ -137,6 +82,81 @@ export async function networkRows(o: NetworkRowsOptions): Promise<BenchRow[]> {
   return rows;
 }
 
+const FLOOR_GET = "direct GET 127.0.0.1";
+const mbs = (ms: number) => `${round(BODY_BYTES / 1024 / 1024 / (ms / 1000), 0)} MB/s`;
+
+/** Row 1: a 10 MB GET, direct (floor) vs forwarded and tunnelled through the proxy; returns the floor. */
+async function getRows(
+  rows: BenchRow[],
+  o: NetworkRowsOptions,
+  sock: string,
+  webPort: number,
+  getRuns: number,
+): Promise<number> {
+  const direct = await medianMs(getRuns, () =>
+    readBody(http.get({ host: "127.0.0.1", port: webPort, path: "/", agent: false })),
+  );
+  const forward = await medianMs(getRuns, () =>
+    readBody(
+      http.get({
+        socketPath: sock,
+        path: `http://${NAME}:${webPort}/`,
+        headers: { host: `${NAME}:${webPort}` },
+        agent: false,
+      }),
+    ),
+  );
+  const tunnel = await medianMs(getRuns, async () => {
+    const s = await connectTunnel(sock, `${NAME}:${webPort}`);
+    await readBody(
+      // No agent: with one, node would ignore createConnection and look the name up.
+      http.get({ createConnection: () => s, host: NAME, port: webPort, path: "/" }),
+    );
+  });
+  o.log(`bench: proxy GET 10 MB direct ${round(direct)} ms (${mbs(direct)})`);
+  rows.push(
+    row(
+      "proxy: HTTP GET 10 MB (forward, unix socket)",
+      forward,
+      FLOOR_GET,
+      direct,
+      { min: 0.5, inverse: true },
+      `${mbs(forward)} vs ${mbs(direct)}`,
+    ),
+    row(
+      "proxy: HTTP GET 10 MB (CONNECT tunnel)",
+      tunnel,
+      FLOOR_GET,
+      direct,
+      { min: 0.5, inverse: true },
+      `${mbs(tunnel)} vs ${mbs(direct)}`,
+    ),
+  );
+  return direct;
+}
+
+/** Row 2: connection setup to the first byte of a greeting server. */
+async function setupRows(
+  rows: BenchRow[],
+  o: NetworkRowsOptions,
+  sock: string,
+  greetPort: number,
+): Promise<void> {
+  const setupRuns = o.quick ? 20 : 100;
+  const directSetup = await medianMs(setupRuns, () => firstByte(net.connect(greetPort, "127.0.0.1")), 3);
+  const connectSetup = await medianMs(
+    setupRuns,
+    async () => (await connectTunnel(sock, `${NAME}:${greetPort}`, true)).destroy(),
+    3,
+  );
+  const socksSetup = await medianMs(setupRuns, () => socksFirstByte(sock, NAME, greetPort), 3);
+  const setupFloor = "direct TCP connect 127.0.0.1";
+  rows.push(
+    row("proxy: connection setup to first byte (CONNECT)", connectSetup, setupFloor, directSetup, {}),
+    row("proxy: connection setup to first byte (SOCKS5, name)", socksSetup, setupFloor, directSetup, {}),
+  );
+}
+
 /**
  * Median ms of a 10 MB GET made by node inside an `allowlist:bench.test` bwrap workspace,
  * or why bwrap cannot run here (the row is skipped, as main.ts skips unavailable backends).
@@ -147,12 +167,8 @@ async function workspaceGet(
   runs: number,
   log: (s: string) => void,
 ): Promise<{ ms: number } | { skipped: string }> {
-  const env = process.env.PYRO_ENV_CACHE;
-  const pyro = new Pyro({
-    home: join(dir, "home"),
-    ...(env ? { environmentsDir: env } : {}),
-    networkTestHosts: TEST_HOSTS,
-  });
+  // The environment cache comes from the configuration (PYRO_ENV_CACHE), like any client's.
+  const pyro = new Pyro({ home: join(dir, "home"), networkTestHosts: TEST_HOSTS });
   try {
     try {
       await pyro.engine.chooseBackend("bwrap", false);

@@ -180,6 +180,47 @@ async function startNetMux(
   return helper;
 }
 
+/** --net-only: the network helpers and nothing else (see GuestOptions.netOnly). */
+async function serveNetOnly(opts: GuestOptions): Promise<GuestHandle> {
+  const helpers = await startNetHelpers(opts);
+  let stop = () => {};
+  const done = new Promise<void>((resolve) => {
+    stop = resolve;
+  });
+  return {
+    done,
+    close: async () => {
+      await Promise.allSettled(helpers.map((h) => h.close()));
+      stop();
+    },
+  };
+}
+
+/** --serial: every virtio-serial port named with the prefix, and the network port (--net-mux). */
+async function serveSerial(
+  opts: GuestOptions & { serial: string },
+  serve: (stream: net.Socket) => Promise<unknown>,
+  log: ((line: string) => void) | undefined,
+  root: string,
+): Promise<GuestHandle> {
+  const ports = await findPorts(opts.serial);
+  if (ports.length === 0) throw new AgentError("not_found", `no virtio-serial port named ${opts.serial}*`);
+  const stop = new AbortController();
+  // Each port waits on the signal (plus its idle timer): more than Node's default 10.
+  setMaxListeners(4 * ports.length + 10, stop.signal);
+  const done = Promise.all(ports.map((dev) => servePort(dev, serve, stop.signal, log))).then(() => undefined);
+  log?.(`serving ${ports.length} serial ports, root ${root}`);
+  const network = opts.netMux ? await startNetMux(opts.netMux, stop.signal, log) : null;
+  return {
+    done,
+    close: async () => {
+      stop.abort();
+      await network?.close();
+      await done;
+    },
+  };
+}
+
 /** Starts an agent as described by `opts`. `io` replaces stdin/stdout in stdio mode. */
 export async function startGuest(
   opts: GuestOptions,
@@ -197,41 +238,9 @@ export async function startGuest(
       ...(opts.idleCommands ? { idleCommands: true } : {}),
     });
 
-  if (opts.netOnly) {
-    const helpers = await startNetHelpers(opts);
-    let stop = () => {};
-    const done = new Promise<void>((resolve) => {
-      stop = resolve;
-    });
-    return {
-      done,
-      close: async () => {
-        await Promise.allSettled(helpers.map((h) => h.close()));
-        stop();
-      },
-    };
-  }
+  if (opts.netOnly) return serveNetOnly(opts);
 
-  if (opts.serial) {
-    const ports = await findPorts(opts.serial);
-    if (ports.length === 0) throw new AgentError("not_found", `no virtio-serial port named ${opts.serial}*`);
-    const stop = new AbortController();
-    // Each port waits on the signal (plus its idle timer): more than Node's default 10.
-    setMaxListeners(4 * ports.length + 10, stop.signal);
-    const done = Promise.all(ports.map((dev) => servePort(dev, serve, stop.signal, log))).then(
-      () => undefined,
-    );
-    log?.(`serving ${ports.length} serial ports, root ${workspace.givenRoot}`);
-    const net = opts.netMux ? await startNetMux(opts.netMux, stop.signal, log) : null;
-    return {
-      done,
-      close: async () => {
-        stop.abort();
-        await net?.close();
-        await done;
-      },
-    };
-  }
+  if (opts.serial) return serveSerial({ ...opts, serial: opts.serial }, serve, log, workspace.givenRoot);
 
   if (opts.stdio) {
     const stream = Duplex.from({ readable: io.input, writable: io.output });

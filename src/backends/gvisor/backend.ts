@@ -133,25 +133,12 @@ export class GvisorBackend implements WorkspaceBackend {
     return `${GVISOR_IN_SANDBOX.snapshots}/${name}`;
   }
 
-  async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
-    const { bin, platform } = await this.runtime();
-    const l = gvisorLayout(spec.dir, await isLegacyLayout(spec.dir));
-    await prepareLayout(l, spec, [l.bundle]);
-    // State of a sandbox that died without cleaning up (host reboot, SIGKILL) would make
-    // `runsc run` refuse the id; nothing of it is alive (stop() ran or the host rebooted).
-    await rm(l.runscRoot, { recursive: true, force: true });
-    await mkdir(l.runscRoot, { mode: 0o700 });
-
+  /** The OCI config of a workspace sandbox (oci.ts): mounts, the agent's argv, limits, the statx shim. */
+  private async bundleConfig(spec: SandboxSpec, l: GvisorLayout, cgroupBase: string) {
     const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
     const so = await prepareStatxShim(spec.runtimeCacheDir);
     const shim = so ? { so, preload: await preparePreloadFile(so) } : null;
-    const id = containerId(spec.workspace_id);
-    const layout = await detectCgroups();
-    // A sandbox of this workspace that no record points to (its starter was killed
-    // between starting it and recording it) still holds the cgroup: end it first.
-    await (await CgroupLimits.attach(layout, spec.workspace_id))?.destroy();
-    await this.sweep(layout.root, layout.base, spec.workspace_id);
-    const config = workspaceConfig({
+    return workspaceConfig({
       rootfs: l.rootMerged,
       workspace: l.wsMerged,
       runtimeDir: runtime.dir,
@@ -167,11 +154,32 @@ export class GvisorBackend implements WorkspaceBackend {
         { listen: `${GVISOR_IN_SANDBOX.sock}/agent.sock` },
         spec.netDir ? { net: guestNet(GVISOR_IN_SANDBOX) } : {},
       ),
-      cgroupsPath: cgroupsPath(layout.base, spec.workspace_id),
+      cgroupsPath: cgroupsPath(cgroupBase, spec.workspace_id),
       limits: spec.limits,
       shim,
     });
-    await writeFile(join(l.bundle, "config.json"), `${JSON.stringify(config, null, 2)}\n`, { mode: 0o600 });
+  }
+
+  async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
+    const { bin, platform } = await this.runtime();
+    const l = gvisorLayout(spec.dir, await isLegacyLayout(spec.dir));
+    await prepareLayout(l, spec, [l.bundle]);
+    // State of a sandbox that died without cleaning up (host reboot, SIGKILL) would make
+    // `runsc run` refuse the id; nothing of it is alive (stop() ran or the host rebooted).
+    await rm(l.runscRoot, { recursive: true, force: true });
+    await mkdir(l.runscRoot, { mode: 0o700 });
+
+    const id = containerId(spec.workspace_id);
+    const layout = await detectCgroups();
+    // A sandbox of this workspace that no record points to (its starter was killed
+    // between starting it and recording it) still holds the cgroup: end it first.
+    await (await CgroupLimits.attach(layout, spec.workspace_id))?.destroy();
+    await this.sweep(layout.root, layout.base, spec.workspace_id);
+    await writeFile(
+      join(l.bundle, "config.json"),
+      `${JSON.stringify(await this.bundleConfig(spec, l, layout.base), null, 2)}\n`,
+      { mode: 0o600 },
+    );
 
     // Limits first: fail closed before anything runs if they cannot be applied. runsc is
     // given the same group (cgroupsPath): it finds it configured and only reads the

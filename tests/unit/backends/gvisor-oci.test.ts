@@ -22,6 +22,7 @@ function config() {
     appDir: "/opt/pyro",
     snapshotsDir: "/w/snapshots",
     sockDir: "/w/sandbox/sock",
+    netDir: "/w/net/sandbox",
     hostname: "pyro-abc",
     agentArgv: AGENT,
     cgroupsPath: "/pyro/ws_abc",
@@ -55,7 +56,7 @@ describe("gVisor OCI config of a workspace", () => {
     expect(p.noNewPrivileges).toBe(true);
   });
 
-  it("uses the merged root overlay writable and mounts the workspace, runtime, app, snapshots and socket dir", () => {
+  it("uses the merged root overlay writable and mounts the workspace, runtime, app, snapshots, socket dir and the proxy's directory read-only", () => {
     const c = config();
     expect(c.root).toEqual({ path: "/w/mnt/root", readonly: false });
     const binds = c.mounts.filter((m) => m.type === "bind");
@@ -70,6 +71,7 @@ describe("gVisor OCI config of a workspace", () => {
       { destination: "/run/pyro/app", type: "bind", source: "/opt/pyro", options: ["rbind", "ro"] },
       { destination: "/run/pyro/snapshots", type: "bind", source: "/w/snapshots", options: ["rbind", "ro"] },
       { destination: "/run/pyro/sock", type: "bind", source: "/w/sandbox/sock", options: ["rbind", "rw"] },
+      { destination: "/run/pyro/net", type: "bind", source: "/w/net/sandbox", options: ["rbind", "ro"] },
     ]);
     expect(c.mounts.map((m) => m.destination).slice(0, 4)).toEqual(["/proc", "/dev", "/dev/shm", "/sys"]);
     expect(c.mounts.find((m) => m.destination === "/sys")?.options).toContain("ro");
