@@ -1,4 +1,5 @@
 import { isIP } from "node:net";
+import { networkInterfaces } from "node:os";
 import ipaddr from "ipaddr.js";
 
 /**
@@ -46,6 +47,40 @@ export function classifyAddress(ip: string): AddressKind {
  */
 function canonicalV6(text: string): string {
   return new URL(`http://[${text}]/`).hostname.slice(1, -1);
+}
+
+/** How long the machine's own addresses are cached (interfaces change rarely; a lookup costs a syscall). */
+const OWN_TTL_MS = 5000;
+let own: { at: number; set: Set<string> } | null = null;
+
+/** One spelling per address: IPv6 in RFC 5952 form, IPv4-mapped IPv6 as its IPv4. */
+function canonical(ip: string): string {
+  const text = ip.startsWith("[") && ip.endsWith("]") ? ip.slice(1, -1) : ip;
+  try {
+    const a = ipaddr.parse(isIP(text) === 6 ? canonicalV6(text) : text);
+    if (a.kind() === "ipv6" && (a as ipaddr.IPv6).isIPv4MappedAddress())
+      return (a as ipaddr.IPv6).toIPv4Address().toString();
+    return a.kind() === "ipv6" ? (a as ipaddr.IPv6).toRFC5952String() : a.toString();
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * Whether `ip` is one of this machine's own addresses (any interface). Whatever range
+ * such an address is in (a lab may give the host a public or documentation address),
+ * reaching it reaches the host's services: it is refused like loopback.
+ */
+export function isOwnAddress(ip: string, interfaces = networkInterfaces): boolean {
+  const now = Date.now();
+  if (!own || now - own.at > OWN_TTL_MS || interfaces !== networkInterfaces) {
+    const set = new Set<string>();
+    for (const list of Object.values(interfaces()))
+      for (const i of list ?? []) set.add(canonical(i.address.split("%")[0]!));
+    if (interfaces !== networkInterfaces) return set.has(canonical(ip));
+    own = { at: now, set };
+  }
+  return own.set.has(canonical(ip));
 }
 
 /** Kinds no policy opens: the host itself, link-local and metadata, and addresses that are not one host. */

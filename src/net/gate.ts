@@ -1,6 +1,12 @@
 import { promises as dns } from "node:dns";
 import { isIP, connect as netConnect, type Socket } from "node:net";
-import { type AddressKind, classifyAddress, isForbiddenAlways, isPrivateish } from "./addresses.js";
+import {
+  type AddressKind,
+  classifyAddress,
+  isForbiddenAlways,
+  isOwnAddress,
+  isPrivateish,
+} from "./addresses.js";
 
 /**
  * The one place a proxied connection is decided and dialled, whatever protocol asked.
@@ -20,6 +26,8 @@ export interface GateOptions {
   resolve?: (host: string) => Promise<string[]>;
   testHosts?: ReadonlyMap<string, string>;
   connectTimeoutMs?: number;
+  /** Whether an address is this machine's own (default: its interfaces, isOwnAddress). Tests replace it. */
+  ownAddress?: (ip: string) => boolean;
 }
 
 /** Why a connection did not open; each protocol maps these to its own reply. */
@@ -105,10 +113,20 @@ async function pickAddress(
     if (addresses.length === 0)
       return { ok: false, refusal: "unresolvable", reason: `${host} has no address` };
   }
+  const own = options.ownAddress ?? isOwnAddress;
   for (const address of addresses) {
     const kind = classifyAddress(address);
-    const refused = isForbiddenAlways(kind) || (isPrivateish(kind) && !trustPrivate);
-    if (refused) return { ok: false, refusal: "blocked", reason: addressReason(host, address, kind) };
+    if (isForbiddenAlways(kind))
+      return { ok: false, refusal: "blocked", reason: addressReason(host, address, kind) };
+    // The machine's own addresses, whatever their range, reach the host's services.
+    if (own(address))
+      return {
+        ok: false,
+        refusal: "blocked",
+        reason: `${host === address ? address : `${host} resolves to ${address}`}, an address of this machine (never reachable)`,
+      };
+    if (isPrivateish(kind) && !trustPrivate)
+      return { ok: false, refusal: "blocked", reason: addressReason(host, address, kind) };
   }
   return { ok: true, address: addresses[0]! };
 }

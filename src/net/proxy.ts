@@ -37,6 +37,8 @@ export interface EgressProxyOptions {
    * filled by test code, never from an environment variable, config file or user input.
    */
   testHosts?: ReadonlyMap<string, string>;
+  /** Whether an address is this machine's own (default: its interfaces). Tests replace it. */
+  ownAddress?: (ip: string) => boolean;
   /** Limit for the lookup and for the TCP connect, each. Default 10 s. */
   connectTimeoutMs?: number;
   /** The workspace id, to name in the "approve it with" line of refusals. Default `ID`. */

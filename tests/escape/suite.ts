@@ -13,7 +13,7 @@ import {
   symlink,
   writeFile,
 } from "node:fs/promises";
-import { createServer, type Server } from "node:net";
+import { createConnection, createServer, type Server } from "node:net";
 import { networkInterfaces, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -154,6 +154,26 @@ async function expectRefused(
     (e: { code?: string }) => e.code ?? String(e),
   );
   expect(codes, `expected a refusal, got ${got}`).toContain(got);
+}
+
+/** Runs tests/parity/netcheck.cjs in a workspace (one JSON result per check). */
+async function netcheck(pyro: Pyro, id: string, backend: BackendName, checks: string[]): Promise<any[]> {
+  const script = readFileSync(join(REPO_ROOT, "tests", "parity", "netcheck.cjs"), "utf8");
+  await pyro.writeWorkspaceFile(id, ".netcheck.cjs", script);
+  const node =
+    backend === "host"
+      ? process.execPath
+      : backend === "qemu" || backend === "firecracker"
+        ? "/run/pyro/agent/runtime/bin/node"
+        : "/run/pyro/runtime/bin/node";
+  const r = await pyro.execWorkspace(id, `${node} .netcheck.cjs ${checks.map((c) => `'${c}'`).join(" ")}`, {
+    timeoutSeconds: 60,
+  });
+  expect(r.exit_code, r.stderr).toBe(0);
+  return r.stdout
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
 }
 
 /** Defines the escape suite for one backend. */
@@ -412,6 +432,89 @@ export function escapeSuite(backend: BackendName): void {
           expect(await readlink(ctx.aSocket!)).toBe(bait);
         } finally {
           baitServer.close();
+        }
+      },
+    );
+
+    // --- the network (docs/network.md) ----------------------------------------------------
+    const bindsNet = backend === "bwrap" || backend === "gvisor" || backend === "docker";
+    const networked = bindsNet || backend === "qemu" || backend === "firecracker" || backend === "host";
+
+    it.skipIf(!networked)(
+      `${backend}: the egress proxy refuses the host's loopback and own addresses, by name and literal, and dials nothing`,
+      async () => {
+        const w = await ctx.pyro.createWorkspace({ ...create, networkPolicy: "egress" });
+        try {
+          const before = ctx.connections;
+          const targets = [
+            `127.0.0.1:${ctx.port}`,
+            `localhost:${ctx.port}`,
+            ...hostIps().map((ip) => `${ip}:${ctx.port}`),
+          ];
+          const results = await netcheck(
+            ctx.pyro,
+            w.workspace_id,
+            backend,
+            targets.map((t) => `http=${t}`),
+          );
+          for (const [i, r] of results.entries()) expect(r.status, targets[i]).toBe(403);
+          expect(ctx.connections).toBe(before);
+          const blocks = (await ctx.pyro.networkBlocks(w.workspace_id)).blocks.map((b) => b.target);
+          expect(blocks).toEqual(expect.arrayContaining(targets));
+        } finally {
+          await ctx.pyro.deleteWorkspace(w.workspace_id);
+        }
+      },
+    );
+
+    it.skipIf(!bindsNet)(
+      `${backend}: the proxy's directory is read-only inside: its socket cannot be removed, replaced or joined`,
+      async () => {
+        const w = await ctx.pyro.createWorkspace({ ...create, networkPolicy: "egress" });
+        try {
+          const r = await ctx.pyro.execWorkspace(
+            w.workspace_id,
+            "rm -f /run/pyro/net/proxy.sock; ln -s /tmp/x /run/pyro/net/evil; touch /run/pyro/net/evil2; ls -A /run/pyro/net",
+          );
+          expect(r.stdout.trim()).toBe("proxy.sock");
+          const host = join(ctx.home, "workspaces", w.workspace_id, "net", "sandbox", "proxy.sock");
+          expect((await lstat(host)).isSocket()).toBe(true);
+        } finally {
+          await ctx.pyro.deleteWorkspace(w.workspace_id);
+        }
+      },
+    );
+
+    it.skipIf(!bindsNet)(
+      `${backend}: a published port whose forward socket the sandbox swaps for a symlink reaches nothing on the host`,
+      async () => {
+        const bait = join(ctx.scratch, "bait-forward.sock");
+        let baited = 0;
+        const baitServer = createServer((s) => {
+          baited++;
+          s.destroy();
+        });
+        await new Promise<void>((r) => baitServer.listen(bait, () => r()));
+        const w = await ctx.pyro.createWorkspace({
+          ...create,
+          publishedPorts: [{ host_port: 0, guest_port: 9 }],
+        });
+        try {
+          await ctx.pyro.execWorkspace(
+            w.workspace_id,
+            `rm -f /run/pyro/sock/forward.sock && ln -s ${bait} /run/pyro/sock/forward.sock`,
+          );
+          const port = w.published_ports[0]!.host_port;
+          await new Promise<void>((resolve) => {
+            const c = createConnection({ host: "127.0.0.1", port });
+            c.on("error", () => resolve());
+            c.on("close", () => resolve());
+            c.write("hello\n");
+          });
+          expect(baited).toBe(0);
+        } finally {
+          baitServer.close();
+          await ctx.pyro.deleteWorkspace(w.workspace_id);
         }
       },
     );

@@ -5,7 +5,7 @@ import net from "node:net";
 import { networkInterfaces, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { classifyAddress } from "../../../src/net/addresses.js";
+import { classifyAddress, isOwnAddress } from "../../../src/net/addresses.js";
 import { createEgressProxy, type EgressProxy, type EgressProxyOptions } from "../../../src/net/proxy.js";
 
 /**
@@ -321,7 +321,14 @@ describe("address checks", () => {
       try {
         const decide = (d: { host: string }) =>
           d.host === "lan.test" ? { allowed: true as const, trustPrivate: true } : { allowed: true as const };
-        const { path } = await startProxy({ decide, resolve: async () => [privateLocal!] });
+        // This machine's own address stands in for a LAN host (the only private address a
+        // test may dial): the own-address refusal is switched off for it here, and proved
+        // by the next test.
+        const { path } = await startProxy({
+          decide,
+          resolve: async () => [privateLocal!],
+          ownAddress: () => false,
+        });
         const c = new Client(path).send(`CONNECT lan.test:${lan.port} HTTP/1.1\r\n\r\n`);
         expect((await c.until(has("\r\n\r\n"))).toString()).toMatch(/^HTTP\/1\.1 200/);
         c.socket.end();
@@ -334,6 +341,31 @@ describe("address checks", () => {
       }
     },
   );
+});
+
+describe("this machine's own addresses", () => {
+  it("refuses every address of this machine's interfaces, even trusted as private, and dials nothing", async () => {
+    const own = Object.values(networkInterfaces())
+      .flat()
+      .filter((i) => i && !i.internal)
+      .map((i) => i!.address.split("%")[0]!);
+    const echo = await listen(echoServer(), "127.0.0.1");
+    try {
+      const decide = () => ({ allowed: true as const, trustPrivate: true });
+      for (const ip of own) {
+        const { path } = await startProxy({ decide, resolve: async () => [ip] });
+        const r = await new Client(path).send(`CONNECT self.test:${echo.port} HTTP/1.1\r\n\r\n`).closed();
+        expect(r.toString(), ip).toMatch(/^HTTP\/1\.1 403/);
+        // Either way never reachable: as this machine's, or by its range (link-local).
+        expect(r.toString()).toMatch(/an address of this machine|never reachable/);
+      }
+      expect(isOwnAddress("127.0.0.1")).toBe(true);
+      expect(isOwnAddress("::ffff:127.0.0.1")).toBe(true);
+      expect(isOwnAddress("1.1.1.1", () => ({ lo: [] }))).toBe(false);
+    } finally {
+      echo.server.close();
+    }
+  });
 });
 
 describe("garbage", () => {
