@@ -1,8 +1,10 @@
 import { arch, platform, release } from "node:os";
+import { join } from "node:path";
 import type { BackendName, KvmStatus } from "../backends/backend.js";
 import { type ProbeReport, probeAll } from "../backends/registry.js";
 import type { EnvironmentInfo } from "../env/cache.js";
 import type { Engine } from "./engine.js";
+import { type NetworkDoctor, networkDoctor } from "./network.js";
 
 export type Readiness = "warm" | "cold" | "stale";
 
@@ -23,6 +25,8 @@ export interface DoctorReport {
       size_bytes: number | null;
     }[];
   };
+  /** Network policies and published ports per backend, and whether the proxy serves here. */
+  network: NetworkDoctor;
   environment?: {
     name: string;
     readiness: Readiness;
@@ -42,13 +46,17 @@ export async function doctor(
 ): Promise<DoctorReport> {
   // Validate the environment name before spending seconds on probes.
   const envInfo = options.environment ? await engine.environments.info(options.environment) : undefined;
-  const [probes, list] = await Promise.all([
+  const [probes, list, network] = await Promise.all([
     probeAll({
       env: engine.env,
       settings: engine.backendSettings,
       ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}),
     }),
     engine.environments.list(),
+    networkDoctor(
+      engine.implemented().map((n) => engine.backend(n)),
+      join(engine.paths.home, "tmp"),
+    ),
   ]);
   const report: DoctorReport = {
     platform: {
@@ -73,6 +81,7 @@ export async function doctor(
         size_bytes: e.size_bytes,
       })),
     },
+    network,
   };
   if (envInfo) report.environment = readiness(envInfo);
   return report;

@@ -40,6 +40,13 @@ export function renderDoctor(r: DoctorReport): string {
   );
   lines.push("");
   lines.push(`default backend: ${r.default_backend ?? "none"} (${r.default_reason})`);
+  lines.push(
+    `network: proxy ${r.network.proxy.ok ? "ok" : `NOT working (${r.network.proxy.reason}): only --network off`}`,
+  );
+  for (const [name, n] of Object.entries(r.network.backends))
+    lines.push(
+      `  ${name.padEnd(12)} ${n.policies.join(", ")}${n.published_ports ? " + published ports" : ""}; ${n.channel}`,
+    );
   lines.push(`cache: ${r.cache.path} (${formatBytes(r.cache.size_bytes)})`);
   for (const e of r.cache.environments) lines.push(`  ${e.name.padEnd(16)} ${e.status}`);
   if (r.environment)
