@@ -45,6 +45,22 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs and the CLI on bwrap", sk
     expect(hostProcesses((argv) => argv.some((a) => a.includes(h.home)))).toEqual([]);
   });
 
+  it("pyro run --network egress gives the command the proxy and leaves no workspace or helper behind", () => {
+    const r = cli(
+      ["run", "debian:12", "--network", "egress", "--", "sh", "-c", 'echo "$HTTPS_PROXY $no_proxy"'],
+      env,
+    );
+    expect(r.stderr).toBe("");
+    expect(r.stdout).toBe("http://127.0.0.1:3128 localhost,127.0.0.1,::1\n");
+    expect(r.code).toBe(0);
+    const off = cli(["run", "debian:12", "--", "sh", "-c", 'echo "[$HTTPS_PROXY]"'], env);
+    expect(off.stdout).toBe("[]\n");
+    expect(hostProcesses((argv) => argv.some((a) => a.includes(h.home)))).toEqual([]);
+    const bad = cli(["run", "debian:12", "--network", "allowlist:", "--", "true"], env);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/network allowlist is empty/);
+  });
+
   it("pyro run prints the command's own output and exits 0", () => {
     const r = cli(["run", "debian:12", "--", "git", "--version"], env);
     expect(r.stderr).toBe("");
