@@ -25,7 +25,7 @@ import type { SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { procStartTime } from "../backends/common.js";
 import { PROXY_SOCKET } from "../backends/guest.js";
 import { kvmCheck } from "../backends/kvm.js";
-import { backendEntry } from "../backends/registry.js";
+import { loadBackend } from "../backends/load.js";
 import { type ErrorObject, PyroError, toPyroError } from "../errors.js";
 import { parsePolicy, parseTarget, policyAllows, ruleMatches } from "../net/policy.js";
 import { createEgressProxy } from "../net/proxy.js";
@@ -200,7 +200,7 @@ export async function runNetd(config: NetdConfig): Promise<void> {
   const row = () => store.getWorkspace(config.workspace_id);
   const first = row();
   if (!first) throw new PyroError("workspace_not_found", `workspace ${config.workspace_id} is gone`);
-  const backend = backendEntry(first.backend).create({
+  const backend = await loadBackend(first.backend, {
     env: process.env,
     kvm: kvmCheck(process.env),
     settings: {},
