@@ -38,6 +38,8 @@ function nodeIn(ctx: ScenarioContext): string {
 
 interface Servers {
   http: number;
+  /** Paths the host's HTTP server was asked for. */
+  seen: string[];
   echo: number;
   /** The host's own non-loopback IPv4 address and an echo server on it, when it has one. */
   own: { address: string; port: number } | null;
@@ -59,7 +61,11 @@ function echoServer(): Server {
 }
 
 async function startServers(): Promise<Servers> {
-  const http = createHttpServer((req, res) => res.end(`hello from the host ${req.url}`));
+  const seen: string[] = [];
+  const http = createHttpServer((req, res) => {
+    seen.push(req.url ?? "");
+    res.end(`hello from the host ${req.url}`);
+  });
   const echo = echoServer();
   const ownAddress = Object.values(networkInterfaces())
     .flat()
@@ -72,11 +78,16 @@ async function startServers(): Promise<Servers> {
   };
   return {
     ...ports,
+    seen,
     close: async () => {
       for (const s of [http, echo, ownEcho]) s?.close();
     },
   };
 }
+
+/** A shell line that waits (at most 20 s) until something listens on 127.0.0.1:PORT in the workspace. */
+const WAIT_FOR = (port: string) =>
+  `bash -c 'for i in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/${port}) 2>/dev/null && break; sleep 0.1; done'`;
 
 /** Runs netcheck.cjs in the workspace with `checks`; one parsed result per check. */
 async function netcheck(ctx: ScenarioContext, id: string, ...checks: string[]): Promise<any[]> {
@@ -148,6 +159,22 @@ export const NETWORK_SCENARIOS: Scenario[] = [
         expect(tunnel).toMatchObject({ status: 200, echo: "ping\n" });
         expect(socks).toMatchObject({ reply: 0, echo: "ping\n" });
         expect(socksBlocked.reply).toBe(2);
+        // Tools use the proxy by themselves, and NO_PROXY keeps the sandbox's own loopback
+        // direct: git (in debian:12) fetches from the allowed name through the proxy, and
+        // from a server inside the workspace on 127.0.0.1 without it.
+        await p.writeWorkspaceFile(
+          id,
+          ".inner.js",
+          `require("http").createServer((q, r) => { require("fs").appendFileSync("inner.log", q.url + "\\n"); r.statusCode = 404; r.end(); }).listen(18081, "127.0.0.1", () => require("fs").writeFileSync("inner.pid", String(process.pid)))`,
+        );
+        const git = await p.execWorkspace(
+          id,
+          `setsid -f ${nodeIn(ctx)} .inner.js >/dev/null 2>&1; ${WAIT_FOR("18081")}; ` +
+            `git ls-remote http://allowed.test:${srv.http}/via-proxy.git >/dev/null 2>&1; ` +
+            "git ls-remote http://127.0.0.1:18081/direct.git >/dev/null 2>&1; cat inner.log; kill $(cat inner.pid)",
+        );
+        expect(srv.seen.some((u) => u.startsWith("/via-proxy.git/info/refs"))).toBe(true);
+        expect(git.stdout).toContain("/direct.git/info/refs");
         if (ctx.target.backend !== "host") {
           // No route but the proxy: the host's loopback and own address are unreachable.
           // (host-compat has no isolation at all: its commands are host processes.)
@@ -245,10 +272,13 @@ export const NETWORK_SCENARIOS: Scenario[] = [
       const id = w.workspace_id;
       const hostPort = w.published_ports[0]!.host_port;
       expect(hostPort).toBeGreaterThan(0);
-      const server = `require("http").createServer((q, r) => r.end("inside " + q.url)).listen(18080, "127.0.0.1")`;
+      // It records its pid: on host-compat a setsid'd server is a host process that would
+      // outlive the workspace.
+      const server = `require("http").createServer((q, r) => r.end("inside " + q.url)).listen(18080, "127.0.0.1", () => require("fs").writeFileSync("srv.pid", String(process.pid)))`;
       await p.writeWorkspaceFile(id, ".srv.js", server);
       // setsid: a plain `&` job ends with its exec (the session is hung up).
-      const serve = () => p.execWorkspace(id, `setsid -f ${nodeIn(ctx)} .srv.js >/dev/null 2>&1; sleep 1`);
+      const serve = () =>
+        p.execWorkspace(id, `setsid -f ${nodeIn(ctx)} .srv.js >/dev/null 2>&1; ${WAIT_FOR("18080")}`);
       const get = () =>
         fetch(`http://127.0.0.1:${hostPort}/x`).then(
           (r) => r.text(),
@@ -277,6 +307,7 @@ export const NETWORK_SCENARIOS: Scenario[] = [
         expect((await p.getWorkspace(id)).published_ports[0]!.host_port).toBe(hostPort);
         expect(await get()).toBe("inside /x");
       } finally {
+        await p.execWorkspace(id, "kill $(cat srv.pid)").catch(() => {});
         await p.deleteWorkspace(id).catch(() => {});
       }
       expect(await get()).toBe("refused");

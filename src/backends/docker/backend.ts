@@ -248,7 +248,10 @@ export class DockerBackend implements WorkspaceBackend {
         WorkingDir: IN_CONTAINER.workspace,
         ...deadline(),
       } as Docker.ExecCreateOptions);
-      await exec.start({ Detach: true, ...deadline() } as Docker.ExecStartOptions);
+      // Detached, the engine still answers on a connection dockerode keeps open: close it,
+      // or a CLI process would wait for it to time out before exiting.
+      const answer: unknown = await exec.start({ Detach: true, ...deadline() } as Docker.ExecStartOptions);
+      (answer as { destroy?: () => void } | null)?.destroy?.();
     } catch (err) {
       throw engineError(err, `starting the network helper in ${state.container}`, state.endpoint);
     }
