@@ -92,7 +92,7 @@ export function checkNetworkSupport(
   throw new PyroError(
     "backend_unavailable",
     `the ${backend.name} backend cannot apply ${policy === "off" ? "published ports" : `network policy '${policy}'`} in this build`,
-    "use --backend bwrap, gvisor or host, or --network off without --publish",
+    "use another backend (pyro doctor lists what each applies), or --network off without --publish",
   );
 }
 

@@ -45,7 +45,7 @@ export const vmRun = defineTool({
   name: "vm_run",
   title: "Run one command in a throwaway sandbox",
   description:
-    "Run one shell command in a fresh, isolated sandbox and return its exit code and output; the sandbox is destroyed afterwards, so nothing persists and no project files are in it. Use it for quick self-contained checks (a tool's version, a snippet of Python). For work on a project (its files, several commands, edits, a diff) create a workspace instead. Network is off. A non-zero exit code is a normal result, not a tool error.",
+    "Run one shell command in a fresh, isolated sandbox and return its exit code and output; the sandbox is destroyed afterwards, so nothing persists and no project files are in it. Use it for quick self-contained checks (a tool's version, a snippet of Python). For work on a project (its files, several commands, edits, a diff) create a workspace instead. Network is off unless network_policy grants some. A non-zero exit code is a normal result, not a tool error.",
   next: [["workspace_create", "work on project files"]],
   input: z.strictObject({
     command: commandArg,
@@ -57,7 +57,7 @@ export const vmRun = defineTool({
     network_policy: boundedString(INPUT_LIMITS.networkPolicy, "network_policy")
       .optional()
       .describe(
-        "Network policy: 'off' (default, no network at all); others are refused by this build (backend_unavailable).",
+        "Network policy: 'off' (default, no network at all), 'egress' (public destinations through a proxy that package managers, git and curl use by themselves) or 'allowlist:HOST,...' (only those hosts: exact names, *.suffix, optional :PORT).",
       ),
     backend: backendArg.optional(),
     env: envArg.optional(),

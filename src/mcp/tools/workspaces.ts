@@ -27,9 +27,9 @@ import { defined, ensureEnvironment, renderWorkspace } from "./common.js";
 const createOutput = z.looseObject({ ...workspaceShape, default_seed: defaultSeedObject.optional() });
 
 /**
- * workspace_create. `fullCreate` (the workspace-full profile) adds `network_policy` and
- * `secrets`: elsewhere those arguments are not offered, workspaces have no network and
- * no secrets.
+ * workspace_create. `fullCreate` (the workspace-full profile) adds `network_policy`,
+ * `published_ports` and `secrets`: elsewhere those arguments are not offered, workspaces
+ * have no network, no published ports and no secrets.
  */
 export function workspaceCreate(fullCreate: boolean) {
   const base = {
