@@ -6,6 +6,7 @@ import { hostname, networkInterfaces } from "node:os";
 import { join } from "node:path";
 import { expect } from "vitest";
 import type { PyroError } from "../../src/errors.js";
+import { Pyro } from "../../src/sdk/pyro.js";
 import { REPO_ROOT } from "../helpers/cli.js";
 import type { Scenario, ScenarioContext } from "./scenarios.js";
 
@@ -304,7 +305,14 @@ export const NETWORK_SCENARIOS: Scenario[] = [
         process.kill(ready.pid, "SIGKILL");
         await new Promise((r) => setTimeout(r, 200));
         expect(await get()).toBe("refused");
-        expect((await p.getWorkspace(id)).published_ports[0]!.host_port).toBe(hostPort);
+        // A new client (another CLI call, a restarted server) finds the port as bound and,
+        // with its first operation, starts the helper again.
+        const next = ctx.target.real ? new Pyro({ env: { ...process.env, ...ctx.cliEnv } }) : p;
+        try {
+          expect((await next.getWorkspace(id)).published_ports[0]!.host_port).toBe(hostPort);
+        } finally {
+          if (next !== p) await next.close();
+        }
         expect(await get()).toBe("inside /x");
       } finally {
         await p.execWorkspace(id, "kill $(cat srv.pid)").catch(() => {});
