@@ -132,11 +132,13 @@ export const NETWORK_SCENARIOS: Scenario[] = [
         ...ctx.createOptions,
         seedPath: ctx.seed,
         networkPolicy: "allowlist:allowed.test",
+        publishedPorts: [{ host_port: 0, guest_port: 18083 }],
       });
       const id = w.workspace_id;
+      const ownPublished = w.published_ports[0]!.host_port;
       try {
         expect(w.network_policy).toBe("allowlist:allowed.test");
-        const [env, ok, blocked, loop, tunnel, socks, socksBlocked, direct, own] = await netcheck(
+        const [env, ok, blocked, loop, tunnel, socks, socksBlocked, direct, own, published] = await netcheck(
           ctx,
           id,
           "env",
@@ -148,6 +150,7 @@ export const NETWORK_SCENARIOS: Scenario[] = [
           `socks=blocked.test:${srv.echo}`,
           `direct=127.0.0.1:${srv.http}`,
           srv.own ? `direct=${srv.own.address}:${srv.own.port}` : "env",
+          `direct=127.0.0.1:${ownPublished}`,
         );
         // Every command gets the proxy, upper and lower case, loopback excluded.
         expect(env.HTTP_PROXY).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
@@ -172,15 +175,19 @@ export const NETWORK_SCENARIOS: Scenario[] = [
           id,
           `setsid -f ${nodeIn(ctx)} .inner.js >/dev/null 2>&1; ${WAIT_FOR("18081")}; ` +
             `git ls-remote http://allowed.test:${srv.http}/via-proxy.git >/dev/null 2>&1; ` +
+            `curl -s http://allowed.test:${srv.http}/via-curl >/dev/null; ` +
             "git ls-remote http://127.0.0.1:18081/direct.git >/dev/null 2>&1; cat inner.log; kill $(cat inner.pid)",
         );
         expect(srv.seen.some((u) => u.startsWith("/via-proxy.git/info/refs"))).toBe(true);
+        expect(srv.seen).toContain("/via-curl");
         expect(git.stdout).toContain("/direct.git/info/refs");
         if (ctx.target.backend !== "host") {
           // No route but the proxy: the host's loopback and own address are unreachable.
           // (host-compat has no isolation at all: its commands are host processes.)
           expect(direct.connected).toBe(false);
           if (srv.own) expect(own.connected).toBe(false);
+          // Nor a published port's host side (this workspace's; any other's is the same loopback).
+          expect(published.connected).toBe(false);
         }
         // Each refusal is a capability block, counted.
         const blocks = await p.networkBlocks(id);
