@@ -3,7 +3,6 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { BUSYBOX_TOOLS, launchArgv } from "../../../src/backends/linux/launch.js";
 import { gvisorLayout } from "../../../src/backends/gvisor/backend.js";
 import { PROBE_SCRIPT } from "../../../src/backends/gvisor/platform.js";
 import {
@@ -18,6 +17,7 @@ import {
   stateArgv,
   sweepCgroups,
 } from "../../../src/backends/gvisor/runsc.js";
+import { BUSYBOX_TOOLS, launchArgv } from "../../../src/backends/linux/launch.js";
 
 const G = { bin: "/usr/bin/runsc", root: "/w/sandbox/runsc" };
 

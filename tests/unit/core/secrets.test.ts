@@ -74,8 +74,14 @@ const keyringSkipReason = (() => {
 async function startKeyring(dir: string): Promise<{ env: NodeJS.ProcessEnv; stop: () => void }> {
   const home = join(dir, "keyring-home");
   await mkdir(home, { recursive: true });
+  // The bus gets the test's home too: a client that calls before our daemon has claimed
+  // its name makes the bus activate another gnome-keyring-daemon (D-Bus activation), which
+  // inherits the bus's environment. With the caller's HOME it would serve the caller's
+  // keyrings, where the test's login collection does not exist (a load-dependent failure).
+  const busEnv = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, XDG_DATA_HOME: join(home, "data") };
   const bus: ChildProcess = spawn("dbus-daemon", ["--session", "--nofork", "--print-address=1"], {
     stdio: ["ignore", "pipe", "ignore"],
+    env: busEnv,
   });
   const address = await new Promise<string>((resolve, reject) => {
     let out = "";
@@ -85,17 +91,20 @@ async function startKeyring(dir: string): Promise<{ env: NodeJS.ProcessEnv; stop
     });
     bus.once("exit", () => reject(new Error("dbus-daemon exited")));
   });
-  const env = {
-    PATH: process.env.PATH ?? "/usr/bin:/bin",
-    HOME: home,
-    XDG_DATA_HOME: join(home, "data"),
-    DBUS_SESSION_BUS_ADDRESS: address,
-  };
+  const env = { ...busEnv, DBUS_SESSION_BUS_ADDRESS: address };
   const keyringPids: number[] = [];
-  // --unlock reads the login password on stdin and creates the login keyring with it.
-  const out = execFileSync("gnome-keyring-daemon", ["--daemonize", "--unlock", "--components=secrets"], {
+  // The login keyring exists before the daemon starts, as a plain-text keyring file (always
+  // unlocked): with --unlock the daemon made it asynchronously, and on a loaded machine it
+  // sometimes never appeared ("collection/login does not exist" for 10 s).
+  await mkdir(join(home, "data", "keyrings"), { recursive: true });
+  await writeFile(
+    join(home, "data", "keyrings", "login.keyring"),
+    "[keyring]\ndisplay-name=Login\nctime=0\nmtime=0\nlock-on-idle=false\nlock-after=false\n",
+    { mode: 0o600 },
+  );
+  await writeFile(join(home, "data", "keyrings", "default"), "login");
+  const out = execFileSync("gnome-keyring-daemon", ["--daemonize", "--components=secrets"], {
     env,
-    input: "test-password",
     encoding: "utf8",
   });
   const pid = /GNOME_KEYRING_PID=(\d+)/.exec(out)?.[1];
