@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { closeSync, openSync } from "node:fs";
 import { link, lstat, mkdir, open, readFile, unlink } from "node:fs/promises";
-import { connect as netConnect, type Socket } from "node:net";
+import { type NetConnectOpts, connect as netConnect, type Socket } from "node:net";
 import { dirname, join } from "node:path";
 import { PyroError } from "../errors.js";
 import { FORWARD_SOCKET } from "./guest.js";
@@ -43,25 +43,7 @@ export async function sameProcessAlive(pid: unknown, startTime: unknown): Promis
  * descriptor (see withSocketPath).
  */
 export function connectUnix(path: string, timeoutMs: number): Promise<Socket> {
-  return withSocketPath(
-    path,
-    (usable) =>
-      new Promise<Socket>((resolve, reject) => {
-        const sock = netConnect({ path: usable });
-        const timer = setTimeout(() => {
-          sock.destroy();
-          reject(new PyroError("timeout", `connecting to ${path} timed out`));
-        }, timeoutMs);
-        sock.once("connect", () => {
-          clearTimeout(timer);
-          resolve(sock);
-        });
-        sock.once("error", (err) => {
-          clearTimeout(timer);
-          reject(err);
-        });
-      }),
-  );
+  return withSocketPath(path, (usable) => connectWithin({ path: usable }, path, timeoutMs));
 }
 
 /**
@@ -271,11 +253,16 @@ export async function connectForwardIn(sockDir: string, port: number, timeoutMs:
 
 /** A TCP connection with a timeout. */
 export function connectTcp(host: string, port: number, timeoutMs: number): Promise<Socket> {
+  return connectWithin({ host, port }, `${host}:${port}`, timeoutMs);
+}
+
+/** A connection that fails with `timeout` when it is not made within `timeoutMs`. */
+function connectWithin(where: NetConnectOpts, label: string, timeoutMs: number): Promise<Socket> {
   return new Promise<Socket>((resolve, reject) => {
-    const sock = netConnect({ host, port });
+    const sock = netConnect(where);
     const timer = setTimeout(() => {
       sock.destroy();
-      reject(new PyroError("timeout", `connecting to ${host}:${port} timed out`));
+      reject(new PyroError("timeout", `connecting to ${label} timed out`));
     }, timeoutMs);
     sock.once("connect", () => {
       clearTimeout(timer);

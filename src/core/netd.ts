@@ -19,8 +19,8 @@
 import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { join } from "node:path";
-import type { Duplex } from "node:stream";
 import { NetMux } from "../agent/netmux.js";
+import { listen, splice } from "../agent/pipe.js";
 import type { SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { procStartTime } from "../backends/common.js";
 import { PROXY_SOCKET } from "../backends/guest.js";
@@ -87,31 +87,6 @@ export function decideFor(row: WorkspaceRow | null, host: string, port: number) 
     allowed: false as const,
     reason: policy.kind === "off" ? "the network policy is off" : "not in the workspace's allowlist",
   };
-}
-
-function listen(server: net.Server, where: net.ListenOptions): Promise<void> {
-  return new Promise((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(where, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-}
-
-/** Pipes two streams both ways; either ending or failing ends both. */
-function splice(a: Duplex, b: Duplex): void {
-  const end = () => {
-    a.destroy();
-    b.destroy();
-  };
-  for (const s of [a, b]) {
-    s.on("error", end);
-    s.on("close", end);
-  }
-  a.pipe(b);
-  b.pipe(a);
-  a.resume();
 }
 
 /**

@@ -1,4 +1,5 @@
 import net, { type Socket } from "node:net";
+import { splice } from "../agent/pipe.js";
 import { type Decision, type Destination, normalizeDestHost, type Opened, openDestination } from "./gate.js";
 import { createHttpSide, HEADERS_TIMEOUT_MS } from "./http-proxy.js";
 import {
@@ -148,20 +149,6 @@ async function serveSocks(client: Socket, open: (d: Destination) => Promise<Open
   if (early.length > 0) opened.socket.write(early);
   splice(client, opened.socket);
   client.resume();
-}
-
-/** Copies bytes both ways; when either side closes or fails, both go. */
-function splice(client: Socket, upstream: Socket): void {
-  const teardown = () => {
-    client.destroy();
-    upstream.destroy();
-  };
-  client.once("close", teardown);
-  upstream.once("close", teardown);
-  client.on("error", teardown);
-  upstream.on("error", teardown);
-  client.pipe(upstream);
-  upstream.pipe(client);
 }
 
 function refusalText(dest: Destination, opened: Extract<Opened, { ok: false }>, workspaceId: string): string {

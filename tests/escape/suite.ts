@@ -22,6 +22,7 @@ import { Pyro } from "../../src/sdk/pyro.js";
 import { REPO_ROOT } from "../helpers/cli.js";
 import { ENV_CACHE } from "../helpers/sandbox.js";
 import { parityTargets } from "../parity/backends.js";
+import { runNetcheck } from "../parity/network.js";
 
 /**
  * The escape suite: attacks from inside a workspace and through pyro's own tools, one
@@ -154,26 +155,6 @@ async function expectRefused(
     (e: { code?: string }) => e.code ?? String(e),
   );
   expect(codes, `expected a refusal, got ${got}`).toContain(got);
-}
-
-/** Runs tests/parity/netcheck.cjs in a workspace (one JSON result per check). */
-async function netcheck(pyro: Pyro, id: string, backend: BackendName, checks: string[]): Promise<any[]> {
-  const script = readFileSync(join(REPO_ROOT, "tests", "parity", "netcheck.cjs"), "utf8");
-  await pyro.writeWorkspaceFile(id, ".netcheck.cjs", script);
-  const node =
-    backend === "host"
-      ? process.execPath
-      : backend === "qemu" || backend === "firecracker"
-        ? "/run/pyro/agent/runtime/bin/node"
-        : "/run/pyro/runtime/bin/node";
-  const r = await pyro.execWorkspace(id, `${node} .netcheck.cjs ${checks.map((c) => `'${c}'`).join(" ")}`, {
-    timeoutSeconds: 60,
-  });
-  expect(r.exit_code, r.stderr).toBe(0);
-  return r.stdout
-    .trim()
-    .split("\n")
-    .map((l) => JSON.parse(l));
 }
 
 /** Defines the escape suite for one backend. */
@@ -451,7 +432,7 @@ export function escapeSuite(backend: BackendName): void {
             `localhost:${ctx.port}`,
             ...hostIps().map((ip) => `${ip}:${ctx.port}`),
           ];
-          const results = await netcheck(
+          const results = await runNetcheck(
             ctx.pyro,
             w.workspace_id,
             backend,

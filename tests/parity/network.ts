@@ -5,6 +5,7 @@ import { createServer, type Server } from "node:net";
 import { hostname, networkInterfaces } from "node:os";
 import { join } from "node:path";
 import { expect } from "vitest";
+import type { BackendName } from "../../src/backends/backend.js";
 import type { PyroError } from "../../src/errors.js";
 import { Pyro } from "../../src/sdk/pyro.js";
 import { REPO_ROOT } from "../helpers/cli.js";
@@ -33,8 +34,15 @@ async function code(p: Promise<unknown>): Promise<string> {
 
 /** The node binary as the workspace sees it. */
 function nodeIn(ctx: ScenarioContext): string {
-  if (ctx.target.backend === "host") return process.execPath;
-  return ctx.target.backend === "qemu" ? "/run/pyro/agent/runtime/bin/node" : "/run/pyro/runtime/bin/node";
+  return nodeFor(ctx.target.backend);
+}
+
+/** The node binary inside a workspace of `backend` (the injected runtime; the host's own for host-compat). */
+export function nodeFor(backend: BackendName): string {
+  if (backend === "host") return process.execPath;
+  return backend === "qemu" || backend === "firecracker"
+    ? "/run/pyro/agent/runtime/bin/node"
+    : "/run/pyro/runtime/bin/node";
 }
 
 interface Servers {
@@ -91,12 +99,22 @@ const WAIT_FOR = (port: string) =>
   `bash -c 'for i in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/${port}) 2>/dev/null && break; sleep 0.1; done'`;
 
 /** Runs netcheck.cjs in the workspace with `checks`; one parsed result per check. */
-async function netcheck(ctx: ScenarioContext, id: string, ...checks: string[]): Promise<any[]> {
+function netcheck(ctx: ScenarioContext, id: string, ...checks: string[]): Promise<any[]> {
+  return runNetcheck(ctx.pyro, id, ctx.target.backend, checks);
+}
+
+/** Runs netcheck.cjs in workspace `id` with `checks`: one parsed result per check (the escape suite uses it too). */
+export async function runNetcheck(
+  pyro: Pyro,
+  id: string,
+  backend: BackendName,
+  checks: string[],
+): Promise<any[]> {
   const script = await readFile(join(REPO_ROOT, "tests/parity/netcheck.cjs"), "utf8");
-  await ctx.pyro.writeWorkspaceFile(id, ".netcheck.cjs", script);
-  const r = await ctx.pyro.execWorkspace(
+  await pyro.writeWorkspaceFile(id, ".netcheck.cjs", script);
+  const r = await pyro.execWorkspace(
     id,
-    `${nodeIn(ctx)} .netcheck.cjs ${checks.map((c) => `'${c}'`).join(" ")}`,
+    `${nodeFor(backend)} .netcheck.cjs ${checks.map((c) => `'${c}'`).join(" ")}`,
     {
       timeoutSeconds: 60,
     },

@@ -14,6 +14,7 @@
 import { stat, writeFile } from "node:fs/promises";
 import net from "node:net";
 import { NetMux } from "../netmux.js";
+import { listen, splice } from "../pipe.js";
 import { servePort } from "./serial.js";
 
 /** Where commands find the proxy: HTTP_PROXY, HTTPS_PROXY and ALL_PROXY point here. */
@@ -25,20 +26,6 @@ const MAX_FORWARD_LINE = 8;
 /** A closable listener. */
 export interface NetHelper {
   close(): Promise<void>;
-}
-
-/** Pipes two sockets both ways; an error or close on either ends both. */
-function splice(a: net.Socket, b: net.Socket): void {
-  const end = () => {
-    a.destroy();
-    b.destroy();
-  };
-  a.on("error", end);
-  b.on("error", end);
-  a.on("close", end);
-  b.on("close", end);
-  a.pipe(b);
-  b.pipe(a);
 }
 
 function listening(server: net.Server, sockets: Set<net.Socket>): NetHelper {
@@ -179,16 +166,6 @@ export async function serveForward(path: string): Promise<NetHelper> {
   const helper = listening(server, sockets);
   await listen(server, { path });
   return helper;
-}
-
-function listen(server: net.Server, where: net.ListenOptions): Promise<void> {
-  return new Promise((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(where, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
 }
 
 /**
