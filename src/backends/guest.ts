@@ -9,7 +9,7 @@ import type { NodeRuntime } from "./runtime.js";
 export const AGENT_ENTRY = "dist/agent/guest/main.js";
 
 /** How the agent serves the host: a unix socket it listens on, stdio, or a VM's ports. */
-export type AgentChannel = { listen: string } | { stdio: true } | { vm: string } | { netOnly: true };
+export type AgentChannel = { listen: string } | { stdio: true } | { vm: string };
 
 /**
  * Where a sandboxed agent finds the host's egress proxy socket and serves published
@@ -22,6 +22,9 @@ export interface GuestNet {
 
 /** The proxy socket's name in the workspace's net directory (core/network.ts makes it). */
 export const PROXY_SOCKET = "proxy.sock";
+
+/** The agent's socket's name in its socket directory. */
+export const AGENT_SOCKET = "agent.sock";
 
 /** The published-port socket's name beside the agent's socket. */
 export const FORWARD_SOCKET = "forward.sock";
@@ -48,9 +51,7 @@ export function agentArgv(
       ? ["--listen", channel.listen]
       : "stdio" in channel
         ? ["--stdio"]
-        : "netOnly" in channel
-          ? ["--net-only"]
-          : ["--vm", channel.vm];
+        : ["--vm", channel.vm];
   return runtime.argv(
     dirs.runtime,
     `${dirs.app}/${AGENT_ENTRY}`,

@@ -384,7 +384,7 @@ export function escapeSuite(backend: BackendName): void {
     });
 
     // --- the agent channel ----------------------------------------------------------------
-    it.skipIf(backend !== "bwrap" && backend !== "gvisor" && backend !== "host")(
+    it.skipIf(backend !== "bwrap" && backend !== "gvisor" && backend !== "docker" && backend !== "host")(
       `${backend}: a socket the sandbox swaps for a symlink is refused and the host socket it names gets nothing`,
       async () => {
         const bait = join(ctx.scratch, "bait.sock");

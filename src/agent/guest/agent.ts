@@ -48,11 +48,6 @@ export interface GuestOptions {
   egress?: string;
   /** A unix socket to serve published ports on (guest/net.ts). */
   forward?: string;
-  /**
-   * Serve only `egress` and `forward`, no agent channel: the persistent network helper
-   * of a sandbox whose agent runs per connection (Docker's `docker exec`).
-   */
-  netOnly?: boolean;
   /** Inside a VM: serve egress and published ports over the virtio-serial port with this name (guest/net.ts). */
   netMux?: string;
   /** Inside a Firecracker VM: serve the network mux on connections to this unix socket. */
@@ -60,7 +55,7 @@ export interface GuestOptions {
 }
 
 export const USAGE =
-  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET] [--forward SOCKET] [--net-only] [--net-mux PORT_NAME] [--net-listen SOCKET]";
+  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET] [--forward SOCKET] [--net-mux PORT_NAME] [--net-listen SOCKET]";
 
 /** Parses `--root DIR (--listen PATH | --stdio) [--tmp DIR]`; throws `invalid_argument`. */
 export function parseGuestArgs(argv: readonly string[]): GuestOptions {
@@ -81,7 +76,6 @@ export function parseGuestArgs(argv: readonly string[]): GuestOptions {
     else if (arg === "--vm") opts.vm = value();
     else if (arg === "--egress") opts.egress = value();
     else if (arg === "--forward") opts.forward = value();
-    else if (arg === "--net-only") opts.netOnly = true;
     else if (arg === "--net-mux") opts.netMux = value();
     else if (arg === "--net-listen") opts.netListen = value();
     else if (arg === "--stdio") opts.stdio = true;
@@ -89,12 +83,8 @@ export function parseGuestArgs(argv: readonly string[]): GuestOptions {
     else throw new AgentError("invalid_argument", `unknown argument '${arg}'; ${USAGE}`);
   }
   if (!opts.root) throw new AgentError("invalid_argument", `--root is required; ${USAGE}`);
-  const channels = [opts.listen, opts.stdio, opts.serial].filter(Boolean).length;
-  if (opts.netOnly ? channels !== 0 || (!opts.egress && !opts.forward) : channels !== 1)
-    throw new AgentError(
-      "invalid_argument",
-      `give exactly one of --listen, --stdio and --serial (or --net-only with --egress or --forward); ${USAGE}`,
-    );
+  if ([opts.listen, opts.stdio, opts.serial].filter(Boolean).length !== 1)
+    throw new AgentError("invalid_argument", `give exactly one of --listen, --stdio and --serial; ${USAGE}`);
   return opts as GuestOptions;
 }
 
@@ -180,22 +170,6 @@ async function startNetMux(
   return helper;
 }
 
-/** --net-only: the network helpers and nothing else (see GuestOptions.netOnly). */
-async function serveNetOnly(opts: GuestOptions): Promise<GuestHandle> {
-  const helpers = await startNetHelpers(opts);
-  let stop = () => {};
-  const done = new Promise<void>((resolve) => {
-    stop = resolve;
-  });
-  return {
-    done,
-    close: async () => {
-      await Promise.allSettled(helpers.map((h) => h.close()));
-      stop();
-    },
-  };
-}
-
 /** --serial: every virtio-serial port named with the prefix, and the network port (--net-mux). */
 async function serveSerial(
   opts: GuestOptions & { serial: string },
@@ -237,8 +211,6 @@ export async function startGuest(
       ...(opts.vm ? { vmDir: opts.vm } : {}),
       ...(opts.idleCommands ? { idleCommands: true } : {}),
     });
-
-  if (opts.netOnly) return serveNetOnly(opts);
 
   if (opts.serial) return serveSerial({ ...opts, serial: opts.serial }, serve, log, workspace.givenRoot);
 

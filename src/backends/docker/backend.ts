@@ -7,8 +7,8 @@ import { PyroError } from "../../errors.js";
 import { atomicWriteFile } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { connectForwardIn, waitForSocket } from "../common.js";
-import { agentArgv, FORWARD_SOCKET, guestNet } from "../guest.js";
+import { connectForwardIn, connectSandboxSocket, waitForSocket } from "../common.js";
+import { AGENT_SOCKET, agentArgv, FORWARD_SOCKET, guestNet } from "../guest.js";
 import { type NodeRuntime, prepareNodeRuntime } from "../runtime.js";
 import {
   CALL_MS,
@@ -51,8 +51,10 @@ interface DockerState extends SandboxState {
   container_id: string;
   container: string;
   agent_argv: string[];
-  /** Host directory of the network helper's published-port socket (absent: no network). */
+  /** Host directory of the agent's and the published-port sockets (absent: an exec per connection). */
   sock_dir?: string;
+  /** The agent's socket in it. */
+  socket?: string;
 }
 
 function layout(dir: string) {
@@ -118,7 +120,7 @@ export class DockerBackend implements WorkspaceBackend {
     const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
     const image = await ensureImage(docker, endpoint, spec.rootfs, options);
     for (const d of [l.upper, l.work, l.sock]) await mkdir(d, { recursive: true, mode: 0o700 });
-    await rm(join(l.sock, FORWARD_SOCKET), { force: true });
+    for (const f of [AGENT_SOCKET, FORWARD_SOCKET]) await rm(join(l.sock, f), { force: true });
     const argvOfAgent = agentArgv(
       runtime,
       IN_CONTAINER,
@@ -139,10 +141,23 @@ export class DockerBackend implements WorkspaceBackend {
       spec,
       image,
       runtimeDir: runtime.dir,
-      idleCmd: await idleCommand(
-        spec.rootfs,
-        runtime.argv(IN_CONTAINER.runtime, "-e", "setInterval(() => {}, 1 << 30)"),
-      ),
+      // The agent is the container's main process where the container has a socket
+      // directory (every workspace container now): one agent for the container's life,
+      // reached through its socket like bwrap's (warm connections, and processes such as
+      // the network's forwarders that outlive a connection). Without one, an idle command,
+      // and an agent per connection over `docker exec`.
+      mainCmd: spec.netDir
+        ? agentArgv(
+            runtime,
+            IN_CONTAINER,
+            IN_CONTAINER.workspace,
+            { listen: `${IN_CONTAINER.sock}/${AGENT_SOCKET}` },
+            { idleCommands: true, net: guestNet(IN_CONTAINER) },
+          )
+        : await idleCommand(
+            spec.rootfs,
+            runtime.argv(IN_CONTAINER.runtime, "-e", "setInterval(() => {}, 1 << 30)"),
+          ),
       user: workspaceUser(ids),
       sockDir: l.sock,
     });
@@ -160,11 +175,16 @@ export class DockerBackend implements WorkspaceBackend {
       container_id: id,
       container: containerName(spec.workspace_id),
       agent_argv: argvOfAgent,
-      ...(spec.netDir ? { sock_dir: l.sock } : {}),
+      ...(spec.netDir ? { sock_dir: l.sock, socket: join(l.sock, AGENT_SOCKET) } : {}),
     };
     try {
+      if (state.sock_dir)
+        await waitForSocket(join(state.sock_dir, AGENT_SOCKET), () => this.isRunning(state), {
+          timeoutMs: AGENT_READY_MS,
+          what: `the agent of container ${state.container}`,
+          ...(options.signal ? { signal: options.signal } : {}),
+        });
       await this.awaitAgent(state, options.signal);
-      if (spec.netDir) await this.startNetHelper(state, runtime);
     } catch (err) {
       await this.stop(state).catch(() => {});
       throw err;
@@ -194,6 +214,7 @@ export class DockerBackend implements WorkspaceBackend {
     const same =
       (c.Config.Image === body.Image || c.Config.Image.endsWith(`/${body.Image}`)) &&
       c.Config.User === body.User &&
+      JSON.stringify(c.Config.Cmd) === JSON.stringify(body.Cmd) &&
       v?.Options?.o === volume.DriverOpts.o &&
       mounts((c.HostConfig as { Mounts?: MountBody[] }).Mounts) === mounts(body.HostConfig.Mounts) &&
       unappliedSettings(body.HostConfig, c.HostConfig as InspectedHostConfig).length === 0;
@@ -222,43 +243,6 @@ export class DockerBackend implements WorkspaceBackend {
       );
     }
     return created.id;
-  }
-
-  /**
-   * The agent runs per connection here, so the sandbox side of the network (egress on
-   * 127.0.0.1:3128, the published-port socket: agent/guest/net.ts) is a detached exec of
-   * the agent in its network-only mode, living as long as the container.
-   */
-  private async startNetHelper(state: DockerState, runtime: NodeRuntime): Promise<void> {
-    const docker = this.clients.get(state.endpoint);
-    const argv = agentArgv(
-      runtime,
-      IN_CONTAINER,
-      IN_CONTAINER.workspace,
-      { netOnly: true },
-      { net: guestNet(IN_CONTAINER) },
-    );
-    try {
-      const exec = await docker.getContainer(state.container_id).exec({
-        Cmd: argv,
-        AttachStdin: false,
-        AttachStdout: false,
-        AttachStderr: false,
-        Tty: false,
-        WorkingDir: IN_CONTAINER.workspace,
-        ...deadline(),
-      } as Docker.ExecCreateOptions);
-      // Detached, the engine still answers on a connection dockerode keeps open: close it,
-      // or a CLI process would wait for it to time out before exiting.
-      const answer: unknown = await exec.start({ Detach: true, ...deadline() } as Docker.ExecStartOptions);
-      (answer as { destroy?: () => void } | null)?.destroy?.();
-    } catch (err) {
-      throw engineError(err, `starting the network helper in ${state.container}`, state.endpoint);
-    }
-    await waitForSocket(join(state.sock_dir!, FORWARD_SOCKET), () => this.isRunning(state), {
-      timeoutMs: AGENT_READY_MS,
-      what: "the container's network helper",
-    });
   }
 
   connectPort(state: SandboxState, port: number, options: { timeoutMs?: number } = {}): Promise<Duplex> {
@@ -293,6 +277,8 @@ export class DockerBackend implements WorkspaceBackend {
   async connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
     const s = asDockerState(state);
     const timeoutMs = options.timeoutMs ?? 5000;
+    // The container's own agent, on its socket (see start); an older container: an exec.
+    if (s.socket) return connectSandboxSocket(s.socket, timeoutMs);
     const docker = this.clients.get(s.endpoint);
     try {
       const exec = await docker.getContainer(s.container_id).exec({

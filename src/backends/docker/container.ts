@@ -143,15 +143,17 @@ export function hostnameFor(id: string): string {
 }
 
 /**
- * A workspace's long-lived container: `idleCmd` just waits (the init reaps), agents
- * come and go through exec. /workspace is the overlay volume; the runtime, the pyro
- * package and the snapshot trees are read-only binds.
+ * A workspace's long-lived container: its main process is the agent, serving a socket in
+ * the bound socket directory (or, without one, an idle command, with agents coming and
+ * going through exec); Docker's init is pid 1 and reaps. /workspace is the overlay
+ * volume; the runtime, the pyro package and the snapshot trees are read-only binds.
  */
 export function workspaceContainerBody(p: {
   spec: SandboxSpec;
   image: string;
   runtimeDir: string;
-  idleCmd: string[];
+  /** The container's main process: the agent (listen mode) or an idle command. */
+  mainCmd: string[];
   /** `uid:gid` the workspace runs as (see {@link workspaceUser}). */
   user: string;
   /** Host directory for the network helper's published-port socket (with spec.netDir). */
@@ -161,7 +163,7 @@ export function workspaceContainerBody(p: {
   return {
     name: containerName(spec.workspace_id),
     Image: p.image,
-    Cmd: p.idleCmd,
+    Cmd: p.mainCmd,
     Env: containerEnv(),
     WorkingDir: IN_CONTAINER.workspace,
     User: p.user,

@@ -34,7 +34,7 @@ describe("docker container bodies", () => {
       spec: SPEC,
       image: "pyro-env:0123",
       runtimeDir: "/home/u/.pyro/runtime/node-aa",
-      idleCmd: ["/usr/bin/sleep", "2147483647"],
+      mainCmd: ["/usr/bin/sleep", "2147483647"],
       user: "0:0",
     });
     expect(body).toEqual({
@@ -161,7 +161,7 @@ describe("docker limits check (fail closed)", () => {
     spec: SPEC,
     image: "i",
     runtimeDir: "/r",
-    idleCmd: ["x"],
+    mainCmd: ["x"],
   }).HostConfig;
   const applied: InspectedHostConfig = {
     NetworkMode: "none",
