@@ -175,6 +175,67 @@ export const vmSnapshotInResult = z.strictObject({ path: z.string(), files: coun
 export const vmSyncArgs = z.strictObject({});
 export const vmSyncResult = z.strictObject({ duration_ms: z.number().min(0) });
 
+// --- services (guest/services.ts) ----------------------------------------------------
+
+/** A service name: letters, digits, '.', '_', '-', 1-63 characters. */
+export const serviceName = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "service names are 1-63 letters, digits, '.', '_' or '-'");
+
+/** How a service is known to be ready: a file exists, a TCP port accepts, an HTTP URL answers, a command succeeds. */
+export const readyProbe = z.discriminatedUnion("kind", [
+  z.strictObject({ kind: z.literal("file"), path: pathArg.min(1) }),
+  z.strictObject({ kind: z.literal("tcp"), port: z.int().min(1).max(65535) }),
+  z.strictObject({ kind: z.literal("http"), url: z.string().min(1).max(2048) }),
+  z.strictObject({ kind: z.literal("command"), command: z.string().min(1) }),
+]);
+
+export const serviceState = z.enum(["starting", "ready", "failed", "stopped"]);
+
+export const serviceStatus = z.strictObject({
+  name: z.string(),
+  command: z.string(),
+  state: serviceState,
+  pid: z.int().nullable(),
+  started_at: z.string(),
+  ready_at: z.string().nullable(),
+  exit_code: z.int().nullable(),
+  ready: readyProbe.nullable(),
+});
+
+export const serviceStartArgs = z.strictObject({
+  name: serviceName,
+  command: z.string().min(1),
+  cwd: pathArg.optional(),
+  env: z.record(envName, envValue).optional(),
+  ready: readyProbe.nullable().default(null),
+  ready_timeout_ms: z.int().min(1).max(MAX_EXEC_TIMEOUT_MS).default(30_000),
+});
+/** `state` is ready, failed (it exited first: `exit_code`) or starting (the probe timed out); `log_tail` then. */
+export const serviceStartResult = z.strictObject({
+  service: serviceStatus,
+  timed_out: z.boolean(),
+  log_tail: z.array(z.string()),
+});
+export const serviceListArgs = z.strictObject({});
+export const serviceListResult = z.strictObject({ services: z.array(serviceStatus) });
+export const serviceStatusArgs = z.strictObject({ name: serviceName });
+export const serviceStatusResult = z.strictObject({ service: serviceStatus });
+export const serviceLogsArgs = z.strictObject({
+  name: serviceName,
+  tail_lines: z.int().min(1).max(10_000).default(100),
+});
+export const serviceLogsResult = z.strictObject({
+  name: z.string(),
+  lines: z.array(z.strictObject({ stream: z.enum(["stdout", "stderr"]), text: z.string() })),
+  truncated: z.boolean(),
+});
+export const serviceStopArgs = z.strictObject({
+  name: serviceName,
+  grace_ms: z.int().min(0).max(60_000).default(5000),
+});
+export const serviceStopResult = z.strictObject({ service: serviceStatus, killed: z.boolean() });
+
 /**
  * Every op, with its schemas and how it uses the request's channel:
  * `upload` ops read a data stream from the host, `download` ops may send one.
@@ -193,6 +254,11 @@ export const OPS = {
   vm_setup: { args: vmSetupArgs, result: vmSetupResult, upload: false, download: false },
   vm_snapshot_in: { args: vmSnapshotInArgs, result: vmSnapshotInResult, upload: true, download: false },
   vm_sync: { args: vmSyncArgs, result: vmSyncResult, upload: false, download: false },
+  service_start: { args: serviceStartArgs, result: serviceStartResult, upload: false, download: false },
+  service_list: { args: serviceListArgs, result: serviceListResult, upload: false, download: false },
+  service_status: { args: serviceStatusArgs, result: serviceStatusResult, upload: false, download: false },
+  service_logs: { args: serviceLogsArgs, result: serviceLogsResult, upload: false, download: false },
+  service_stop: { args: serviceStopArgs, result: serviceStopResult, upload: false, download: false },
 } as const;
 
 /** Tag bytes of exec's live output frames. */

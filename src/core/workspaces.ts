@@ -33,6 +33,7 @@ import { currentOwner, interrupted, makeWorkspaceDir, recoverInterrupted } from 
 import { secretKeyPaths } from "./secret-key.js";
 import { resolveSecrets, type SecretPrompt, SecretVault, secretRedactor } from "./secrets.js";
 import { type SeedSource, seedInto } from "./seed.js";
+import { restartServices } from "./services.js";
 import { workspaceListItem, workspaceView } from "./views.js";
 
 export const DEFAULTS = {
@@ -120,7 +121,7 @@ export interface CreateOptions extends SeedSource {
 /** What an operation may write to the journal. */
 export type JournalWriter = Pick<
   StateStore,
-  "recordCommand" | "recordEvent" | "updateWorkspace" | "upsertSnapshot" | "deleteSnapshot"
+  "recordCommand" | "recordEvent" | "updateWorkspace" | "getWorkspace" | "upsertSnapshot" | "deleteSnapshot"
 >;
 
 /**
@@ -598,7 +599,13 @@ export class Workspaces {
       if (state && (await backend.isRunning(state))) return fresh;
       if (!explicit && fresh.state !== "running") assertAllowed(fresh.state, "exec", fresh.workspace_id);
       if (state) await backend.stop(state);
-      return await this.startSandbox(fresh, this.sandboxSpec(fresh));
+      const started = await this.startSandbox(fresh, this.sandboxSpec(fresh));
+      // Its services died with the sandbox: the kept ones start again (core/services.ts).
+      if ((started.spec.services ?? []).length > 0) {
+        await this.dropClient(started.workspace_id);
+        await restartServices(this, await this.client(started, backend), started);
+      }
+      return started;
     } finally {
       await release();
     }
@@ -736,9 +743,11 @@ export class Workspaces {
     if (state) await backend.stop(state);
     const spec = this.sandboxSpec(w, snapshot);
     await backend.discardChanges(spec);
+    // A reset ends the services with the sandbox, for good.
     const updated = this.store.updateWorkspace(w.workspace_id, {
       current_snapshot: snapshot,
       runtime: { sandbox: null },
+      spec: { ...w.spec, services: [] },
     });
     if (w.state === "stopped") return updated;
     return this.startSandbox(updated, spec);

@@ -36,6 +36,22 @@ export interface PublishedPort {
   guest_port: number;
 }
 
+/** A service the workspace keeps (core/services.ts): started again by `workspace start`. */
+export interface ServiceSpec {
+  name: string;
+  command: string;
+  cwd?: string;
+  /** Forwarded env of this service (never secrets: those come from the vault at start). */
+  env: Record<string, string>;
+  ready:
+    | { kind: "file"; path: string }
+    | { kind: "tcp"; port: number }
+    | { kind: "http"; url: string }
+    | { kind: "command"; command: string }
+    | null;
+  ready_timeout_seconds: number;
+}
+
 /**
  * What the workspace was created with. `env` is forwarded, non-secret environment
  * (`--env NAME=VALUE`): it is stored as given. Secrets never go here; see `SecretRef`.
@@ -55,6 +71,8 @@ export interface WorkspaceSpec {
    * workspace: allowed even where they resolve to a private address (core/network.ts).
    */
   network_approved?: string[];
+  /** Services to start again with the workspace (core/services.ts). */
+  services?: ServiceSpec[];
 }
 
 /**

@@ -10,6 +10,7 @@ import {
   procStartTime,
   sameProcessAlive,
   spawnDetached,
+  terminateAndWait,
   waitForSocket,
 } from "../common.js";
 import { AGENT_ENTRY } from "../guest.js";
@@ -96,9 +97,10 @@ export class HostBackend implements WorkspaceBackend {
 
   async stop(state: SandboxState): Promise<void> {
     if (typeof state.pid === "number" && typeof state.start_time === "string") {
-      // The agent leads its own session; its commands run in their own process groups and
-      // are killed by the agent on shutdown. Kill the agent itself here.
-      await killAndWait(state.pid, state.start_time);
+      // The agent leads its own session; its commands and services run in their own
+      // process groups and are killed by the agent when it is asked to stop (SIGTERM);
+      // SIGKILL only if it does not go.
+      await terminateAndWait(state.pid, state.start_time, 3000);
     }
   }
 

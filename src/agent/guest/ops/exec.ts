@@ -65,7 +65,10 @@ type ExecArgs = Parameters<OpHandler<"exec">>[0];
 type ExecContext = Parameters<OpHandler<"exec">>[1];
 
 /** The command's working directory: the workspace root, or `cwd` resolved inside it. */
-async function commandCwd(cwd: string | undefined, workspace: ExecContext["workspace"]): Promise<string> {
+export async function commandCwd(
+  cwd: string | undefined,
+  workspace: ExecContext["workspace"],
+): Promise<string> {
   if (cwd === undefined) return workspace.root;
   const resolved = await workspace.resolve(cwd);
   if (!resolved.stat) throw new AgentError("not_found", `cwd does not exist: ${cwd}`);
@@ -80,7 +83,12 @@ async function commandCwd(cwd: string | undefined, workspace: ExecContext["works
  * tree marker in its environment, its stdin fed from the upload, and below the agent in
  * CPU and OOM priority where they share a cgroup.
  */
-function startCommand(args: ExecArgs, cwd: string, marker: string, ctx: ExecContext) {
+export function startCommand(
+  args: Pick<ExecArgs, "command" | "env" | "stdin">,
+  cwd: string,
+  marker: string,
+  ctx: Pick<ExecContext, "upload" | "idleCommands">,
+) {
   const child = spawn("/bin/sh", ["-c", args.command], {
     cwd,
     env: { ...BASE_ENV, ...args.env, [TREE_MARKER_VAR]: marker },
@@ -124,7 +132,7 @@ function capture(
 }
 
 /** A shell's exit code, or 128 + the signal that killed it (as shells report it). */
-function exitCodeOf(code: number | null, sig: NodeJS.Signals | null): number {
+export function exitCodeOf(code: number | null, sig: NodeJS.Signals | null): number {
   return code !== null ? code : 128 + (sig ? (os.constants.signals[sig] ?? 0) : 0);
 }
 

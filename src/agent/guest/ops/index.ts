@@ -4,6 +4,7 @@ import { diff } from "./diff.js";
 import { exec } from "./exec.js";
 import { fileList, fileRead, fileWrite } from "./files.js";
 import { patchApply } from "./patch.js";
+import { serviceList, serviceLogs, serviceStart, serviceStatus, serviceStop } from "./services.js";
 import { info, ping } from "./system.js";
 import { tarIn, tarOut } from "./tar.js";
 import { vmSetup, vmSnapshotIn, vmSync } from "./vm.js";
@@ -25,4 +26,9 @@ export const BUILTIN_OPS: OpHandlers = {
   vm_setup: vmSetup,
   vm_snapshot_in: vmSnapshotIn,
   vm_sync: vmSync,
+  service_start: serviceStart,
+  service_list: serviceList,
+  service_status: serviceStatus,
+  service_logs: serviceLogs,
+  service_stop: serviceStop,
 };

@@ -1,0 +1,183 @@
+/**
+ * Services of a workspace (contract §4 "service", docs/workspaces.md "Services"): named
+ * long-running commands with a readiness probe, run by the guest agent
+ * (agent/guest/ops/services.ts) with the workspace's env, secrets and proxy settings.
+ *
+ * The workspace row keeps each running service's definition (`spec.services`), so a
+ * `workspace start` (after a stop, or after the sandbox died) starts them again; `stop`
+ * removes it, and a reset or delete ends them with the sandbox. Output and errors reach
+ * every surface with the workspace's secrets redacted.
+ */
+import type { AgentClient } from "../agent/client.js";
+import type { OpArgs, OpResult } from "../agent/op-schemas.js";
+import { PyroError } from "../errors.js";
+import type { ServiceSpec, WorkspaceRow } from "../state/types.js";
+import { LIMITS } from "./limits.js";
+import { secretRedactor } from "./secrets.js";
+import type { Workspaces } from "./workspaces.js";
+
+/** How long a start waits for readiness by default, and at most. */
+export const DEFAULT_READY_TIMEOUT_SECONDS = 30;
+
+/** Slack on the agent request beyond the readiness wait (the probe's own last try). */
+const REQUEST_SLACK_MS = 15_000;
+
+export type ReadyProbe = NonNullable<ServiceSpec["ready"]>;
+
+export interface StartServiceOptions {
+  ready?: ReadyProbe | null;
+  ready_timeout_seconds?: number;
+  cwd?: string;
+  env?: Record<string, string>;
+}
+
+type AgentStatus = OpResult<"service_status">["service"];
+
+/** A service as every surface shows it (the agent's status, secrets redacted). */
+function view(workspaceId: string, s: AgentStatus, redact: (t: string) => string) {
+  return { workspace_id: workspaceId, ...s, command: redact(s.command) };
+}
+
+export type ServiceView = ReturnType<typeof view>;
+
+function checkReadyTimeout(seconds: number): number {
+  if (!(seconds > 0 && seconds <= LIMITS.timeout_seconds.max))
+    throw new PyroError(
+      "invalid_argument",
+      `ready timeout must be between 1 and ${LIMITS.timeout_seconds.max} seconds, got ${seconds}`,
+      "give --ready-timeout in seconds",
+    );
+  return seconds;
+}
+
+/** The agent's start arguments for a definition, with the env every command gets. */
+async function startArgs(
+  ws: Workspaces,
+  w: WorkspaceRow,
+  def: ServiceSpec,
+): Promise<OpArgs<"service_start">> {
+  const secrets = await ws.secretValues(w);
+  return {
+    name: def.name,
+    command: def.command,
+    ...(def.cwd ? { cwd: def.cwd } : {}),
+    env: { ...(await ws.networkEnv(w)), ...w.spec.env, ...Object.fromEntries(secrets), ...def.env },
+    ready: def.ready,
+    ready_timeout_ms: Math.round(def.ready_timeout_seconds * 1000),
+  };
+}
+
+async function start(ws: Workspaces, agent: AgentClient, w: WorkspaceRow, def: ServiceSpec) {
+  return agent.request("service_start", await startArgs(ws, w, def), {
+    timeoutMs: def.ready_timeout_seconds * 1000 + REQUEST_SLACK_MS,
+  });
+}
+
+/**
+ * Starts service `name` and waits for its probe: `ready`, or `failed` with its exit code
+ * when it exits first. A probe that never passes is a `timeout` error carrying the last
+ * log lines (the service keeps running, as `starting`).
+ */
+export async function startService(
+  ws: Workspaces,
+  idOrName: string,
+  name: string,
+  command: string,
+  options: StartServiceOptions = {},
+): Promise<ServiceView> {
+  if (command.trim() === "") throw new PyroError("invalid_argument", "the service command is empty");
+  const def: ServiceSpec = {
+    name,
+    command,
+    ...(options.cwd ? { cwd: options.cwd } : {}),
+    env: options.env ?? {},
+    ready: options.ready ?? null,
+    ready_timeout_seconds: checkReadyTimeout(options.ready_timeout_seconds ?? DEFAULT_READY_TIMEOUT_SECONDS),
+  };
+  return ws.withAgent(idOrName, "exec", async (agent, w, journal) => {
+    const redact = secretRedactor(await ws.secretValues(w));
+    const r = await start(ws, agent, w, def);
+    journal((store) => {
+      const fresh = store.getWorkspace(w.workspace_id) ?? w;
+      const kept = (fresh.spec.services ?? []).filter((s) => s.name !== name);
+      // One that exited before it was ready is not kept: a start would only fail again.
+      const services = r.service.state === "failed" ? kept : [...kept, def];
+      store.updateWorkspace(w.workspace_id, { spec: { ...fresh.spec, services } });
+      store.recordEvent(w.workspace_id, "service_start", {
+        name,
+        command: redact(command),
+        state: r.service.state,
+      });
+    });
+    if (r.timed_out)
+      throw new PyroError(
+        "timeout",
+        `service '${name}' did not become ready within ${def.ready_timeout_seconds} s (it keeps running); last log lines: ${redact(r.log_tail.join(" | ")).slice(-2000) || "(none)"}`,
+        "look at its logs (service logs), stop it, or start it with a longer --ready-timeout",
+      );
+    return { ...view(w.workspace_id, r.service, redact), log_tail: r.log_tail.map(redact) };
+  });
+}
+
+export async function listServices(ws: Workspaces, idOrName: string) {
+  return ws.withAgent(idOrName, "exec", async (agent, w) => {
+    const redact = secretRedactor(await ws.secretValues(w));
+    const r = await agent.request("service_list", {});
+    const services = r.services.map((s) => view(w.workspace_id, s, redact));
+    return {
+      workspace_id: w.workspace_id,
+      count: services.length,
+      running_count: services.filter((s) => s.state === "starting" || s.state === "ready").length,
+      services,
+    };
+  });
+}
+
+export async function serviceStatus(ws: Workspaces, idOrName: string, name: string): Promise<ServiceView> {
+  return ws.withAgent(idOrName, "exec", async (agent, w) => {
+    const redact = secretRedactor(await ws.secretValues(w));
+    return view(w.workspace_id, (await agent.request("service_status", { name })).service, redact);
+  });
+}
+
+export async function serviceLogs(ws: Workspaces, idOrName: string, name: string, tailLines = 100) {
+  return ws.withAgent(idOrName, "exec", async (agent, w) => {
+    const redact = secretRedactor(await ws.secretValues(w));
+    const r = await agent.request("service_logs", { name, tail_lines: tailLines });
+    return {
+      workspace_id: w.workspace_id,
+      name,
+      lines: r.lines.map((l) => ({ stream: l.stream, text: redact(l.text) })),
+      truncated: r.truncated,
+    };
+  });
+}
+
+/** TERM to the whole process group, KILL after `grace_seconds`; not started again by `workspace start`. */
+export async function stopService(ws: Workspaces, idOrName: string, name: string, graceSeconds = 5) {
+  return ws.withAgent(idOrName, "exec", async (agent, w, journal) => {
+    const redact = secretRedactor(await ws.secretValues(w));
+    const r = await agent.request("service_stop", { name, grace_ms: Math.round(graceSeconds * 1000) });
+    journal((store) => {
+      const fresh = store.getWorkspace(w.workspace_id) ?? w;
+      const kept = (fresh.spec.services ?? []).filter((s) => s.name !== name);
+      store.updateWorkspace(w.workspace_id, { spec: { ...fresh.spec, services: kept } });
+      store.recordEvent(w.workspace_id, "service_stop", { name, killed: r.killed });
+    });
+    return { ...view(w.workspace_id, r.service, redact), killed: r.killed };
+  });
+}
+
+/**
+ * Starts the workspace's kept services again on a freshly started sandbox (best effort:
+ * a service that fails or times out is reported by its status, not thrown).
+ */
+export async function restartServices(ws: Workspaces, agent: AgentClient, w: WorkspaceRow): Promise<void> {
+  for (const def of w.spec.services ?? []) {
+    try {
+      await start(ws, agent, w, def);
+    } catch {
+      // Its status says why (failed, starting); the workspace itself started.
+    }
+  }
+}
