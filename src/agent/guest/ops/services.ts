@@ -7,7 +7,7 @@
  * a bounded ring (SERVICE_LOG_LINES lines, each cut at SERVICE_LINE_BYTES).
  *
  * Readiness: a probe (a file exists, 127.0.0.1:PORT accepts, an http:// URL answers below
- * 500, a command exits 0) is polled every PROBE_INTERVAL_MS until it passes (`ready`),
+ * 500, a command exits 0) is polled, from every 5 ms backing off to every 100 ms, until it passes (`ready`),
  * the service exits first (`failed`, with its exit code), or the timeout passes (it keeps
  * running as `starting`; the result says `timed_out` with the log's last lines). A
  * service without a probe is ready once started.
@@ -21,6 +21,7 @@ import http from "node:http";
 import net from "node:net";
 import { AgentError } from "../../errors.js";
 import type { OpResult } from "../../op-schemas.js";
+import type { Workspace } from "../paths.js";
 import type { OpHandler } from "./context.js";
 import { commandCwd, exitCodeOf, startCommand } from "./exec.js";
 
@@ -30,6 +31,8 @@ export const SERVICE_LOG_LINES = 2000;
 export const SERVICE_LINE_BYTES = 4096;
 /** At most this many services per workspace. */
 export const MAX_SERVICES = 32;
+/** Probe intervals: quick at first (a service is often up within milliseconds), backing off to the maximum. */
+const PROBE_FIRST_MS = 5;
 const PROBE_INTERVAL_MS = 100;
 const PROBE_TIMEOUT_MS = 2000;
 
@@ -77,14 +80,27 @@ interface Service {
   child: ReturnType<typeof startCommand>;
 }
 
-/** The agent process's services, by name. */
-const services = new Map<string, Service>();
+/**
+ * The services, by name, of each workspace this process serves. A real agent serves one;
+ * in-process guests (the fake backend) serve several, which must not see (or collide
+ * with) each other's services, nor a stopped guest's.
+ */
+const registries = new Map<Workspace, Map<string, Service>>();
+
+function registry(workspace: Workspace): Map<string, Service> {
+  let r = registries.get(workspace);
+  if (!r) {
+    r = new Map();
+    registries.set(workspace, r);
+  }
+  return r;
+}
 
 function running(s: Service): boolean {
   return s.status.state === "starting" || s.status.state === "ready";
 }
 
-function named(name: string): Service {
+function named(services: Map<string, Service>, name: string): Service {
   const s = services.get(name);
   if (!s)
     throw new AgentError(
@@ -170,6 +186,7 @@ async function awaitReady(
     return false;
   }
   const deadline = Date.now() + timeoutMs;
+  let delay = PROBE_FIRST_MS;
   let exited = false;
   void s.exited.then(() => {
     exited = true;
@@ -184,11 +201,13 @@ async function awaitReady(
       return false;
     }
     if (Date.now() >= deadline || signal.aborted) return true;
-    await new Promise((r) => setTimeout(r, PROBE_INTERVAL_MS));
+    await new Promise((r) => setTimeout(r, delay));
+    delay = Math.min(delay * 2, PROBE_INTERVAL_MS);
   }
 }
 
 export const serviceStart: OpHandler<"service_start"> = async (args, ctx) => {
+  const services = registry(ctx.workspace);
   const old = services.get(args.name);
   if (old && running(old))
     throw new AgentError(
@@ -244,22 +263,22 @@ export const serviceStart: OpHandler<"service_start"> = async (args, ctx) => {
   };
 };
 
-export const serviceList: OpHandler<"service_list"> = async () => ({
-  services: [...services.values()].map((s) => ({ ...s.status })),
+export const serviceList: OpHandler<"service_list"> = async (_args, ctx) => ({
+  services: [...registry(ctx.workspace).values()].map((s) => ({ ...s.status })),
 });
 
-export const serviceStatus: OpHandler<"service_status"> = async (args) => ({
-  service: { ...named(args.name).status },
+export const serviceStatus: OpHandler<"service_status"> = async (args, ctx) => ({
+  service: { ...named(registry(ctx.workspace), args.name).status },
 });
 
-export const serviceLogs: OpHandler<"service_logs"> = async (args) => {
-  const { lines, truncated } = named(args.name).log.tail(args.tail_lines);
+export const serviceLogs: OpHandler<"service_logs"> = async (args, ctx) => {
+  const { lines, truncated } = named(registry(ctx.workspace), args.name).log.tail(args.tail_lines);
   return { name: args.name, lines, truncated };
 };
 
 /** TERM to the whole process group, KILL after the grace period. */
-export const serviceStop: OpHandler<"service_stop"> = async (args) => {
-  const s = named(args.name);
+export const serviceStop: OpHandler<"service_stop"> = async (args, ctx) => {
+  const s = named(registry(ctx.workspace), args.name);
   let killed = false;
   if (running(s) && s.child.pid !== undefined) {
     s.status.state = "stopped";
@@ -287,7 +306,7 @@ export const serviceStop: OpHandler<"service_stop"> = async (args) => {
  * sandbox they would die with it anyway; on host-compat they are host processes.
  */
 export function killAllServices(): void {
-  for (const s of services.values()) {
+  for (const s of [...registries.values()].flatMap((r) => [...r.values()])) {
     if (!running(s) || s.child.pid === undefined) continue;
     s.status.state = "stopped";
     try {
