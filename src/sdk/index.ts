@@ -22,7 +22,10 @@ export type {
   PullOptions,
   ReadFileOptions,
   RunOptions,
+  ServiceLogsOptions,
   SnapshotOptions,
+  StartServiceOptions,
+  StopServiceOptions,
   SyncPushOptions,
   UpdateWorkspacePatch,
 } from "./schemas.js";

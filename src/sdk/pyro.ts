@@ -11,6 +11,7 @@ import {
   writeFileToWorkspace,
 } from "../core/files.js";
 import { demo, prepare, runOnce } from "../core/oneshot.js";
+import { listServices, serviceLogs, serviceStatus, startService, stopService } from "../core/services.js";
 import { createSnapshot, deleteSnapshot, listSnapshots, resetWorkspace } from "../core/snapshots.js";
 import { summarizeWorkspace } from "../core/summary.js";
 import { coreOptions } from "./case.js";
@@ -27,7 +28,10 @@ import type {
   PullOptions,
   ReadFileOptions,
   RunOptions,
+  ServiceLogsOptions,
   SnapshotOptions,
+  StartServiceOptions,
+  StopServiceOptions,
   SyncPushOptions,
   UpdateWorkspacePatch,
 } from "./schemas.js";
@@ -51,6 +55,11 @@ import type {
   PullResult,
   ResetResult,
   RunResult,
+  ServiceList,
+  ServiceLogsResult,
+  ServiceStartResult,
+  ServiceStopResult,
+  ServiceView,
   SnapshotDeleteResult,
   SnapshotList,
   SnapshotView,
@@ -183,6 +192,48 @@ export class Pyro {
   async summarizeWorkspace(workspaceId: string): Promise<WorkspaceSummary> {
     checkArgs("summarizeWorkspace", [workspaceId]);
     return summarizeWorkspace(this.ws, workspaceId);
+  }
+
+  /**
+   * Starts service `name` (a long-running `command`) and waits for its `ready` probe:
+   * state `ready`, or `failed` with its exit code when it exits first. A probe that never
+   * passes within `readyTimeoutSeconds` (default 30) rejects with a `timeout` PyroError
+   * carrying the last log lines; the service keeps running. `workspace start` starts it again.
+   */
+  async startService(
+    workspaceId: string,
+    name: string,
+    command: string,
+    options: StartServiceOptions = {},
+  ): Promise<ServiceStartResult> {
+    checkArgs("startService", [workspaceId, name, command, options]);
+    return startService(this.ws, workspaceId, name, command, coreOptions(options));
+  }
+  async listServices(workspaceId: string): Promise<ServiceList> {
+    checkArgs("listServices", [workspaceId]);
+    return listServices(this.ws, workspaceId);
+  }
+  async serviceStatus(workspaceId: string, name: string): Promise<ServiceView> {
+    checkArgs("serviceStatus", [workspaceId, name]);
+    return serviceStatus(this.ws, workspaceId, name);
+  }
+  /** The last `tailLines` (default 100) lines of its stdout and stderr, interleaved as they came. */
+  async serviceLogs(
+    workspaceId: string,
+    name: string,
+    options: ServiceLogsOptions = {},
+  ): Promise<ServiceLogsResult> {
+    checkArgs("serviceLogs", [workspaceId, name, options]);
+    return serviceLogs(this.ws, workspaceId, name, options.tailLines);
+  }
+  /** TERM to its whole process group, KILL after `graceSeconds` (default 5); not started again. */
+  async stopService(
+    workspaceId: string,
+    name: string,
+    options: StopServiceOptions = {},
+  ): Promise<ServiceStopResult> {
+    checkArgs("stopService", [workspaceId, name, options]);
+    return stopService(this.ws, workspaceId, name, options.graceSeconds);
   }
 
   async listWorkspaceFiles(

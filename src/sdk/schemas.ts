@@ -21,6 +21,7 @@ import type { ExecOptions as CoreExecOptions, LogsOptions as CoreLogsOptions } f
 import { LIMITS } from "../core/limits.js";
 import type { RunOptions as CoreRunOptions, demo, prepare } from "../core/oneshot.js";
 import { MAX_OUTPUT_BYTES, MIN_OUTPUT_BYTES } from "../core/output.js";
+import type { StartServiceOptions as CoreStartServiceOptions } from "../core/services.js";
 import { BACKEND_NAMES } from "../core/vocabulary.js";
 import type { CreateOptions as CoreCreateOptions } from "../core/workspaces.js";
 
@@ -65,6 +66,20 @@ export interface UpdateWorkspacePatch {
   clearLabels?: string[];
   /** A new network policy; applies to the running workspace at once. */
   networkPolicy?: string;
+}
+/**
+ * Options of `startService`: `ready` is the readiness probe (a file exists, a TCP port
+ * accepts, an HTTP URL answers, a command succeeds; none: ready once started),
+ * `readyTimeoutSeconds` how long to wait for it (default 30).
+ */
+export type StartServiceOptions = CamelCased<CoreStartServiceOptions>;
+/** Options of `serviceLogs`: the last `tailLines` lines (default 100). */
+export interface ServiceLogsOptions {
+  tailLines?: number;
+}
+/** Options of `stopService`: seconds between TERM and KILL (default 5). */
+export interface StopServiceOptions {
+  graceSeconds?: number;
 }
 /** Options of `listWorkspaceFiles`. */
 export interface ListFilesOptions {
@@ -137,6 +152,40 @@ const networkTarget = z
   .min(1)
   .max(300)
   .describe("a destination HOST[:PORT], as `networkBlocks` lists it");
+const serviceName = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "must be 1-63 letters, digits, '.', '_' or '-'")
+  .describe("a service name: 1-63 letters, digits, '.', '_' or '-', e.g. \"web\"");
+const readyProbe = z
+  .discriminatedUnion("kind", [
+    z.strictObject({ kind: z.literal("file"), path: z.string().min(1) }),
+    z.strictObject({ kind: z.literal("tcp"), port: port(1) }),
+    z.strictObject({ kind: z.literal("http"), url: z.string().min(1).max(2048) }),
+    z.strictObject({
+      kind: z.literal("command"),
+      command: z.string().regex(/\S/, "must not be empty or blank"),
+    }),
+  ])
+  .nullable()
+  .describe(
+    'a readiness probe: {kind: "file", path}, {kind: "tcp", port}, {kind: "http", url} or {kind: "command", command} (null: ready once started)',
+  );
+const readyTimeoutSeconds = z
+  .number()
+  .positive()
+  .max(LIMITS.timeout_seconds.max)
+  .describe("a number of seconds to wait for readiness, more than 0 and at most 86400 (default 30)");
+const tailLines = z
+  .number()
+  .int()
+  .min(1)
+  .max(10_000)
+  .describe("a whole number of lines from 1 to 10000 (default 100)");
+const graceSeconds = z
+  .number()
+  .min(0)
+  .max(60)
+  .describe("seconds between TERM and KILL, from 0 to 60 (default 5)");
 const timeoutSeconds = z
   .number()
   .positive()
@@ -335,6 +384,32 @@ export const SIGNATURES = {
     opt("options", options({ limit: logLimit, seq, maxOutputBytes } satisfies Keys<LogsOptions>)),
   ],
   summarizeWorkspace: [arg("workspaceId", workspaceId)],
+  startService: [
+    arg("workspaceId", workspaceId),
+    arg("name", serviceName),
+    arg("command", command),
+    opt(
+      "options",
+      options({
+        ready: readyProbe,
+        readyTimeoutSeconds,
+        cwd: workspacePath,
+        env: envVars,
+      } satisfies Keys<StartServiceOptions>),
+    ),
+  ],
+  listServices: [arg("workspaceId", workspaceId)],
+  serviceStatus: [arg("workspaceId", workspaceId), arg("name", serviceName)],
+  serviceLogs: [
+    arg("workspaceId", workspaceId),
+    arg("name", serviceName),
+    opt("options", options({ tailLines } satisfies Keys<ServiceLogsOptions>)),
+  ],
+  stopService: [
+    arg("workspaceId", workspaceId),
+    arg("name", serviceName),
+    opt("options", options({ graceSeconds } satisfies Keys<StopServiceOptions>)),
+  ],
   listWorkspaceFiles: [
     arg("workspaceId", workspaceId),
     opt("path", workspacePath),

@@ -16,6 +16,7 @@ import type {
   writeFileToWorkspace,
 } from "../core/files.js";
 import type { demo, runOnce } from "../core/oneshot.js";
+import type { listServices, serviceLogs, startService, stopService } from "../core/services.js";
 import type { createSnapshot, deleteSnapshot, listSnapshots, resetWorkspace } from "../core/snapshots.js";
 import type { summarizeWorkspace } from "../core/summary.js";
 import type { workspaceListItem } from "../core/views.js";
@@ -101,3 +102,14 @@ export type SnapshotView = Result<typeof createSnapshot>;
 export type SnapshotList = Result<typeof listSnapshots>;
 /** `deleteSnapshot`. */
 export type SnapshotDeleteResult = Result<typeof deleteSnapshot>;
+
+/** `serviceStatus`: one service (state starting, ready, failed or stopped; pid; ready time; probe). */
+export type { ServiceView } from "../core/services.js";
+/** `startService`: the service once ready (or failed), with its last log lines. */
+export type ServiceStartResult = Result<typeof startService>;
+/** `listServices`: every service of the workspace, with counts. */
+export type ServiceList = Result<typeof listServices>;
+/** `serviceLogs`: the last lines of a service's stdout and stderr. */
+export type ServiceLogsResult = Result<typeof serviceLogs>;
+/** `stopService`: the stopped service, and whether it had to be killed. */
+export type ServiceStopResult = Result<typeof stopService>;

@@ -132,6 +132,35 @@ const BAD_CALLS: [string, () => unknown[], string][] = [
   ["networkBlocks", () => [42], "networkBlocks: workspaceId must be a string, got 42"],
   ["approveNetwork", () => [id], "approveNetwork: target must be a string, got undefined"],
   ["approveNetwork", () => [id, "x".repeat(301)], "approveNetwork: target must be at most 300 characters"],
+  ["startService", () => [id, "web", "   "], "startService: command must not be empty or blank"],
+  [
+    "startService",
+    () => [id, "web", "sleep 60", { ready: { kind: "tcp", port: 0 } }],
+    "startService: options.ready.port must be at least 1, got 0",
+  ],
+  [
+    "startService",
+    () => [id, "web", "sleep 60", { ready: { kind: "tcp", port: 70000 } }],
+    "startService: options.ready.port must be at most 65535",
+  ],
+  [
+    "startService",
+    () => [id, "web", "sleep 60", { ready_timeout_seconds: 5 }],
+    'startService: options has unknown key "ready_timeout_seconds"',
+  ],
+  ["startService", () => [id, "no spaces", "sleep 60"], "startService: name must be 1-63 letters"],
+  ["listServices", () => [42], "listServices: workspaceId must be a string, got 42"],
+  ["serviceStatus", () => [id], "serviceStatus: name must be a string, got undefined"],
+  [
+    "serviceLogs",
+    () => [id, "web", { tailLines: 0 }],
+    "serviceLogs: options.tailLines must be at least 1, got 0",
+  ],
+  [
+    "stopService",
+    () => [id, "web", { graceSeconds: 61 }],
+    "stopService: options.graceSeconds must be at most 60",
+  ],
   [
     "createWorkspace",
     () => [{ publishedPorts: [{ host_port: 0, guest_port: 0 }] }],
