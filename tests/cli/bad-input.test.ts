@@ -121,6 +121,87 @@ describe("network policies and published ports (issue 13)", () => {
   }
 });
 
+describe("services (issue 14)", () => {
+  const start = ["workspace", "service", "start", "NOSUCH", "web"];
+  /** `--json` before the `--` that starts the command. */
+  const json = (args: string[]) => {
+    const i = args.indexOf("--");
+    return i < 0 ? [...args, "--json"] : [...args.slice(0, i), "--json", ...args.slice(i)];
+  };
+  const usage: [string[], RegExp][] = [
+    [[...start, "--ready-tcp", "0", "--", "sleep 60"], /--ready-tcp must be a port from 1 to 65535, got '0'/],
+    [[...start, "--ready-tcp", "70000", "--", "sleep 60"], /--ready-tcp must be a port from 1 to 65535/],
+    [[...start, "--ready-timeout", "0", "--", "sleep 60"], /--ready-timeout must be a positive number/],
+    [
+      ["workspace", "service", "logs", "NOSUCH", "web", "--tail-lines", "x"],
+      /--tail-lines must be a whole number/,
+    ],
+  ];
+  for (const [args, message] of usage) {
+    it(`pyro ${args.join(" ")} is a usage error (exit 2), one line`, async () => {
+      const r = await cli(args, env);
+      expect(r.code).toBe(2);
+      noTrace(r.stderr);
+      expect(r.stderr.trim().split("\n")).toHaveLength(1);
+      expect(r.stderr).toMatch(message);
+      const j = await cli(json(args), env);
+      expect(j.code).toBe(2);
+      expect(j.json().error.code).toBe("invalid_argument");
+    });
+  }
+
+  const refused: [string[], RegExp][] = [
+    [
+      [...start, "--ready-tcp", "8080", "--ready-file", "/tmp/up", "--", "sleep 60"],
+      /at most one readiness probe, got --ready-file and --ready-tcp/,
+    ],
+    [[...start, "--", ""], /the service command is empty/],
+    [[...start, "--", "   "], /the service command is empty/],
+    [start, /no command given/],
+    [["workspace", "service", "start", "NOSUCH", "bad name!", "--", "sleep 60"], /service name must be/],
+    [
+      ["workspace", "service", "logs", "NOSUCH", "web", "--tail-lines", "10001"],
+      /--tail-lines must be at most 10000/,
+    ],
+  ];
+  for (const [args, message] of refused) {
+    it(`pyro ${args.join(" ")} is invalid_argument and changes nothing`, async () => {
+      const r = await cli(args, env);
+      expect(r.code).toBe(1);
+      noTrace(r.stderr);
+      expect(r.stderr.trim().split("\n")[0]).toMatch(message);
+      const j = await cli(json(args), env);
+      expect(j.code).toBe(1);
+      noTrace(j.stderr);
+      expect(j.json().error).toMatchObject({
+        code: "invalid_argument",
+        message: expect.stringMatching(message),
+      });
+      expect((await cli(["workspace", "list", "--json"], env)).json().count).toBe(0);
+    });
+  }
+
+  const missing: string[][] = [
+    [...start, "--ready-tcp", "8080", "--", "sleep", "60"],
+    ["workspace", "service", "list", "NOSUCH"],
+    ["workspace", "service", "status", "NOSUCH", "web"],
+    ["workspace", "service", "logs", "NOSUCH", "web", "--tail-lines", "5"],
+    ["workspace", "service", "stop", "NOSUCH", "web"],
+  ];
+  for (const args of missing) {
+    it(`pyro ${args.join(" ")} is workspace_not_found`, async () => {
+      const r = await cli(args, env);
+      expect(r.code).not.toBe(0);
+      noTrace(r.stderr);
+      expect(r.stderr).toMatch(/no workspace 'NOSUCH'/);
+      const j = await cli(json(args), env);
+      expect(j.code).not.toBe(0);
+      noTrace(j.stderr);
+      expect(j.json().error).toMatchObject({ code: "workspace_not_found", message: "no workspace 'NOSUCH'" });
+    });
+  }
+});
+
 describe("bare pyro", () => {
   it("prints the help and exits 0", async () => {
     const r = await cli([], env);

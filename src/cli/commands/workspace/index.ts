@@ -4,6 +4,7 @@ import { registerExec } from "./exec.js";
 import { registerFiles } from "./files.js";
 import { registerLifecycle } from "./lifecycle.js";
 import { registerNetwork } from "./network.js";
+import { registerServices } from "./services.js";
 import { registerSnapshots } from "./snapshots.js";
 
 export function registerWorkspace(program: Command, ctx: CliContext): void {
@@ -15,4 +16,5 @@ export function registerWorkspace(program: Command, ctx: CliContext): void {
   registerFiles(ws, ctx);
   registerSnapshots(ws, ctx);
   registerNetwork(ws, ctx);
+  registerServices(ws, ctx);
 }
