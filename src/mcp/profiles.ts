@@ -29,6 +29,11 @@ export const TOOL_NAMES = [
   "workspace_stop",
   "workspace_start",
   "workspace_network_blocks",
+  "service_start",
+  "service_list",
+  "service_status",
+  "service_logs",
+  "service_stop",
 ] as const;
 export type ToolName = (typeof TOOL_NAMES)[number];
 
@@ -54,7 +59,7 @@ const CORE: readonly ToolName[] = [
 
 /**
  * workspace-full grows with the core. Not here yet because the core does not have them:
- * services (service_*), PTY shells (shell_*), stopped-workspace disk tools
+ * PTY shells (shell_*), stopped-workspace disk tools
  * (workspace_disk_*). Network approval is never a tool: a model must not approve its own
  * egress (the CLI and the SDK have it).
  */
@@ -66,6 +71,11 @@ const FULL: readonly ToolName[] = [
   "workspace_stop",
   "workspace_start",
   "workspace_network_blocks",
+  "service_start",
+  "service_list",
+  "service_status",
+  "service_logs",
+  "service_stop",
 ];
 
 export interface ToolSet {
@@ -96,7 +106,7 @@ export const PROFILES = {
     kind: "profile",
     name: "workspace-full",
     description:
-      "workspace-core plus snapshots, stop/start, network blocks, and secrets, network and published ports on create",
+      "workspace-core plus snapshots, services, stop/start, network blocks, and secrets, network and published ports on create",
     tools: FULL,
     fullCreate: true,
   },
@@ -146,12 +156,18 @@ export const MODES = {
   "cold-start": {
     kind: "mode",
     name: "cold-start",
-    description: "validate a fresh repository: run its checks, read and export the reports, reset and retry",
+    description:
+      "validate a fresh repository: start its services and wait until ready, run its checks, read and export the reports, reset and retry",
     tools: [
       "workspace_create",
       "workspace_status",
       "workspace_exec",
       "workspace_logs",
+      "service_start",
+      "service_list",
+      "service_status",
+      "service_logs",
+      "service_stop",
       "workspace_file_list",
       "workspace_file_read",
       "workspace_export",

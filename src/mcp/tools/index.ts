@@ -10,6 +10,7 @@ import {
   workspacePatchApply,
   workspaceSyncPush,
 } from "./files.js";
+import { serviceList, serviceLogs, serviceStart, serviceStatus, serviceStop } from "./services.js";
 import { snapshotCreate, snapshotDelete, snapshotList, workspaceReset } from "./snapshots.js";
 import {
   workspaceCreate,
@@ -48,6 +49,11 @@ export function toolDefinitions(set: ToolSet): ToolDefinition[] {
     workspace_stop: workspaceStop,
     workspace_start: workspaceStart,
     workspace_network_blocks: workspaceNetworkBlocks,
+    service_start: serviceStart,
+    service_list: serviceList,
+    service_status: serviceStatus,
+    service_logs: serviceLogs,
+    service_stop: serviceStop,
   };
   return set.tools.map((name) => all[name]);
 }

@@ -35,10 +35,10 @@ describe("profiles and modes", () => {
     expect(toolNames()).toHaveLength(17);
   });
 
-  it("workspace-full is workspace-core plus snapshots, stop/start and network blocks, and is every tool there is", () => {
+  it("workspace-full is workspace-core plus snapshots, stop/start, network blocks and services, and is every tool there is", () => {
     const full = toolNames({ profile: "workspace-full" });
     expect(full.slice(0, 17)).toEqual(PINNED["workspace-core"]);
-    expect(full).toHaveLength(23);
+    expect(full).toHaveLength(28);
     expect([...full].sort()).toEqual([...TOOL_NAMES].sort());
   });
 

@@ -25,6 +25,9 @@ const READ_ONLY: ToolName[] = [
   "workspace_diff",
   "snapshot_list",
   "workspace_network_blocks",
+  "service_list",
+  "service_status",
+  "service_logs",
 ];
 const DESTRUCTIVE: ToolName[] = [
   "workspace_exec",
@@ -35,6 +38,7 @@ const DESTRUCTIVE: ToolName[] = [
   "workspace_reset",
   "workspace_delete",
   "snapshot_delete",
+  "service_stop",
 ];
 const IDEMPOTENT: ToolName[] = [
   "workspace_update",
@@ -46,6 +50,7 @@ const IDEMPOTENT: ToolName[] = [
   "snapshot_delete",
   "workspace_stop",
   "workspace_start",
+  "service_stop",
 ];
 const WITHOUT_WORKSPACE: ToolName[] = ["vm_run", "workspace_create", "workspace_list"];
 
@@ -319,6 +324,63 @@ const HAPPY: Record<ToolName, (fx: McpFixture) => Promise<any>> = {
     expect(r.blocks[0]).toMatchObject({ kind: "network", target: "blocked.test:443", count: 1 });
     return r;
   },
+  service_start: async (fx) => {
+    const w = await seeded(fx);
+    const r = await fx.ok("service_start", {
+      workspace_id: w.workspace_id,
+      service_name: "web",
+      command: "echo up > up.txt; sleep 30",
+      readiness: { type: "file", path: "up.txt", timeout_seconds: 10 },
+    });
+    expect(r).toMatchObject({ name: "web", state: "ready", ready: { kind: "file", path: "up.txt" } });
+    expect(r.ready_at).toBeTruthy();
+    await fx.pyro.stopService(w.workspace_id, "web", { graceSeconds: 0 });
+    return r;
+  },
+  service_list: async (fx) => {
+    const w = await seeded(fx);
+    await fx.pyro.startService(w.workspace_id, "web", "sleep 30");
+    const r = await fx.ok("service_list", { workspace_id: w.workspace_id });
+    expect(r).toMatchObject({ count: 1, running_count: 1 });
+    expect(r.services[0]).toMatchObject({ name: "web", command: "sleep 30" });
+    await fx.pyro.stopService(w.workspace_id, "web", { graceSeconds: 0 });
+    return r;
+  },
+  service_status: async (fx) => {
+    const w = await seeded(fx);
+    await fx.pyro.startService(w.workspace_id, "web", "sleep 30");
+    const r = await fx.ok("service_status", { workspace_id: w.workspace_id, service_name: "web" });
+    expect(r).toMatchObject({ name: "web", state: "ready" });
+    expect(r.pid).toBeGreaterThan(0);
+    await fx.pyro.stopService(w.workspace_id, "web", { graceSeconds: 0 });
+    return r;
+  },
+  service_logs: async (fx) => {
+    const w = await seeded(fx);
+    await fx.pyro.startService(w.workspace_id, "web", "echo hello; echo oops >&2; touch done; sleep 30", {
+      ready: { kind: "file", path: "done" },
+    });
+    const r = await fx.ok("service_logs", {
+      workspace_id: w.workspace_id,
+      service_name: "web",
+      tail_lines: 10,
+    });
+    expect(r.lines).toEqual(
+      expect.arrayContaining([
+        { stream: "stdout", text: "hello" },
+        { stream: "stderr", text: "oops" },
+      ]),
+    );
+    await fx.pyro.stopService(w.workspace_id, "web", { graceSeconds: 0 });
+    return r;
+  },
+  service_stop: async (fx) => {
+    const w = await seeded(fx);
+    await fx.pyro.startService(w.workspace_id, "web", "sleep 30");
+    const r = await fx.ok("service_stop", { workspace_id: w.workspace_id, service_name: "web" });
+    expect(r).toMatchObject({ name: "web", state: "stopped" });
+    return r;
+  },
   workspace_start: async (fx) => {
     const w = await seeded(fx);
     await fx.pyro.stopWorkspace(w.workspace_id);
@@ -414,6 +476,7 @@ for (const sel of selections) {
             output_path: "never",
             source_path: ".",
             snapshot_name: "cp1",
+            service_name: "web",
           };
           const shape = definitions.get(tool)!.input.shape as Record<string, unknown>;
           const error = await fx.fails(
