@@ -8,6 +8,7 @@ import type { Pyro } from "../../src/sdk/pyro.js";
 import { PYRO_BIN, REPO_ROOT } from "../helpers/cli.js";
 import type { ParityTarget } from "./backends.js";
 import { NETWORK_SCENARIOS } from "./network.js";
+import { SERVICE_SCENARIOS } from "./services.js";
 
 /**
  * The backend parity scenarios: one list, run against every backend (see parity.test.ts).
@@ -331,6 +332,7 @@ export const SCENARIOS: Scenario[] = [
 ];
 
 SCENARIOS.push(...NETWORK_SCENARIOS);
+SCENARIOS.push(...SERVICE_SCENARIOS);
 
 /** The seed every scenario starts from. */
 export async function makeSeed(): Promise<string> {
