@@ -88,14 +88,9 @@ async function withServices(
     await fn(w.workspace_id, seen);
   } finally {
     await ctx.pyro.deleteWorkspace(w.workspace_id).catch(() => {});
-    if (!ctx.target.real)
-      for (const pid of seen) {
-        try {
-          process.kill(-pid, "SIGKILL");
-        } catch {}
-      }
   }
-  if (ctx.target.backend === "host") for (const pid of seen) expect(await gone(pid), `pid ${pid}`).toBe(true);
+  // Where services are host processes (host-compat, the in-process fake), none outlives its workspace.
+  if (hostPids(ctx)) for (const pid of seen) expect(await gone(pid), `pid ${pid}`).toBe(true);
 }
 
 export const SERVICE_SCENARIOS: Scenario[] = [
@@ -219,9 +214,7 @@ export const SERVICE_SCENARIOS: Scenario[] = [
         seen.push(first.pid!);
         expect(first.state).toBe("ready");
         expect((await ctx.pyro.stopWorkspace(id)).state).toBe("stopped");
-        if (ctx.target.backend === "host") expect(await gone(first.pid!)).toBe(true);
-        // The fake's guest is in this process and leaves it running: end it as a sandbox would.
-        if (!ctx.target.real) process.kill(-first.pid!, "SIGKILL");
+        if (hostPids(ctx)) expect(await gone(first.pid!)).toBe(true);
         expect((await ctx.pyro.startWorkspace(id)).state).toBe("running");
         const again = await serviceStatus(ws, id, "srv");
         seen.push(again.pid!);
@@ -235,9 +228,8 @@ export const SERVICE_SCENARIOS: Scenario[] = [
         await startService(ws, id, "gone", "exec sleep 600").then((s) => seen.push(s.pid!));
         await stopService(ws, id, "gone", 1);
         await ctx.pyro.resetWorkspace(id);
-        if (!ctx.target.real) process.kill(-again.pid!, "SIGKILL");
         expect(await listServices(ws, id)).toMatchObject({ count: 0, running_count: 0, services: [] });
-        if (ctx.target.backend === "host") expect(await gone(again.pid!)).toBe(true);
+        if (hostPids(ctx)) expect(await gone(again.pid!)).toBe(true);
         // A stop and start after the reset brings none back.
         await ctx.pyro.stopWorkspace(id);
         await ctx.pyro.startWorkspace(id);
@@ -284,7 +276,8 @@ export const SERVICE_SCENARIOS: Scenario[] = [
           expect(JSON.stringify(await listServices(ws, id))).toBe(before);
           // The kept definitions are unchanged too: a stop and start brings back exactly these.
           await ctx.pyro.stopWorkspace(id);
-          if (!ctx.target.real) for (const pid of seen.splice(0)) process.kill(-pid, "SIGKILL");
+          if (hostPids(ctx))
+            for (const pid of seen.splice(0)) expect(await gone(pid), `pid ${pid}`).toBe(true);
           await ctx.pyro.startWorkspace(id);
           const after = await listServices(ws, id);
           expect(after.services.map((x) => [x.name, x.state]).sort()).toEqual([

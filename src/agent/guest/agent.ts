@@ -21,6 +21,7 @@ import {
   serveNetMuxOn,
 } from "./net.js";
 import { BUILTIN_OPS } from "./ops/index.js";
+import { forgetServicesOf, killServicesOf } from "./ops/services.js";
 import { Workspace } from "./paths.js";
 import { findPorts, servePort } from "./serial.js";
 
@@ -202,6 +203,25 @@ export async function startGuest(
   log = debugLog(),
 ): Promise<GuestHandle> {
   const workspace = await Workspace.open(path.resolve(opts.root), opts.alias);
+  const handle = await serveGuest(workspace, opts, io, log);
+  // A closing guest ends its services (in a sandbox they would die with it; in-process
+  // guests and host-compat's are host processes).
+  return {
+    done: handle.done,
+    close: async () => {
+      killServicesOf(workspace);
+      await handle.close();
+      forgetServicesOf(workspace);
+    },
+  };
+}
+
+async function serveGuest(
+  workspace: Workspace,
+  opts: GuestOptions,
+  io: { input: Readable; output: Writable },
+  log: ((line: string) => void) | undefined,
+): Promise<GuestHandle> {
   const serve = (stream: Duplex) =>
     serveConnection(stream, {
       workspace,

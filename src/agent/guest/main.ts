@@ -9,7 +9,6 @@
  * error is one line on stderr and exit code 2.
  */
 import { parseGuestArgs, startGuest } from "./agent.js";
-import { killAllServices } from "./ops/services.js";
 
 async function main(): Promise<void> {
   let handle: Awaited<ReturnType<typeof startGuest>>;
@@ -20,7 +19,6 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   const stop = () => {
-    killAllServices();
     void handle.close().finally(() => process.exit(0));
   };
   process.once("SIGTERM", stop);

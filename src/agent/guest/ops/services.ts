@@ -306,11 +306,21 @@ export const serviceStop: OpHandler<"service_stop"> = async (args, ctx) => {
  * sandbox they would die with it anyway; on host-compat they are host processes.
  */
 export function killAllServices(): void {
-  for (const s of [...registries.values()].flatMap((r) => [...r.values()])) {
+  for (const workspace of registries.keys()) killServicesOf(workspace);
+}
+
+/** Ends the services of one served workspace (its guest is closing). */
+export function killServicesOf(workspace: Workspace): void {
+  for (const s of registries.get(workspace)?.values() ?? []) {
     if (!running(s) || s.child.pid === undefined) continue;
     s.status.state = "stopped";
     try {
       process.kill(-s.child.pid, "SIGKILL");
     } catch {}
   }
+}
+
+/** Drops a closed guest's services from the registry (after killServicesOf). */
+export function forgetServicesOf(workspace: Workspace): void {
+  registries.delete(workspace);
 }
