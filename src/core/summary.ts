@@ -1,4 +1,5 @@
 import { diffWorkspace } from "./files.js";
+import { secretRedactor } from "./secrets.js";
 import type { Workspaces } from "./workspaces.js";
 
 const EDIT_KINDS = ["file_write", "patch_apply", "sync_push"] as const;
@@ -20,6 +21,13 @@ export async function summarizeWorkspace(
   const commands = store.listCommands(w.workspace_id, { limit: recent });
   const edits = store.listEvents(w.workspace_id, { kinds: EDIT_KINDS, limit: recent });
   const exports = store.listEvents(w.workspace_id, { kinds: ["export"], limit: recent });
+  // Service events carry already-redacted commands; the kept definitions do not.
+  const serviceEvents = store.listEvents(w.workspace_id, {
+    kinds: ["service_start", "service_stop"],
+    limit: recent,
+  });
+  const kept = w.spec.services ?? [];
+  const redact = kept.length > 0 ? secretRedactor(await ws.secretValues(w)) : (t: string) => t;
   const snapshots = store.listSnapshots(w.workspace_id).filter((s) => s.kind === "named");
   const last = commands.at(-1);
 
@@ -69,8 +77,8 @@ export async function summarizeWorkspace(
             started_at: last.started_at,
           }
         : null,
-      service_count: 0,
-      running_service_count: 0,
+      service_count: kept.length,
+      running_service_count: w.state === "running" ? kept.length : 0,
       export_count: store.countEvents(w.workspace_id, ["export"]),
       snapshot_count: snapshots.length,
       reset_count: w.reset_count,
@@ -88,7 +96,10 @@ export async function summarizeWorkspace(
     },
     edits: { recent: edits.map((e) => ({ kind: e.kind, at: e.at, ...e.detail })) },
     changes,
-    services: { current: [], recent: [] },
+    services: {
+      current: kept.map((d) => ({ name: d.name, command: redact(d.command) })),
+      recent: serviceEvents.map((e) => ({ kind: e.kind, at: e.at, ...e.detail })),
+    },
     artifacts: { exports: exports.map((e) => ({ at: e.at, ...e.detail })) },
     snapshots: {
       named_count: snapshots.length,

@@ -50,7 +50,9 @@ export function workspaceListItem(w: WorkspaceListRow) {
     last_activity_at: w.last_activity_at,
     expires_at: w.expires_at,
     command_count: w.command_count,
-    service_count: 0,
-    running_service_count: 0,
+    // The kept definitions (spec.services): the services a running workspace runs, and
+    // the ones a `workspace start` starts again.
+    service_count: w.spec.services?.length ?? 0,
+    running_service_count: w.state === "running" ? (w.spec.services?.length ?? 0) : 0,
   };
 }
