@@ -84,7 +84,7 @@ export async function startService(
   name: string,
   command: string,
   options: StartServiceOptions = {},
-): Promise<ServiceView> {
+): Promise<ServiceView & { log_tail: string[] }> {
   if (command.trim() === "") throw new PyroError("invalid_argument", "the service command is empty");
   const def: ServiceSpec = {
     name,

@@ -138,7 +138,7 @@ export const serviceStart = defineTool({
         env: a.env,
       }),
     );
-    return r as typeof r & { log_tail: string[] };
+    return r;
   },
   render: (r) =>
     r.state === "failed" && r.log_tail.length > 0

@@ -139,8 +139,7 @@ export function registerServices(ws: Command, ctx: CliContext): void {
           });
         },
         (r) => {
-          // core's start returns its last log lines too (its declared type does not say so).
-          const tail = (r as ServiceView & { log_tail?: string[] }).log_tail ?? [];
+          const tail = r.log_tail;
           return r.state === "failed" && tail.length > 0
             ? `${describe(r)}\nlast log lines:\n${tail.map((l) => `  ${l}`).join("\n")}`
             : describe(r);
