@@ -1,5 +1,4 @@
 import { readFile } from "node:fs/promises";
-import net from "node:net";
 import { expect } from "vitest";
 import {
   listServices,
@@ -9,6 +8,7 @@ import {
   stopService,
 } from "../../src/core/services.js";
 import type { PyroError } from "../../src/errors.js";
+import { freePort } from "../helpers/net.js";
 import { nodeFor } from "./network.js";
 import type { Scenario, ScenarioContext } from "./scenarios.js";
 
@@ -31,18 +31,6 @@ async function message(p: Promise<unknown>): Promise<string> {
     () => "",
     (e: PyroError) => e.message,
   );
-}
-
-/** A loopback port free on this machine now (and free inside any sandbox's own network). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /** Whether a host pid is a live (non-zombie) process. */

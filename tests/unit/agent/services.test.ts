@@ -8,6 +8,7 @@ import {
   SERVICE_LINE_BYTES,
   SERVICE_LOG_LINES,
 } from "../../../src/agent/guest/ops/services.js";
+import { freePort } from "../../helpers/net.js";
 import { type AgentFixture, alive, eventually, startAgent } from "./helpers.js";
 
 let fx: AgentFixture;
@@ -55,18 +56,6 @@ async function codeOf(p: Promise<unknown>): Promise<string> {
     () => "ok",
     (e: AgentError) => e.code,
   );
-}
-
-/** A TCP port free on loopback right now. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 const NODE = JSON.stringify(process.execPath);
