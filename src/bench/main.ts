@@ -8,8 +8,8 @@ import { ensureDiskImage } from "../backends/disk-image.js";
 import { Pyro } from "../sdk/pyro.js";
 import { run } from "../util/run.js";
 import { networkRows } from "./network.js";
-import { serviceRows } from "./services.js";
 import { qemuRows } from "./qemu.js";
+import { serviceRows } from "./services.js";
 import { type BenchRow, median, medianMs, printTable, round, row } from "./stats.js";
 
 const pexec = promisify(execFile);

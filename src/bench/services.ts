@@ -36,7 +36,7 @@ export async function serviceRows(o: { quick: boolean; log: (s: string) => void 
       floor.push(r.duration_ms);
       const t = performance.now();
       await startService(pyro.engine.workspaces, id, `s${i}`, `/run/pyro/runtime/bin/node srv.js ${port}`, {
-        ready: { kind: "tcp", port },
+        readiness: { type: "tcp", port },
       });
       ready.push(performance.now() - t);
       await stopService(pyro.engine.workspaces, id, `s${i}`, 1);
@@ -45,7 +45,9 @@ export async function serviceRows(o: { quick: boolean; log: (s: string) => void 
     const f = median(floor);
     const v = median(ready);
     o.log(`bench: service start to ready ${v.toFixed(1)} ms, server's own start ${f.toFixed(1)} ms`);
-    return [row("service start to ready (tcp probe), bwrap", v, "the server's own start (exec)", f, { max: 2 })];
+    return [
+      row("service start to ready (tcp probe), bwrap", v, "the server's own start (exec)", f, { max: 2 }),
+    ];
   } finally {
     await pyro.close();
     await rm(home, { recursive: true, force: true });

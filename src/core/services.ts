@@ -24,11 +24,59 @@ const REQUEST_SLACK_MS = 15_000;
 
 export type ReadyProbe = NonNullable<ServiceSpec["ready"]>;
 
+/**
+ * A readiness probe as every surface names it (contract §5): `type` and its one target,
+ * and how long to wait for it (default DEFAULT_READY_TIMEOUT_SECONDS).
+ */
+export interface Readiness {
+  type: "file" | "tcp" | "http" | "command";
+  path?: string;
+  port?: number;
+  url?: string;
+  command?: string;
+  timeout_seconds?: number;
+}
+
 export interface StartServiceOptions {
-  ready?: ReadyProbe | null;
-  ready_timeout_seconds?: number;
+  /** Absent or null: ready once started. */
+  readiness?: Readiness | null;
   cwd?: string;
   env?: Record<string, string>;
+}
+
+/** The agent's probe for a readiness object; a probe without its target is `invalid_argument`. */
+export function probeOf(r: Readiness | null | undefined): ReadyProbe | null {
+  if (!r) return null;
+  const need = { file: "path", tcp: "port", http: "url", command: "command" } as const;
+  const key = need[r.type];
+  if (key === undefined)
+    throw new PyroError(
+      "invalid_argument",
+      `unknown readiness type '${String(r.type).slice(0, 40)}'`,
+      "use file, tcp, http or command",
+    );
+  const target = r[key];
+  if (target === undefined || target === "")
+    throw new PyroError(
+      "invalid_argument",
+      `a ${r.type} readiness probe needs ${key}`,
+      `give readiness.${key}`,
+    );
+  switch (r.type) {
+    case "file":
+      return { kind: "file", path: String(target) };
+    case "tcp":
+      if (!Number.isInteger(target) || (target as number) < 1 || (target as number) > 65535)
+        throw new PyroError(
+          "invalid_argument",
+          `readiness port must be 1-65535, got ${String(target).slice(0, 20)}`,
+        );
+      return { kind: "tcp", port: target as number };
+    case "http":
+      return { kind: "http", url: String(target) };
+    default:
+      return { kind: "command", command: String(target) };
+  }
 }
 
 type AgentStatus = OpResult<"service_status">["service"];
@@ -91,8 +139,10 @@ export async function startService(
     command,
     ...(options.cwd ? { cwd: options.cwd } : {}),
     env: options.env ?? {},
-    ready: options.ready ?? null,
-    ready_timeout_seconds: checkReadyTimeout(options.ready_timeout_seconds ?? DEFAULT_READY_TIMEOUT_SECONDS),
+    ready: probeOf(options.readiness),
+    ready_timeout_seconds: checkReadyTimeout(
+      options.readiness?.timeout_seconds ?? DEFAULT_READY_TIMEOUT_SECONDS,
+    ),
   };
   return ws.withAgent(idOrName, "exec", async (agent, w, journal) => {
     const redact = secretRedactor(await ws.secretValues(w));

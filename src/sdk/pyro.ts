@@ -195,9 +195,9 @@ export class Pyro {
   }
 
   /**
-   * Starts service `name` (a long-running `command`) and waits for its `ready` probe:
+   * Starts service `name` (a long-running `command`) and waits for its `readiness` probe:
    * state `ready`, or `failed` with its exit code when it exits first. A probe that never
-   * passes within `readyTimeoutSeconds` (default 30) rejects with a `timeout` PyroError
+   * passes within `readiness.timeout_seconds` (default 30) rejects with a `timeout` PyroError
    * carrying the last log lines; the service keeps running. `workspace start` starts it again.
    */
   async startService(

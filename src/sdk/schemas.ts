@@ -68,9 +68,9 @@ export interface UpdateWorkspacePatch {
   networkPolicy?: string;
 }
 /**
- * Options of `startService`: `ready` is the readiness probe (a file exists, a TCP port
- * accepts, an HTTP URL answers, a command succeeds; none: ready once started),
- * `readyTimeoutSeconds` how long to wait for it (default 30).
+ * Options of `startService`: `readiness` is the probe (contract §5: `{type: "file"|"tcp"|
+ * "http"|"command", path?, port?, url?, command?, timeout_seconds?}`; a file exists, a TCP
+ * port accepts, an HTTP URL answers, a command succeeds; none: ready once started).
  */
 export type StartServiceOptions = CamelCased<CoreStartServiceOptions>;
 /** Options of `serviceLogs`: the last `tailLines` lines (default 100). */
@@ -156,25 +156,35 @@ const serviceName = z
   .string()
   .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "must be 1-63 letters, digits, '.', '_' or '-'")
   .describe("a service name: 1-63 letters, digits, '.', '_' or '-', e.g. \"web\"");
-const readyProbe = z
-  .discriminatedUnion("kind", [
-    z.strictObject({ kind: z.literal("file"), path: z.string().min(1) }),
-    z.strictObject({ kind: z.literal("tcp"), port: port(1) }),
-    z.strictObject({ kind: z.literal("http"), url: z.string().min(1).max(2048) }),
-    z.strictObject({
-      kind: z.literal("command"),
-      command: z.string().regex(/\S/, "must not be empty or blank"),
-    }),
-  ])
-  .nullable()
-  .describe(
-    'a readiness probe: {kind: "file", path}, {kind: "tcp", port}, {kind: "http", url} or {kind: "command", command} (null: ready once started)',
-  );
 const readyTimeoutSeconds = z
   .number()
   .positive()
   .max(LIMITS.timeout_seconds.max)
+  .optional()
   .describe("a number of seconds to wait for readiness, more than 0 and at most 86400 (default 30)");
+const readiness = z
+  .discriminatedUnion("type", [
+    z.strictObject({
+      type: z.literal("file"),
+      path: z.string().min(1),
+      timeout_seconds: readyTimeoutSeconds,
+    }),
+    z.strictObject({ type: z.literal("tcp"), port: port(1), timeout_seconds: readyTimeoutSeconds }),
+    z.strictObject({
+      type: z.literal("http"),
+      url: z.string().min(1).max(2048),
+      timeout_seconds: readyTimeoutSeconds,
+    }),
+    z.strictObject({
+      type: z.literal("command"),
+      command: z.string().regex(/\S/, "must not be empty or blank"),
+      timeout_seconds: readyTimeoutSeconds,
+    }),
+  ])
+  .nullable()
+  .describe(
+    'a readiness probe (contract §5): {type: "file", path}, {type: "tcp", port}, {type: "http", url} or {type: "command", command}, each with an optional timeout_seconds (default 30); null: ready once started',
+  );
 const tailLines = z
   .number()
   .int()
@@ -391,8 +401,7 @@ export const SIGNATURES = {
     opt(
       "options",
       options({
-        ready: readyProbe,
-        readyTimeoutSeconds,
+        readiness,
         cwd: workspacePath,
         env: envVars,
       } satisfies Keys<StartServiceOptions>),

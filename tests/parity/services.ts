@@ -94,7 +94,7 @@ export const SERVICE_SCENARIOS: Scenario[] = [
         const [tcpPort, httpPort] = [await freePort(), await freePort()];
         const file = track(
           await startService(ws, id, "filer", "sleep 0.2; touch ready.flag; exec sleep 600", {
-            ready: { kind: "file", path: "ready.flag" },
+            readiness: { type: "file", path: "ready.flag" },
           }),
         );
         expect(file).toMatchObject({ state: "ready", workspace_id: id });
@@ -104,7 +104,7 @@ export const SERVICE_SCENARIOS: Scenario[] = [
             id,
             "tcp",
             `${node(ctx)} -e 'require("net").createServer(s=>{s.on("error",()=>{});s.end("hi")}).listen(${tcpPort},"127.0.0.1")'`,
-            { ready: { kind: "tcp", port: tcpPort } },
+            { readiness: { type: "tcp", port: tcpPort } },
           ),
         );
         expect(tcp.state).toBe("ready");
@@ -114,20 +114,19 @@ export const SERVICE_SCENARIOS: Scenario[] = [
             id,
             "web",
             `${node(ctx)} -e 'require("http").createServer((q,s)=>s.end("ok")).listen(${httpPort},"127.0.0.1")'`,
-            { ready: { kind: "http", url: `http://127.0.0.1:${httpPort}/` }, ready_timeout_seconds: 60 },
+            { readiness: { type: "http", url: `http://127.0.0.1:${httpPort}/`, timeout_seconds: 60 } },
           ),
         );
         expect(web.state).toBe("ready");
         const cmd = track(
           await startService(ws, id, "cmd", "echo hi > cmd.out; exec sleep 600", {
-            ready: { kind: "command", command: "test -s cmd.out" },
+            readiness: { type: "command", command: "test -s cmd.out" },
           }),
         );
         expect(cmd.state).toBe("ready");
         // A probe that never passes: a timeout naming the last log line; it keeps running.
         const slow = startService(ws, id, "slow", "echo waiting-for-godot; exec sleep 600", {
-          ready: { kind: "file", path: "never" },
-          ready_timeout_seconds: 1,
+          readiness: { type: "file", path: "never", timeout_seconds: 1 },
         });
         const [c, m] = await Promise.all([code(slow), message(slow)]);
         expect(c).toBe("timeout");
@@ -136,7 +135,7 @@ export const SERVICE_SCENARIOS: Scenario[] = [
         expect(slowStatus.state).toBe("starting");
         // One that exits first: failed, with its code.
         const dies = await startService(ws, id, "dies", "echo bye; exit 4", {
-          ready: { kind: "file", path: "never" },
+          readiness: { type: "file", path: "never" },
         });
         expect(dies).toMatchObject({ state: "failed", exit_code: 4, pid: null });
         // Logs: the tail, marked truncated when lines were left out.
@@ -147,7 +146,7 @@ export const SERVICE_SCENARIOS: Scenario[] = [
             "talker",
             "for i in 1 2 3 4 5; do echo line$i; done; touch talked; exec sleep 600",
             {
-              ready: { kind: "file", path: "talked" },
+              readiness: { type: "file", path: "talked" },
             },
           ),
         );
@@ -197,7 +196,7 @@ export const SERVICE_SCENARIOS: Scenario[] = [
           id,
           "srv",
           `${node(ctx)} -e 'require("net").createServer(s=>{s.on("error",()=>{});s.end("hi")}).listen(${port},"127.0.0.1")'`,
-          { ready: { kind: "tcp", port } },
+          { readiness: { type: "tcp", port } },
         );
         seen.push(first.pid!);
         expect(first.state).toBe("ready");
@@ -232,7 +231,7 @@ export const SERVICE_SCENARIOS: Scenario[] = [
         async (id, seen) => {
           const ws = ctx.pyro.engine.workspaces;
           const s = await startService(ws, id, "env", 'echo "$LIT $FWD $OWN"; touch said; exec sleep 600', {
-            ready: { kind: "file", path: "said" },
+            readiness: { type: "file", path: "said" },
             env: { OWN: "own-value" },
           });
           seen.push(s.pid!);
@@ -256,7 +255,7 @@ export const SERVICE_SCENARIOS: Scenario[] = [
             [() => stopService(ws, id, "nobody"), "not_found"],
             [() => startService(ws, id, "env", "exec sleep 600"), "conflict"],
             [
-              () => startService(ws, id, "port0", "exec sleep 600", { ready: { kind: "tcp", port: 0 } }),
+              () => startService(ws, id, "port0", "exec sleep 600", { readiness: { type: "tcp", port: 0 } }),
               "invalid_argument",
             ],
           ];

@@ -1,5 +1,4 @@
 import { z } from "zod";
-import type { ReadyProbe } from "../../core/services.js";
 import {
   boundedString,
   commandArg,
@@ -57,21 +56,6 @@ const readinessArg = z
   .describe(
     'How to know the service is ready: {type: "tcp", port: 8000}, {type: "http", url}, {type: "file", path} or {type: "command", command}, each with an optional timeout_seconds (default 30). Omit it: ready once started.',
   );
-
-type Readiness = z.infer<typeof readinessArg>;
-
-function probe(r: Readiness): ReadyProbe {
-  switch (r.type) {
-    case "file":
-      return { kind: "file", path: r.path };
-    case "tcp":
-      return { kind: "tcp", port: r.port };
-    case "http":
-      return { kind: "http", url: r.url };
-    case "command":
-      return { kind: "command", command: r.command };
-  }
-}
 
 const probeObject = z
   .discriminatedUnion("kind", [
@@ -132,8 +116,7 @@ export const serviceStart = defineTool({
       a.service_name,
       a.command,
       defined({
-        ready: a.readiness ? probe(a.readiness) : undefined,
-        readyTimeoutSeconds: a.readiness?.timeout_seconds,
+        readiness: a.readiness,
         cwd: a.cwd,
         env: a.env,
       }),

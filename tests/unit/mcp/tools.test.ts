@@ -358,7 +358,7 @@ const HAPPY: Record<ToolName, (fx: McpFixture) => Promise<any>> = {
   service_logs: async (fx) => {
     const w = await seeded(fx);
     await fx.pyro.startService(w.workspace_id, "web", "echo hello; echo oops >&2; touch done; sleep 30", {
-      ready: { kind: "file", path: "done" },
+      readiness: { type: "file", path: "done" },
     });
     const r = await fx.ok("service_logs", {
       workspace_id: w.workspace_id,

@@ -135,13 +135,13 @@ const BAD_CALLS: [string, () => unknown[], string][] = [
   ["startService", () => [id, "web", "   "], "startService: command must not be empty or blank"],
   [
     "startService",
-    () => [id, "web", "sleep 60", { ready: { kind: "tcp", port: 0 } }],
-    "startService: options.ready.port must be at least 1, got 0",
+    () => [id, "web", "sleep 60", { readiness: { type: "tcp", port: 0 } }],
+    "startService: options.readiness.port must be at least 1, got 0",
   ],
   [
     "startService",
-    () => [id, "web", "sleep 60", { ready: { kind: "tcp", port: 70000 } }],
-    "startService: options.ready.port must be at most 65535",
+    () => [id, "web", "sleep 60", { readiness: { type: "tcp", port: 70000 } }],
+    "startService: options.readiness.port must be at most 65535",
   ],
   [
     "startService",

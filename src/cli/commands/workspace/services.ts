@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import {
   listServices,
-  type ReadyProbe,
+  type Readiness,
   type ServiceView,
   serviceLogs,
   serviceStatus,
@@ -43,13 +43,13 @@ interface StartFlags {
 }
 
 /** The one probe the flags give (none: ready once started); two or more are refused. */
-function probe(o: StartFlags): ReadyProbe | null {
-  const given: [string, ReadyProbe][] = [];
-  if (o.readyFile !== undefined) given.push(["--ready-file", { kind: "file", path: o.readyFile }]);
-  if (o.readyTcp !== undefined) given.push(["--ready-tcp", { kind: "tcp", port: o.readyTcp }]);
-  if (o.readyHttp !== undefined) given.push(["--ready-http", { kind: "http", url: o.readyHttp }]);
+function probe(o: StartFlags): Readiness | null {
+  const given: [string, Readiness][] = [];
+  if (o.readyFile !== undefined) given.push(["--ready-file", { type: "file", path: o.readyFile }]);
+  if (o.readyTcp !== undefined) given.push(["--ready-tcp", { type: "tcp", port: o.readyTcp }]);
+  if (o.readyHttp !== undefined) given.push(["--ready-http", { type: "http", url: o.readyHttp }]);
   if (o.readyCommand !== undefined)
-    given.push(["--ready-command", { kind: "command", command: o.readyCommand }]);
+    given.push(["--ready-command", { type: "command", command: o.readyCommand }]);
   if (given.length > 1)
     throw new PyroError(
       "invalid_argument",
@@ -57,13 +57,19 @@ function probe(o: StartFlags): ReadyProbe | null {
       "pick one of --ready-file, --ready-tcp, --ready-http, --ready-command",
     );
   for (const [flag, p] of given)
-    if (
-      (p.kind === "file" && p.path === "") ||
-      (p.kind === "http" && p.url === "") ||
-      (p.kind === "command" && p.command.trim() === "")
-    )
+    if (p.path === "" || p.url === "" || p.command?.trim() === "")
       throw new PyroError("invalid_argument", `${flag} must not be empty`);
-  return given[0]?.[1] ?? null;
+  const chosen = given[0]?.[1] ?? null;
+  if (o.readyTimeout !== undefined) {
+    if (!chosen)
+      throw new PyroError(
+        "invalid_argument",
+        "--ready-timeout needs a readiness probe",
+        "add one of --ready-file, --ready-tcp, --ready-http, --ready-command",
+      );
+    chosen.timeout_seconds = o.readyTimeout;
+  }
+  return chosen;
 }
 
 function probeText(p: ServiceView["ready"]): string {
@@ -130,10 +136,9 @@ export function registerServices(ws: Command, ctx: CliContext): void {
         ctx.io,
         o,
         async () => {
-          const ready = probe(o);
+          const readiness = probe(o);
           return startService(ctx.engine().workspaces, id, serviceName(name), commandString(command), {
-            ready,
-            ...(o.readyTimeout !== undefined ? { ready_timeout_seconds: o.readyTimeout } : {}),
+            readiness,
             ...(o.cwd ? { cwd: o.cwd } : {}),
             ...(o.env ? { env: keyValues(o.env, "--env") } : {}),
           });
