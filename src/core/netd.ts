@@ -16,7 +16,7 @@
  * on SIGTERM or when its workspace is gone. It outlives the pyro process that started
  * it, like the sandbox.
  */
-import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, readFileSync, rmSync } from "node:fs";
 import net from "node:net";
 import { join } from "node:path";
 import { NetMux } from "../agent/netmux.js";
@@ -31,6 +31,7 @@ import { parsePolicy, parseTarget, policyAllows, ruleMatches } from "../net/poli
 import { createEgressProxy } from "../net/proxy.js";
 import { StateStore } from "../state/store.js";
 import type { PublishedPort, WorkspaceRow } from "../state/types.js";
+import { atomicWriteFile } from "../util/fs.js";
 
 /** What core/network.ts hands the helper. */
 export interface NetdConfig {
@@ -70,10 +71,8 @@ const MUX_RETRY_MS = 250;
 /** How often the helper checks that its workspace still exists. */
 const WATCH_MS = 5000;
 
-function writeReady(dir: string, ready: NetdReady): void {
-  const tmp = join(dir, `${READY_FILE}.tmp`);
-  writeFileSync(tmp, JSON.stringify(ready), { mode: 0o600 });
-  renameSync(tmp, join(dir, READY_FILE));
+function writeReady(dir: string, ready: NetdReady): Promise<void> {
+  return atomicWriteFile(join(dir, READY_FILE), JSON.stringify(ready), 0o600);
 }
 
 /** The proxy's decision for one destination, from the workspace's current row. */
@@ -199,7 +198,7 @@ export async function runNetd(config: NetdConfig): Promise<void> {
   const servers: net.Server[] = [];
   const proxy = createEgressProxy(options);
   const socketPath = join(config.dir, SANDBOX_NET_DIR, PROXY_SOCKET);
-  mkdirSync(join(config.dir, SANDBOX_NET_DIR), { recursive: true, mode: 0o700 });
+  // core/network.ts made the directory (the sandbox binds it before this runs).
   rmSync(socketPath, { force: true });
   await listen(proxy.server, { path: socketPath });
   chmodSync(socketPath, 0o600);
@@ -218,7 +217,7 @@ export async function runNetd(config: NetdConfig): Promise<void> {
     servers.push(bound.server);
     published.push(bound.port);
   }
-  writeReady(config.dir, {
+  await writeReady(config.dir, {
     pid: process.pid,
     start_time: (await procStartTime(process.pid)) ?? "",
     proxy_port: proxyPort,
@@ -260,7 +259,7 @@ async function main(): Promise<void> {
     const e = toPyroError(err);
     process.stderr.write(`pyro-netd: ${e.message}\n`);
     try {
-      writeReady(config.dir, {
+      await writeReady(config.dir, {
         pid: process.pid,
         start_time: (await procStartTime(process.pid)) ?? "",
         proxy_port: null,

@@ -10,6 +10,7 @@
  */
 import { readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { EGRESS_PORT } from "../agent/guest/net.js";
 import type { SandboxSpec, WorkspaceBackend } from "../backends/backend.js";
 import {
   LAUNCH_ENV,
@@ -23,9 +24,6 @@ import { formatPolicy, formatRule, parsePolicy, parseTarget } from "../net/polic
 import type { NetworkPolicy, PublishedPort, WorkspaceRow } from "../state/types.js";
 import { makeDirs } from "../util/fs.js";
 import { NETD_CONFIG, type NetdConfig, type NetdReady, READY_FILE, SANDBOX_NET_DIR } from "./netd.js";
-
-/** The port the agent serves egress on inside a sandbox (agent/guest/net.ts EGRESS_PORT). */
-const SANDBOX_PROXY_PORT = 3128;
 
 /** How long a starting helper may take to bind everything. */
 const NETD_START_MS = 10_000;
@@ -205,7 +203,7 @@ export class WorkspaceNetwork {
    */
   async env(w: WorkspaceRow, backend: WorkspaceBackend): Promise<Record<string, string>> {
     if (w.network_policy === "off") return {};
-    let port = SANDBOX_PROXY_PORT;
+    let port = EGRESS_PORT;
     if (backend.executionMode === "host_compat") {
       const r = await this.running(w.workspace_id);
       if (!r?.proxy_port) return {};
