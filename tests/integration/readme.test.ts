@@ -100,5 +100,17 @@ describe.skipIf(skip !== "")(
       const list = spawnSync("bash", ["-c", "pyro workspace list --json"], { env, encoding: "utf8" });
       expect(JSON.parse(list.stdout).count).toBe(0);
     }, 300_000);
+
+    it("'Network is off unless asked for': every line (the refused host is refused by name: nothing is dialled)", async () => {
+      const r = bash(await block("Network is off unless asked for"));
+      expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
+      expect(r.stdout).toMatch(/^403\n/); // not in the allowlist
+      expect(r.stdout).toContain("service http: ready");
+      expect(r.stdout).toContain("Directory listing"); // python's http.server, through the published port
+      expect(r.stdout).toContain("no blocks (network egress)");
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+      const list = spawnSync("bash", ["-c", "pyro workspace list --json"], { env, encoding: "utf8" });
+      expect(JSON.parse(list.stdout).count).toBe(0);
+    }, 300_000);
   },
 );
