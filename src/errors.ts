@@ -18,6 +18,8 @@ export const ERROR_CODES = [
   "build_failed",
   "permission_denied",
   "cancelled",
+  /** The backend or guest cannot do this at all (not a passing condition). */
+  "unsupported",
   "internal",
 ] as const;
 

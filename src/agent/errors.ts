@@ -14,6 +14,7 @@ export const AGENT_OP_ERROR_CODES = [
   "conflict",
   "permission_denied",
   "cancelled",
+  "unsupported",
   "internal",
 ] as const;
 

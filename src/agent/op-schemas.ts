@@ -236,6 +236,93 @@ export const serviceStopArgs = z.strictObject({
 });
 export const serviceStopResult = z.strictObject({ service: serviceStatus, killed: z.boolean() });
 
+// --- shells (guest/ops/shells.ts) -----------------------------------------------------
+
+/** A shell's id as the agent makes it: `sh_` and 12 hex digits. */
+export const shellId = z.string().regex(/^sh_[0-9a-f]{12}$/, "shell ids look like sh_ and 12 hex digits");
+/** Terminal size bounds (columns, rows). */
+export const SHELL_MAX_COLS = 500;
+export const SHELL_MAX_ROWS = 200;
+/** Most bytes one write sends, and one read returns. */
+export const SHELL_MAX_INPUT_BYTES = 64 * 1024;
+export const SHELL_MAX_READ_BYTES = 1024 * 1024;
+/** Longest idle wait, and longest a read waits in all. */
+export const SHELL_MAX_IDLE_MS = 10_000;
+export const SHELL_MAX_WAIT_MS = 60_000;
+
+export const shellStatus = z.strictObject({
+  shell_id: z.string(),
+  pid: z.int().nullable(),
+  cwd: z.string(),
+  cols: z.int(),
+  rows: z.int(),
+  state: z.enum(["running", "exited"]),
+  exit_code: z.int().nullable(),
+  started_at: z.string(),
+  /** Bytes the shell has printed so far (the cursor of the end of its output). */
+  end_cursor: count,
+  /** The oldest byte still kept (older output fell out of the bounded buffer). */
+  buffer_start: count,
+});
+
+export const shellOpenArgs = z.strictObject({
+  cwd: pathArg.optional(),
+  cols: z.int().min(1).max(SHELL_MAX_COLS).default(120),
+  rows: z.int().min(1).max(SHELL_MAX_ROWS).default(40),
+  env: z.record(envName, envValue).optional(),
+});
+export const shellOpenResult = z.strictObject({ shell: shellStatus });
+export const shellWriteArgs = z.strictObject({
+  shell_id: shellId,
+  input: z.string().max(SHELL_MAX_INPUT_BYTES),
+  newline: z.boolean().default(true),
+});
+export const shellWriteResult = z.strictObject({ shell: shellStatus, bytes: count });
+/**
+ * Output from `cursor` (default: where the last read ended), at most `max_bytes`;
+ * `prefix_bytes` of what came before it too (for rendering); `wait_for_idle_ms` first
+ * waits until the shell has printed nothing for that long (at most `max_wait_ms`).
+ */
+export const shellReadArgs = z.strictObject({
+  shell_id: shellId,
+  cursor: count.optional(),
+  max_bytes: z
+    .int()
+    .min(1)
+    .max(SHELL_MAX_READ_BYTES)
+    .default(64 * 1024),
+  prefix_bytes: z.int().min(0).max(SHELL_MAX_READ_BYTES).default(0),
+  wait_for_idle_ms: z.int().min(0).max(SHELL_MAX_IDLE_MS).default(0),
+  max_wait_ms: z.int().min(0).max(SHELL_MAX_WAIT_MS).default(30_000),
+});
+export const shellReadResult = z.strictObject({
+  shell: shellStatus,
+  output: z.string(),
+  prefix: z.string(),
+  /** Where `output` starts: the asked cursor, or the buffer's start when that fell out (`truncated`). */
+  cursor: count,
+  next_cursor: count,
+  truncated: z.boolean(),
+  /** More output is already there past `next_cursor`. */
+  has_more: z.boolean(),
+});
+export const shellSignalArgs = z.strictObject({
+  shell_id: shellId,
+  signal: z.enum(["INT", "TERM", "KILL"]),
+});
+/** `pgid`: the process group signalled (the terminal's foreground job, or the shell). */
+export const shellSignalResult = z.strictObject({ shell: shellStatus, pgid: z.int() });
+export const shellResizeArgs = z.strictObject({
+  shell_id: shellId,
+  cols: z.int().min(1).max(SHELL_MAX_COLS),
+  rows: z.int().min(1).max(SHELL_MAX_ROWS),
+});
+export const shellResizeResult = z.strictObject({ shell: shellStatus });
+export const shellCloseArgs = z.strictObject({ shell_id: shellId });
+export const shellCloseResult = z.strictObject({ shell: shellStatus });
+export const shellListArgs = z.strictObject({});
+export const shellListResult = z.strictObject({ shells: z.array(shellStatus) });
+
 /**
  * Every op, with its schemas and how it uses the request's channel:
  * `upload` ops read a data stream from the host, `download` ops may send one.
@@ -259,6 +346,13 @@ export const OPS = {
   service_status: { args: serviceStatusArgs, result: serviceStatusResult, upload: false, download: false },
   service_logs: { args: serviceLogsArgs, result: serviceLogsResult, upload: false, download: false },
   service_stop: { args: serviceStopArgs, result: serviceStopResult, upload: false, download: false },
+  shell_open: { args: shellOpenArgs, result: shellOpenResult, upload: false, download: false },
+  shell_write: { args: shellWriteArgs, result: shellWriteResult, upload: false, download: false },
+  shell_read: { args: shellReadArgs, result: shellReadResult, upload: false, download: false },
+  shell_signal: { args: shellSignalArgs, result: shellSignalResult, upload: false, download: false },
+  shell_resize: { args: shellResizeArgs, result: shellResizeResult, upload: false, download: false },
+  shell_close: { args: shellCloseArgs, result: shellCloseResult, upload: false, download: false },
+  shell_list: { args: shellListArgs, result: shellListResult, upload: false, download: false },
 } as const;
 
 /** Tag bytes of exec's live output frames. */

@@ -17,10 +17,12 @@ export type {
   ExportOptions,
   ListFilesOptions,
   LogsOptions,
+  OpenShellOptions,
   PrepareOptions,
   PruneOptions,
   PullOptions,
   ReadFileOptions,
+  ReadShellOptions,
   RunOptions,
   ServiceLogsOptions,
   SnapshotOptions,
@@ -28,6 +30,7 @@ export type {
   StopServiceOptions,
   SyncPushOptions,
   UpdateWorkspacePatch,
+  WriteShellOptions,
 } from "./schemas.js";
 // Every named result type (sdk/types.ts).
 export type * from "./types.js";

@@ -1,3 +1,4 @@
+import { exportDisk, listDisk, readDisk } from "../core/disk.js";
 import { doctor } from "../core/doctor.js";
 import { Engine, type EngineOptions } from "../core/engine.js";
 import { execInWorkspace, workspaceLogs } from "../core/exec.js";
@@ -12,6 +13,15 @@ import {
 } from "../core/files.js";
 import { demo, prepare, runOnce } from "../core/oneshot.js";
 import { listServices, serviceLogs, serviceStatus, startService, stopService } from "../core/services.js";
+import {
+  closeShell,
+  listShells,
+  openShell,
+  readShell,
+  resizeShell,
+  signalShell,
+  writeShell,
+} from "../core/shells.js";
 import { createSnapshot, deleteSnapshot, listSnapshots, resetWorkspace } from "../core/snapshots.js";
 import { summarizeWorkspace } from "../core/summary.js";
 import { coreOptions } from "./case.js";
@@ -23,10 +33,12 @@ import type {
   ExportOptions,
   ListFilesOptions,
   LogsOptions,
+  OpenShellOptions,
   PrepareOptions,
   PruneOptions,
   PullOptions,
   ReadFileOptions,
+  ReadShellOptions,
   RunOptions,
   ServiceLogsOptions,
   SnapshotOptions,
@@ -34,6 +46,7 @@ import type {
   StopServiceOptions,
   SyncPushOptions,
   UpdateWorkspacePatch,
+  WriteShellOptions,
 } from "./schemas.js";
 import type {
   DemoResult,
@@ -60,6 +73,12 @@ import type {
   ServiceStartResult,
   ServiceStopResult,
   ServiceView,
+  ShellCloseResult,
+  ShellList,
+  ShellReadResult,
+  ShellSignalResult,
+  ShellView,
+  ShellWriteResult,
   SnapshotDeleteResult,
   SnapshotList,
   SnapshotView,
@@ -227,6 +246,55 @@ export class Pyro {
     return serviceLogs(this.ws, workspaceId, name, options.tailLines);
   }
   /** TERM to its whole process group, KILL after `graceSeconds` (default 5); not started again. */
+  /**
+   * Opens an interactive shell (bash on a PTY) in a running workspace; it lives until
+   * `closeShell`, or the workspace's stop, reset or delete.
+   */
+  async openShell(workspaceId: string, options: OpenShellOptions = {}): Promise<ShellView> {
+    checkArgs("openShell", [workspaceId, options]);
+    return openShell(this.ws, workspaceId, options);
+  }
+  /** Types `input` into the shell, followed by Enter unless `newline: false`. */
+  async writeShell(
+    workspaceId: string,
+    shellId: string,
+    input: string,
+    options: WriteShellOptions = {},
+  ): Promise<ShellWriteResult> {
+    checkArgs("writeShell", [workspaceId, shellId, input, options]);
+    return writeShell(this.ws, workspaceId, shellId, input, options);
+  }
+  /** The shell's output from a cursor: raw terminal bytes, or with `plain` the text a person would see. */
+  async readShell(
+    workspaceId: string,
+    shellId: string,
+    options: ReadShellOptions = {},
+  ): Promise<ShellReadResult> {
+    checkArgs("readShell", [workspaceId, shellId, options]);
+    return readShell(this.ws, workspaceId, shellId, options);
+  }
+  /** INT, TERM or KILL to the shell's foreground job (the shell itself when idle). */
+  async signalShell(
+    workspaceId: string,
+    shellId: string,
+    signal: "INT" | "TERM" | "KILL",
+  ): Promise<ShellSignalResult> {
+    checkArgs("signalShell", [workspaceId, shellId, signal]);
+    return signalShell(this.ws, workspaceId, shellId, signal);
+  }
+  async resizeShell(workspaceId: string, shellId: string, cols: number, rows: number): Promise<ShellView> {
+    checkArgs("resizeShell", [workspaceId, shellId, cols, rows]);
+    return resizeShell(this.ws, workspaceId, shellId, cols, rows);
+  }
+  /** Ends the shell and everything started in it. */
+  async closeShell(workspaceId: string, shellId: string): Promise<ShellCloseResult> {
+    checkArgs("closeShell", [workspaceId, shellId]);
+    return closeShell(this.ws, workspaceId, shellId);
+  }
+  async listShells(workspaceId: string): Promise<ShellList> {
+    checkArgs("listShells", [workspaceId]);
+    return listShells(this.ws, workspaceId);
+  }
   async stopService(
     workspaceId: string,
     name: string,
@@ -281,6 +349,36 @@ export class Pyro {
   ): Promise<ExportResult> {
     checkArgs("exportWorkspace", [workspaceId, path, outputPath, options]);
     return exportFromWorkspace(this.ws, workspaceId, path, outputPath, options.signal);
+  }
+  /**
+   * The disk tools: a STOPPED workspace's files, read without starting it (`conflict`
+   * while it runs). Same results and path refusals as listWorkspaceFiles,
+   * readWorkspaceFile and exportWorkspace.
+   */
+  async listWorkspaceDisk(
+    workspaceId: string,
+    path = "/workspace",
+    options: ListFilesOptions = {},
+  ): Promise<FileListResult> {
+    checkArgs("listWorkspaceDisk", [workspaceId, path, options]);
+    return listDisk(this.ws, workspaceId, path, options.recursive === true);
+  }
+  async readWorkspaceDisk(
+    workspaceId: string,
+    path: string,
+    options: ReadFileOptions = {},
+  ): Promise<FileReadResult> {
+    checkArgs("readWorkspaceDisk", [workspaceId, path, options]);
+    return readDisk(this.ws, workspaceId, path, coreOptions(options));
+  }
+  async exportWorkspaceDisk(
+    workspaceId: string,
+    path: string,
+    outputPath: string,
+    options: ExportOptions = {},
+  ): Promise<ExportResult> {
+    checkArgs("exportWorkspaceDisk", [workspaceId, path, outputPath, options]);
+    return exportDisk(this.ws, workspaceId, path, outputPath, options.signal);
   }
   async syncPushWorkspace(
     workspaceId: string,

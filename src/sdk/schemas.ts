@@ -81,6 +81,29 @@ export interface ServiceLogsOptions {
 export interface StopServiceOptions {
   graceSeconds?: number;
 }
+/** Options of `openShell`: working directory inside /workspace, terminal size (default 120x40). */
+export interface OpenShellOptions {
+  cwd?: string;
+  cols?: number;
+  rows?: number;
+}
+/** Options of `writeShell`: `newline: false` sends the input without pressing Enter. */
+export interface WriteShellOptions {
+  newline?: boolean;
+}
+/**
+ * Options of `readShell`: `cursor` (default: where the last read ended), `plain` (the
+ * rendered screen text, no control sequences), `waitForIdleMs` (wait until the shell has
+ * printed nothing for this long, at most 10000), `maxWaitMs` (longest wait in all, default
+ * 30000), `maxBytes` (raw bytes per read, default 65536).
+ */
+export interface ReadShellOptions {
+  cursor?: number;
+  plain?: boolean;
+  waitForIdleMs?: number;
+  maxWaitMs?: number;
+  maxBytes?: number;
+}
 /** Options of `listWorkspaceFiles`. */
 export interface ListFilesOptions {
   recursive?: boolean;
@@ -267,6 +290,26 @@ const fileContent = z
   .describe("the file's new content: a string (UTF-8) or a Buffer/Uint8Array");
 const seq = z.number().int().min(1).describe("a command number (1, 2, 3...) from execWorkspace or the logs");
 const logLimit = z.number().int().min(1).max(1000).describe("a whole number of commands from 1 to 1000");
+const shellId = z
+  .string()
+  .regex(/^sh_[0-9a-f]{12}$/, "shell ids look like sh_ and 12 hex digits")
+  .describe("a shell id from openShell (sh_ and 12 hex digits)");
+const cols = z.number().int().min(1).max(500).describe("terminal columns, a whole number from 1 to 500");
+const rows = z.number().int().min(1).max(200).describe("terminal rows, a whole number from 1 to 200");
+const shellInput = z
+  .string()
+  .max(64 * 1024)
+  .describe("text to type into the shell, at most 65536 characters");
+const shellSignal = z.enum(["INT", "TERM", "KILL"]).describe('"INT", "TERM" or "KILL"');
+const cursor = z.number().int().min(0).describe("a byte cursor (next_cursor of an earlier read)");
+const idleMs = z.number().int().min(0).max(10_000).describe("milliseconds from 0 to 10000");
+const waitMs = z.number().int().min(0).max(60_000).describe("milliseconds from 0 to 60000 (default 30000)");
+const readBytes = z
+  .number()
+  .int()
+  .min(1)
+  .max(1024 * 1024)
+  .describe("a whole number of bytes from 1 to 1048576 (default 65536)");
 const maxBytes = z
   .number()
   .int()
@@ -419,6 +462,39 @@ export const SIGNATURES = {
     arg("name", serviceName),
     opt("options", options({ graceSeconds } satisfies Keys<StopServiceOptions>)),
   ],
+  openShell: [
+    arg("workspaceId", workspaceId),
+    opt("options", options({ cwd: workspacePath, cols, rows } satisfies Keys<OpenShellOptions>)),
+  ],
+  writeShell: [
+    arg("workspaceId", workspaceId),
+    arg("shellId", shellId),
+    arg("input", shellInput),
+    opt("options", options({ newline: flag } satisfies Keys<WriteShellOptions>)),
+  ],
+  readShell: [
+    arg("workspaceId", workspaceId),
+    arg("shellId", shellId),
+    opt(
+      "options",
+      options({
+        cursor,
+        plain: flag,
+        waitForIdleMs: idleMs,
+        maxWaitMs: waitMs,
+        maxBytes: readBytes,
+      } satisfies Keys<ReadShellOptions>),
+    ),
+  ],
+  signalShell: [arg("workspaceId", workspaceId), arg("shellId", shellId), arg("signal", shellSignal)],
+  resizeShell: [
+    arg("workspaceId", workspaceId),
+    arg("shellId", shellId),
+    arg("cols", cols),
+    arg("rows", rows),
+  ],
+  closeShell: [arg("workspaceId", workspaceId), arg("shellId", shellId)],
+  listShells: [arg("workspaceId", workspaceId)],
   listWorkspaceFiles: [
     arg("workspaceId", workspaceId),
     opt("path", workspacePath),
@@ -440,6 +516,22 @@ export const SIGNATURES = {
   ],
   diffWorkspace: [arg("workspaceId", workspaceId), opt("options", snapshotOptions)],
   exportWorkspace: [
+    arg("workspaceId", workspaceId),
+    arg("path", workspacePath),
+    arg("outputPath", hostPath),
+    opt("options", options({ signal } satisfies Keys<ExportOptions>)),
+  ],
+  listWorkspaceDisk: [
+    arg("workspaceId", workspaceId),
+    opt("path", workspacePath),
+    opt("options", options({ recursive: flag } satisfies Keys<ListFilesOptions>)),
+  ],
+  readWorkspaceDisk: [
+    arg("workspaceId", workspaceId),
+    arg("path", workspacePath),
+    opt("options", options({ maxBytes } satisfies Keys<ReadFileOptions>)),
+  ],
+  exportWorkspaceDisk: [
     arg("workspaceId", workspaceId),
     arg("path", workspacePath),
     arg("outputPath", hostPath),

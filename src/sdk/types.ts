@@ -17,6 +17,14 @@ import type {
 } from "../core/files.js";
 import type { demo, runOnce } from "../core/oneshot.js";
 import type { listServices, serviceLogs, startService, stopService } from "../core/services.js";
+import type {
+  closeShell,
+  listShells,
+  openShell,
+  readShell,
+  signalShell,
+  writeShell,
+} from "../core/shells.js";
 import type { createSnapshot, deleteSnapshot, listSnapshots, resetWorkspace } from "../core/snapshots.js";
 import type { summarizeWorkspace } from "../core/summary.js";
 import type { workspaceListItem } from "../core/views.js";
@@ -103,6 +111,18 @@ export type SnapshotList = Result<typeof listSnapshots>;
 /** `deleteSnapshot`. */
 export type SnapshotDeleteResult = Result<typeof deleteSnapshot>;
 
+/** `openShell`, `resizeShell`: one shell (state running or exited, pid, size, cursors). */
+export type ShellView = Result<typeof openShell>;
+/** `writeShell`: the shell, and the bytes sent. */
+export type ShellWriteResult = Result<typeof writeShell>;
+/** `readShell`: output from a cursor (raw or rendered), `cursor`, `next_cursor`, `truncated`, `has_more`. */
+export type ShellReadResult = Result<typeof readShell>;
+/** `signalShell`: the shell, the signal and the process group it went to. */
+export type ShellSignalResult = Result<typeof signalShell>;
+/** `closeShell`: the shell as it ended. */
+export type ShellCloseResult = Result<typeof closeShell>;
+/** `listShells`: the workspace's open shells. */
+export type ShellList = Result<typeof listShells>;
 /** `serviceStatus`: one service (state starting, ready, failed or stopped; pid; ready time; probe). */
 export type { ServiceView } from "../core/services.js";
 /** `startService`: the service once ready (or failed), with its last log lines. */

@@ -248,6 +248,8 @@ export const EVENT_KINDS = [
   "service_start",
   "service_stop",
   "shell_open",
+  "shell_write",
+  "shell_signal",
   "shell_close",
   "network_approve",
   "error",

@@ -8,7 +8,30 @@ import { mkfsExt4 } from "./disks.js";
 import { AGENT_VSOCK_PORT, GUEST, NET_VSOCK_PORT } from "./types.js";
 
 /** npm packages the guest agent imports (the rest of node_modules stays on the host). */
-export const AGENT_PACKAGES = ["zod", "tar", "diff"] as const;
+export const AGENT_PACKAGES = ["zod", "tar", "diff", "node-pty"] as const;
+
+/**
+ * Parts of a package the guest never loads, left off the agent disk: node-pty ships
+ * prebuilt addons for other platforms (58 MB) and its C++ sources; the guest loads its
+ * lib/ and the addon setup built here (build/Release).
+ */
+const SKIPPED_PARTS: Record<string, readonly string[]> = {
+  "node-pty": [
+    "prebuilds",
+    "deps",
+    "third_party",
+    "src",
+    "scripts",
+    "node-addon-api",
+    "build/Release/obj.target",
+    "build/Release/.deps",
+  ],
+};
+
+/** The files of a package that matter to its identity beyond its package.json: a built addon. */
+const NATIVE_FILES: Record<string, readonly string[]> = {
+  "node-pty": ["build/Release/pty.node"],
+};
 
 /** Name prefix of the virtio-serial ports that carry agent connections. */
 export const SERIAL_PORT_PREFIX = "pyro.agent.";
@@ -114,7 +137,12 @@ export async function prepareAgentDisk(
   const h = createHash("sha256").update(JSON.stringify([inputs.runtime.key, script, packages]));
   await hashTree(h, inputs.appDir, "dist");
   // Packages by name and version: hashing their contents costs seconds (zod alone is thousands of files).
-  for (const p of packages) h.update(await readFile(join(inputs.appDir, "node_modules", p, "package.json")));
+  for (const p of packages) {
+    h.update(await readFile(join(inputs.appDir, "node_modules", p, "package.json")));
+    // A native addon is built on this host: a rebuild must make a new disk.
+    for (const f of NATIVE_FILES[p] ?? [])
+      h.update(await readFile(join(inputs.appDir, "node_modules", p, f)));
+  }
   for (const f of [inputs.busybox, inputs.bridge, inputs.reseed]) h.update(f ? await readFile(f) : "-");
   const key = h.digest("hex").slice(0, 16);
   const out = join(cacheDir, `agent-${key}.ext4`);
@@ -134,9 +162,12 @@ export async function prepareAgentDisk(
     await cp(join(inputs.appDir, "dist"), join(stage, "app", "dist"), { recursive: true });
     for (const p of packages) {
       await mkdir(dirname(join(stage, "app", "node_modules", p)), { recursive: true });
-      await cp(join(inputs.appDir, "node_modules", p), join(stage, "app", "node_modules", p), {
+      const from = join(inputs.appDir, "node_modules", p);
+      const skipped = new Set((SKIPPED_PARTS[p] ?? []).map((part) => join(from, part)));
+      await cp(from, join(stage, "app", "node_modules", p), {
         recursive: true,
         dereference: true,
+        filter: (src) => !skipped.has(src),
       });
     }
     await writeFile(join(stage, "stage2.sh"), script, { mode: 0o755 });

@@ -5,6 +5,15 @@ import { exec } from "./exec.js";
 import { fileList, fileRead, fileWrite } from "./files.js";
 import { patchApply } from "./patch.js";
 import { serviceList, serviceLogs, serviceStart, serviceStatus, serviceStop } from "./services.js";
+import {
+  shellClose,
+  shellList,
+  shellOpen,
+  shellRead,
+  shellResize,
+  shellSignal,
+  shellWrite,
+} from "./shells.js";
 import { info, ping } from "./system.js";
 import { tarIn, tarOut } from "./tar.js";
 import { vmSetup, vmSnapshotIn, vmSync } from "./vm.js";
@@ -31,4 +40,11 @@ export const BUILTIN_OPS: OpHandlers = {
   service_status: serviceStatus,
   service_logs: serviceLogs,
   service_stop: serviceStop,
+  shell_open: shellOpen,
+  shell_write: shellWrite,
+  shell_read: shellRead,
+  shell_signal: shellSignal,
+  shell_resize: shellResize,
+  shell_close: shellClose,
+  shell_list: shellList,
 };
