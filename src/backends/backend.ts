@@ -168,6 +168,20 @@ export interface WorkspaceBackend {
    */
   connectNet?(state: SandboxState, options?: { timeoutMs?: number }): Promise<import("node:stream").Duplex>;
   /**
+   * Optional: a byte channel to a read-only guest agent (`--stdio --read-only`) serving
+   * the files of a STOPPED workspace at /workspace (its snapshot `spec.snapshot` under its
+   * writable layer) without starting it: nothing of the workspace runs, nothing it has is
+   * written. The reader runs no more powerful than the workspace's own agent (inside
+   * bwrap where the files are on this host). Everything it made (mounts, temp images,
+   * containers) goes when the channel closes, or when this process dies. The core holds
+   * the workspace's start lock while the channel is open. Backends without it answer
+   * `backend_unavailable` for the disk tools.
+   */
+  openDisk?(
+    spec: SandboxSpec,
+    options?: { signal?: AbortSignal; timeoutMs?: number },
+  ): Promise<import("node:stream").Duplex>;
+  /**
    * Optional fast path for `pyro run`: the command as the sandbox's only process, with the
    * same isolation as a workspace. Backends without it run one-shots as
    * create + exec + delete.

@@ -38,13 +38,14 @@ export function guestNet(dirs: { net: string; sock: string }): GuestNet {
  * The agent's argv inside a sandbox: `runtime` (node) mounted at `runtimeDir`, the pyro
  * package at `appDir`, serving `root` over `channel`. `idleCommands`: commands run at
  * nice 19, below the agent, so a busy workspace still answers (agent/server.ts).
+ * `readOnly`: only the ops that read (the disk reader of a stopped workspace).
  */
 export function agentArgv(
   runtime: Pick<NodeRuntime, "argv">,
   dirs: { runtime: string; app: string },
   root: string,
   channel: AgentChannel,
-  options: { idleCommands?: boolean; net?: GuestNet } = {},
+  options: { idleCommands?: boolean; net?: GuestNet; readOnly?: boolean } = {},
 ): string[] {
   const serve =
     "listen" in channel
@@ -59,6 +60,7 @@ export function agentArgv(
     root,
     ...serve,
     ...(options.idleCommands ? ["--idle-commands"] : []),
+    ...(options.readOnly ? ["--read-only"] : []),
     ...(options.net ? ["--egress", options.net.egress, "--forward", options.net.forward] : []),
   );
 }

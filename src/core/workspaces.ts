@@ -173,6 +173,11 @@ export class Workspaces {
     return this.engine.backend(w.backend).executionMode;
   }
 
+  /** The backend that owns `w` (the disk tools ask it for a reader: core/disk.ts). */
+  backendOf(w: WorkspaceRow): WorkspaceBackend {
+    return this.engine.backend(w.backend);
+  }
+
   agentSnapshotPath(w: WorkspaceRow, name: string): string {
     return this.engine.backend(w.backend).agentSnapshotPath(this.sandboxSpec(w), name);
   }

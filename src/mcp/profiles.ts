@@ -34,6 +34,9 @@ export const TOOL_NAMES = [
   "service_status",
   "service_logs",
   "service_stop",
+  "workspace_disk_list",
+  "workspace_disk_read",
+  "workspace_disk_export",
 ] as const;
 export type ToolName = (typeof TOOL_NAMES)[number];
 
@@ -59,8 +62,7 @@ const CORE: readonly ToolName[] = [
 
 /**
  * workspace-full grows with the core. Not here yet because the core does not have them:
- * PTY shells (shell_*), stopped-workspace disk tools
- * (workspace_disk_*). Network approval is never a tool: a model must not approve its own
+ * PTY shells (shell_*). Network approval is never a tool: a model must not approve its own
  * egress (the CLI and the SDK have it).
  */
 const FULL: readonly ToolName[] = [
@@ -76,6 +78,9 @@ const FULL: readonly ToolName[] = [
   "service_status",
   "service_logs",
   "service_stop",
+  "workspace_disk_list",
+  "workspace_disk_read",
+  "workspace_disk_export",
 ];
 
 export interface ToolSet {

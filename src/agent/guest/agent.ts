@@ -20,7 +20,7 @@ import {
   serveNetMux,
   serveNetMuxOn,
 } from "./net.js";
-import { BUILTIN_OPS } from "./ops/index.js";
+import { BUILTIN_OPS, type OpHandlers } from "./ops/index.js";
 import { forgetServicesOf, killServicesOf } from "./ops/services.js";
 import { Workspace } from "./paths.js";
 import { findPorts, servePort } from "./serial.js";
@@ -53,10 +53,18 @@ export interface GuestOptions {
   netMux?: string;
   /** Inside a Firecracker VM: serve the network mux on connections to this unix socket. */
   netListen?: string;
+  /**
+   * Serve only the ops that read (ping, info, file_list, file_read, tar_out): the disk
+   * reader of a stopped workspace (backends/disk-reader.ts), whose tree is read-only anyway.
+   */
+  readOnly?: boolean;
 }
 
+/** The ops a `--read-only` agent serves; every other op is refused before it runs. */
+export const READ_ONLY_OPS = ["ping", "info", "file_list", "file_read", "tar_out"] as const;
+
 export const USAGE =
-  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET] [--forward SOCKET] [--net-mux PORT_NAME] [--net-listen SOCKET]";
+  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET] [--forward SOCKET] [--net-mux PORT_NAME] [--net-listen SOCKET] [--read-only]";
 
 /** Parses `--root DIR (--listen PATH | --stdio) [--tmp DIR]`; throws `invalid_argument`. */
 export function parseGuestArgs(argv: readonly string[]): GuestOptions {
@@ -81,12 +89,25 @@ export function parseGuestArgs(argv: readonly string[]): GuestOptions {
     else if (arg === "--net-listen") opts.netListen = value();
     else if (arg === "--stdio") opts.stdio = true;
     else if (arg === "--idle-commands") opts.idleCommands = true;
+    else if (arg === "--read-only") opts.readOnly = true;
     else throw new AgentError("invalid_argument", `unknown argument '${arg}'; ${USAGE}`);
   }
   if (!opts.root) throw new AgentError("invalid_argument", `--root is required; ${USAGE}`);
   if ([opts.listen, opts.stdio, opts.serial].filter(Boolean).length !== 1)
     throw new AgentError("invalid_argument", `give exactly one of --listen, --stdio and --serial; ${USAGE}`);
   return opts as GuestOptions;
+}
+
+/** BUILTIN_OPS with every op outside READ_ONLY_OPS answering `invalid_argument`. */
+function readOnlyHandlers(): OpHandlers {
+  const refuse = async () => {
+    throw new AgentError("invalid_argument", "this agent serves a read-only view: only reads are possible");
+  };
+  const handlers = Object.fromEntries(
+    Object.keys(BUILTIN_OPS).map((op) => [op, refuse]),
+  ) as unknown as OpHandlers;
+  for (const op of READ_ONLY_OPS) (handlers as Record<string, unknown>)[op] = BUILTIN_OPS[op];
+  return handlers;
 }
 
 /** A running agent. */
@@ -225,7 +246,7 @@ async function serveGuest(
   const serve = (stream: Duplex) =>
     serveConnection(stream, {
       workspace,
-      handlers: BUILTIN_OPS,
+      handlers: opts.readOnly ? readOnlyHandlers() : BUILTIN_OPS,
       tmpDir: opts.tmpDir ?? os.tmpdir(),
       ...(log ? { log } : {}),
       ...(opts.vm ? { vmDir: opts.vm } : {}),

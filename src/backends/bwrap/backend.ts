@@ -25,6 +25,7 @@ import {
 } from "../linux/layout.js";
 import { prepareNodeRuntime } from "../runtime.js";
 import { socketSandboxShape, stateReader } from "../sandbox-state.js";
+import { linuxDiskView, openDiskView } from "./disk-view.js";
 import { isolationArgs } from "./isolation.js";
 import { bwrapRunOnce } from "./oneshot.js";
 import { writeSeccompFile } from "./seccomp.js";
@@ -186,6 +187,11 @@ export class BwrapBackend implements WorkspaceBackend {
     const cg = s.cgroup ? await CgroupLimits.attach(await detectCgroups(), s.cgroup) : null;
     if (cg) await cg.destroy();
     if (s.pid !== undefined && s.start_time !== undefined) await killAndWait(s.pid, s.start_time);
+  }
+
+  /** A stopped workspace's files, read by a read-only agent in its own bwrap sandbox (disk-view.ts). */
+  async openDisk(spec: SandboxSpec): Promise<Duplex> {
+    return openDiskView(spec, await linuxDiskView(spec));
   }
 
   discardChanges(spec: SandboxSpec): Promise<void> {

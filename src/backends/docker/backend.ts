@@ -33,6 +33,7 @@ import {
   workspaceContainerBody,
   workspaceUser,
 } from "./container.js";
+import { openDockerDisk } from "./disk.js";
 import { ensureImage } from "./image.js";
 import { dockerRunOnce } from "./oneshot.js";
 import { ExecChannel } from "./stream.js";
@@ -324,6 +325,12 @@ export class DockerBackend implements WorkspaceBackend {
     } catch (err) {
       throw engineError(err, `stopping container ${s.container}`, s.endpoint);
     }
+  }
+
+  /** A stopped workspace's files, read by a throwaway read-only container (disk.ts). */
+  async openDisk(spec: SandboxSpec): Promise<Duplex> {
+    const endpoint = (await readRecord(spec.dir))?.endpoint ?? this.clients.defaultEndpoint();
+    return openDockerDisk(this.clients.get(endpoint), endpoint, spec);
   }
 
   /** Removes the container (its root layer) and the /workspace volume and upper layer. */

@@ -1,6 +1,6 @@
 import { cp, mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import type { Duplex } from "node:stream";
+import { Duplex, PassThrough } from "node:stream";
 import { z } from "zod";
 import { type GuestHandle, startGuest } from "../../agent/guest/agent.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
@@ -65,6 +65,26 @@ export class FakeBackend implements WorkspaceBackend {
     const h = this.running.get(token);
     this.running.delete(token);
     await h?.close();
+  }
+
+  /** Disk readers opened so far (tests check that a refused call opened none). */
+  diskReads = 0;
+
+  /** A stopped workspace's files: a read-only in-process guest on its directory (or its snapshot). */
+  async openDisk(spec: SandboxSpec): Promise<Duplex> {
+    const own = this.agentRoot(spec);
+    const root = (await stat(own).catch(() => null)) ? own : join(spec.snapshotsDir, spec.snapshot);
+    const toAgent = new PassThrough();
+    const fromAgent = new PassThrough();
+    const handle = await startGuest(
+      { root, stdio: true, readOnly: true, alias: "/workspace", tmpDir: spec.dir },
+      { input: toAgent, output: fromAgent },
+      undefined,
+    );
+    this.diskReads++;
+    const channel = Duplex.from({ readable: fromAgent, writable: toAgent });
+    channel.once("close", () => void handle.close());
+    return channel;
   }
 
   async discardChanges(spec: SandboxSpec): Promise<void> {

@@ -336,6 +336,10 @@ export class FirecrackerBackend extends MicroVmBackend implements WorkspaceBacke
     for (const sock of [s.api_socket, s.vsock_socket]) if (sock) await rm(sock, { force: true });
   }
 
+  protected stateDiskFile(spec: SandboxSpec) {
+    return { path: vmPaths(spec.dir).state, format: "raw" as const };
+  }
+
   async discardChanges(spec: SandboxSpec): Promise<void> {
     await rm(vmPaths(spec.dir).state, { force: true });
   }

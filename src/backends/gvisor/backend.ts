@@ -6,6 +6,7 @@ import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import { which } from "../../util/run.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
+import { linuxDiskView, openDiskView } from "../bwrap/disk-view.js";
 import {
   connectForward,
   connectSandboxSocket,
@@ -268,6 +269,15 @@ export class GvisorBackend implements WorkspaceBackend {
     if (s.pid !== undefined && s.start_time !== undefined) await killAndWait(s.pid, s.start_time);
     if (s.cgroup) await this.sweep(layout.root, layout.base, s.cgroup);
     if (s.runsc_root) await rm(s.runsc_root, { recursive: true, force: true });
+  }
+
+  /**
+   * A stopped workspace's files: its layers are host files like bwrap's, read by a
+   * read-only agent in a bwrap sandbox (bwrap/disk-view.ts), not by runsc (a reader
+   * needs no user-space kernel for file reads; starting one costs ~0.3 s).
+   */
+  async openDisk(spec: SandboxSpec): Promise<Duplex> {
+    return openDiskView(spec, await linuxDiskView(spec));
   }
 
   discardChanges(spec: SandboxSpec): Promise<void> {

@@ -13,6 +13,7 @@ import {
   terminateAndWait,
   waitForSocket,
 } from "../common.js";
+import { spawnReader } from "../disk-reader.js";
 import { AGENT_ENTRY } from "../guest.js";
 
 /**
@@ -102,6 +103,29 @@ export class HostBackend implements WorkspaceBackend {
       // SIGKILL only if it does not go.
       await terminateAndWait(state.pid, state.start_time, 3000);
     }
+  }
+
+  /**
+   * A stopped workspace's files: its directory is on the host, served as it is by a
+   * read-only agent process (no isolation, as everything on host-compat). A workspace
+   * whose changes were discarded has no directory yet: its snapshot is what it shows.
+   */
+  async openDisk(spec: SandboxSpec): Promise<Duplex> {
+    const own = this.agentRoot(spec);
+    const root = (await stat(own).catch(() => null)) ? own : join(spec.snapshotsDir, spec.snapshot);
+    return spawnReader(
+      [
+        process.execPath,
+        join(spec.appDir, AGENT_ENTRY),
+        "--root",
+        root,
+        "--stdio",
+        "--read-only",
+        "--alias",
+        "/workspace",
+      ],
+      { cwd: root, env: { ...LAUNCH_ENV, HOME: root } },
+    );
   }
 
   async discardChanges(spec: SandboxSpec): Promise<void> {

@@ -358,6 +358,10 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
     }
   }
 
+  protected stateDiskFile(spec: SandboxSpec) {
+    return { path: qemuLayout(spec.dir).stateDisk, format: "qcow2" as const };
+  }
+
   async discardChanges(spec: SandboxSpec): Promise<void> {
     const l = qemuLayout(spec.dir);
     await rm(l.stateDisk, { force: true });

@@ -1,8 +1,11 @@
 import { statSync } from "node:fs";
 import { join } from "node:path";
+import type { Duplex } from "node:stream";
 import type { AgentClient } from "../../agent/client.js";
 import { packTree } from "../../agent/tarsafe.js";
 import type { SandboxSpec, SandboxState } from "../backend.js";
+import { openDiskView } from "../bwrap/disk-view.js";
+import { vmDiskView } from "./disk-view.js";
 import { treeId } from "./disks.js";
 import { GUEST } from "./types.js";
 
@@ -58,6 +61,14 @@ function guestSnapshotName(spec: SandboxSpec, name: string): string {
  */
 export abstract class MicroVmBackend {
   private readonly snapshots = new GuestSnapshots();
+
+  /** The workspace's state disk (its writable layers) and its format. */
+  protected abstract stateDiskFile(spec: SandboxSpec): { path: string; format: "qcow2" | "raw" };
+
+  /** A stopped workspace's files, read on the host from a checked copy of its state disk (disk-view.ts). */
+  async openDisk(spec: SandboxSpec): Promise<Duplex> {
+    return openDiskView(spec, await vmDiskView(spec, this.stateDiskFile(spec)));
+  }
 
   agentRoot(): string {
     return GUEST.workspace;

@@ -1,5 +1,6 @@
 import type { ToolName, ToolSet } from "../profiles.js";
 import type { ToolDefinition } from "../tool.js";
+import { workspaceDiskExport, workspaceDiskList, workspaceDiskRead } from "./disk.js";
 import { vmRun, workspaceExec, workspaceLogs, workspaceSummary } from "./exec.js";
 import {
   workspaceDiff,
@@ -54,6 +55,9 @@ export function toolDefinitions(set: ToolSet): ToolDefinition[] {
     service_status: serviceStatus,
     service_logs: serviceLogs,
     service_stop: serviceStop,
+    workspace_disk_list: workspaceDiskList,
+    workspace_disk_read: workspaceDiskRead,
+    workspace_disk_export: workspaceDiskExport,
   };
   return set.tools.map((name) => all[name]);
 }

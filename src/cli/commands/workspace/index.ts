@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import type { CliContext } from "../../main.js";
+import { registerDisk } from "./disk.js";
 import { registerExec } from "./exec.js";
 import { registerFiles } from "./files.js";
 import { registerLifecycle } from "./lifecycle.js";
@@ -17,4 +18,5 @@ export function registerWorkspace(program: Command, ctx: CliContext): void {
   registerSnapshots(ws, ctx);
   registerNetwork(ws, ctx);
   registerServices(ws, ctx);
+  registerDisk(ws, ctx);
 }
