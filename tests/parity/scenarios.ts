@@ -7,6 +7,7 @@ import type { PyroError } from "../../src/errors.js";
 import type { Pyro } from "../../src/sdk/pyro.js";
 import { PYRO_BIN, REPO_ROOT } from "../helpers/cli.js";
 import type { ParityTarget } from "./backends.js";
+import { DISK_SCENARIOS } from "./disk.js";
 import { NETWORK_SCENARIOS } from "./network.js";
 import { SERVICE_SCENARIOS } from "./services.js";
 
@@ -333,6 +334,7 @@ export const SCENARIOS: Scenario[] = [
 
 SCENARIOS.push(...NETWORK_SCENARIOS);
 SCENARIOS.push(...SERVICE_SCENARIOS);
+SCENARIOS.push(...DISK_SCENARIOS);
 
 /** The seed every scenario starts from. */
 export async function makeSeed(): Promise<string> {

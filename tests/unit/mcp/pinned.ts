@@ -49,6 +49,9 @@ export const PINNED: Record<string, string[]> = {
     "service_status",
     "service_logs",
     "service_stop",
+    "workspace_disk_list",
+    "workspace_disk_read",
+    "workspace_disk_export",
   ],
   "repro-fix": [
     "workspace_create",

@@ -38,7 +38,8 @@ describe("profiles and modes", () => {
   it("workspace-full is workspace-core plus snapshots, stop/start, network blocks and services, and is every tool there is", () => {
     const full = toolNames({ profile: "workspace-full" });
     expect(full.slice(0, 17)).toEqual(PINNED["workspace-core"]);
-    expect(full).toHaveLength(28);
+    expect(full).toHaveLength(31);
+    expect(full.slice(28)).toEqual(["workspace_disk_list", "workspace_disk_read", "workspace_disk_export"]);
     expect([...full].sort()).toEqual([...TOOL_NAMES].sort());
   });
 

@@ -28,8 +28,11 @@ const READ_ONLY: ToolName[] = [
   "service_list",
   "service_status",
   "service_logs",
+  "workspace_disk_list",
+  "workspace_disk_read",
 ];
 const DESTRUCTIVE: ToolName[] = [
+  "workspace_disk_export",
   "workspace_exec",
   "workspace_file_write",
   "workspace_patch_apply",
@@ -41,6 +44,7 @@ const DESTRUCTIVE: ToolName[] = [
   "service_stop",
 ];
 const IDEMPOTENT: ToolName[] = [
+  "workspace_disk_export",
   "workspace_update",
   "workspace_file_write",
   "workspace_sync_push",
@@ -304,6 +308,36 @@ const HAPPY: Record<ToolName, (fx: McpFixture) => Promise<any>> = {
     await fx.pyro.createSnapshot(w.workspace_id, "cp1");
     const r = await fx.ok("snapshot_delete", { workspace_id: w.workspace_id, snapshot_name: "cp1" });
     expect(r).toMatchObject({ snapshot_name: "cp1", deleted: true });
+    return r;
+  },
+  workspace_disk_list: async (fx) => {
+    const w = await seeded(fx);
+    await fx.pyro.writeWorkspaceFile(w.workspace_id, "after.txt", "written before the stop");
+    await fx.pyro.stopWorkspace(w.workspace_id);
+    const r = await fx.ok("workspace_disk_list", { workspace_id: w.workspace_id, recursive: true });
+    expect(r.entries.map((e: { path: string }) => e.path)).toEqual(
+      expect.arrayContaining(["after.txt", "calc.sh"]),
+    );
+    expect((await fx.pyro.getWorkspace(w.workspace_id)).state).toBe("stopped");
+    return r;
+  },
+  workspace_disk_read: async (fx) => {
+    const w = await seeded(fx);
+    await fx.pyro.stopWorkspace(w.workspace_id);
+    const r = await fx.ok("workspace_disk_read", { workspace_id: w.workspace_id, path: "calc.sh" });
+    expect(r).toMatchObject({ content: PROJECT["calc.sh"], encoding: "utf8" });
+    return r;
+  },
+  workspace_disk_export: async (fx) => {
+    const w = await seeded(fx);
+    await fx.pyro.stopWorkspace(w.workspace_id);
+    const r = await fx.ok("workspace_disk_export", {
+      workspace_id: w.workspace_id,
+      path: "calc.sh",
+      output_path: "disk-out/calc.sh",
+    });
+    expect(r).toMatchObject({ output_path: join(fx.base, "disk-out", "calc.sh"), artifact_type: "file" });
+    expect(await readFile(join(fx.base, "disk-out", "calc.sh"), "utf8")).toBe(PROJECT["calc.sh"]);
     return r;
   },
   workspace_stop: async (fx) => {
