@@ -47,6 +47,29 @@ export interface ReadShellOptions {
   maxBytes?: number;
 }
 
+const SHELL_ID = /^sh_[0-9a-f]{12}$/;
+/** Longest input one write takes (characters). */
+export const MAX_SHELL_INPUT = 64 * 1024;
+
+/** A shell id as openShell gives them; anything else is refused before the agent is asked. */
+function checkShellId(id: string): void {
+  if (typeof id !== "string" || !SHELL_ID.test(id))
+    throw new PyroError(
+      "invalid_argument",
+      `not a shell id: '${String(id)}'`,
+      "shell ids look like sh_ and 12 hex digits; list a workspace's shells with `pyro workspace shell list`",
+    );
+}
+
+function checkWhole(what: string, n: number | undefined, min: number, max: number): void {
+  if (n === undefined) return;
+  if (!Number.isSafeInteger(n) || n < min || n > max)
+    throw new PyroError(
+      "invalid_argument",
+      `${what} must be a whole number from ${min} to ${max}, got ${String(n).slice(0, 20)}`,
+    );
+}
+
 function checkSize(what: "cols" | "rows", n: number | undefined, max: number): void {
   if (n === undefined) return;
   if (!Number.isInteger(n) || n < 1 || n > max)
@@ -84,6 +107,13 @@ export async function writeShell(
   input: string,
   options: { newline?: boolean } = {},
 ) {
+  checkShellId(shellId);
+  if (input.length > MAX_SHELL_INPUT)
+    throw new PyroError(
+      "invalid_argument",
+      `input is ${input.length} characters, at most ${MAX_SHELL_INPUT} go in one write`,
+      "write it in parts, or put a long script in a file with workspace file write",
+    );
   return ws.withAgent(idOrName, "exec", async (agent, w, journal) => {
     const redact = secretRedactor(await ws.secretValues(w));
     const r = await agent.request("shell_write", {
@@ -112,6 +142,11 @@ export async function readShell(
   shellId: string,
   options: ReadShellOptions = {},
 ) {
+  checkShellId(shellId);
+  checkWhole("cursor", options.cursor, 0, Number.MAX_SAFE_INTEGER);
+  checkWhole("wait_for_idle_ms", options.waitForIdleMs, 0, 10_000);
+  checkWhole("max_wait_ms", options.maxWaitMs, 0, 60_000);
+  checkWhole("max_bytes", options.maxBytes, 1, 1024 * 1024);
   const plain = options.plain ?? false;
   const maxWaitMs = options.maxWaitMs ?? 30_000;
   return ws.withAgent(idOrName, "exec", async (agent, w) => {
@@ -146,6 +181,7 @@ export async function readShell(
 
 /** INT, TERM or KILL to the terminal's foreground job (the shell itself when it is idle). */
 export async function signalShell(ws: Workspaces, idOrName: string, shellId: string, signal: string) {
+  checkShellId(shellId);
   const sig = signal.toUpperCase().replace(/^SIG/, "");
   if (sig !== "INT" && sig !== "TERM" && sig !== "KILL")
     throw new PyroError(
@@ -169,6 +205,7 @@ export async function resizeShell(
   cols: number,
   rows: number,
 ) {
+  checkShellId(shellId);
   checkSize("cols", cols, 500);
   checkSize("rows", rows, 200);
   return ws.withAgent(idOrName, "exec", async (agent, w) =>
@@ -178,6 +215,7 @@ export async function resizeShell(
 
 /** Ends the shell and everything started in it. */
 export async function closeShell(ws: Workspaces, idOrName: string, shellId: string) {
+  checkShellId(shellId);
   return ws.withAgent(idOrName, "exec", async (agent, w, journal) => {
     const r = await agent.request("shell_close", { shell_id: shellId });
     journal((store) =>
