@@ -309,6 +309,30 @@ export function escapeSuite(backend: BackendName): void {
       expect(got).not.toContain(ctx.canaryContent);
     });
 
+    it(`${backend}: disk tools of a stopped workspace do not follow symlinks out to host files`, async () => {
+      await ctx.pyro.execWorkspace(
+        ctx.a,
+        `ln -sfn ${ctx.canary} disk-canary && mkdir -p disk-tree && ln -sfn ${ctx.canary} disk-tree/link && ln -sfn / disk-root`,
+      );
+      await ctx.pyro.stopWorkspace(ctx.a);
+      try {
+        for (const p of ["disk-canary", "disk-root/etc/hostname", `disk-root${ctx.canary}`]) {
+          const got = await ctx.pyro.readWorkspaceDisk(ctx.a, p).then(
+            (r) => r.content,
+            (e: { code?: string }) => e.code,
+          );
+          expect([p, got]).toEqual([p, "path_outside_workspace"]);
+        }
+        const out = join(ctx.scratch, `disk-out-${randomBytes(3).toString("hex")}`);
+        await ctx.pyro.exportWorkspaceDisk(ctx.a, "disk-tree", out).catch(() => {});
+        if (existsSync(out))
+          for (const n of await readdir(out)) expect((await lstat(join(out, n))).isFile(), n).toBe(false);
+        expect((await ctx.pyro.getWorkspace(ctx.a)).state).toBe("stopped");
+      } finally {
+        await ctx.pyro.startWorkspace(ctx.a);
+      }
+    });
+
     it(`${backend}: file tools do not write through a symlinked parent`, async () => {
       await ctx.pyro.execWorkspace(ctx.a, `ln -sfn ${ctx.scratch} to-scratch`);
       await ctx.pyro
