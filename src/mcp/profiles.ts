@@ -37,6 +37,11 @@ export const TOOL_NAMES = [
   "workspace_disk_list",
   "workspace_disk_read",
   "workspace_disk_export",
+  "shell_open",
+  "shell_read",
+  "shell_write",
+  "shell_signal",
+  "shell_close",
 ] as const;
 export type ToolName = (typeof TOOL_NAMES)[number];
 
@@ -61,9 +66,8 @@ const CORE: readonly ToolName[] = [
 ];
 
 /**
- * workspace-full grows with the core. Not here yet because the core does not have them:
- * PTY shells (shell_*). Network approval is never a tool: a model must not approve its own
- * egress (the CLI and the SDK have it).
+ * workspace-full: everything the core has. Network approval is never a tool: a model must
+ * not approve its own egress (the CLI and the SDK have it).
  */
 const FULL: readonly ToolName[] = [
   ...CORE,
@@ -81,6 +85,11 @@ const FULL: readonly ToolName[] = [
   "workspace_disk_list",
   "workspace_disk_read",
   "workspace_disk_export",
+  "shell_open",
+  "shell_read",
+  "shell_write",
+  "shell_signal",
+  "shell_close",
 ];
 
 export interface ToolSet {
@@ -111,7 +120,7 @@ export const PROFILES = {
     kind: "profile",
     name: "workspace-full",
     description:
-      "workspace-core plus snapshots, services, stop/start, network blocks, and secrets, network and published ports on create",
+      "workspace-core plus snapshots, services, shells, stop/start, stopped-workspace disk tools, network blocks, and secrets, network and published ports on create",
     tools: FULL,
     fullCreate: true,
   },
@@ -186,7 +195,7 @@ export const MODES = {
     kind: "mode",
     name: "review-eval",
     description:
-      "review and evaluate: checkpoint snapshots, run evaluations, diff, reset to a checkpoint, export",
+      "review and evaluate: interactive shells, checkpoint snapshots, run evaluations, diff, reset to a checkpoint, export",
     tools: [
       "workspace_create",
       "workspace_status",
@@ -194,6 +203,11 @@ export const MODES = {
       "workspace_file_list",
       "workspace_file_read",
       "workspace_diff",
+      "shell_open",
+      "shell_read",
+      "shell_write",
+      "shell_signal",
+      "shell_close",
       "snapshot_create",
       "snapshot_list",
       "workspace_reset",

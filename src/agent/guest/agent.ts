@@ -22,6 +22,7 @@ import {
 } from "./net.js";
 import { BUILTIN_OPS, type OpHandlers } from "./ops/index.js";
 import { forgetServicesOf, killServicesOf } from "./ops/services.js";
+import { closeShellsOf } from "./ops/shells.js";
 import { Workspace } from "./paths.js";
 import { findPorts, servePort } from "./serial.js";
 
@@ -231,6 +232,7 @@ export async function startGuest(
     done: handle.done,
     close: async () => {
       killServicesOf(workspace);
+      await closeShellsOf(workspace);
       await handle.close();
       forgetServicesOf(workspace);
     },

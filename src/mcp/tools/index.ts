@@ -12,6 +12,7 @@ import {
   workspaceSyncPush,
 } from "./files.js";
 import { serviceList, serviceLogs, serviceStart, serviceStatus, serviceStop } from "./services.js";
+import { shellClose, shellOpen, shellRead, shellSignal, shellWrite } from "./shells.js";
 import { snapshotCreate, snapshotDelete, snapshotList, workspaceReset } from "./snapshots.js";
 import {
   workspaceCreate,
@@ -55,6 +56,11 @@ export function toolDefinitions(set: ToolSet): ToolDefinition[] {
     service_status: serviceStatus,
     service_logs: serviceLogs,
     service_stop: serviceStop,
+    shell_open: shellOpen,
+    shell_read: shellRead,
+    shell_write: shellWrite,
+    shell_signal: shellSignal,
+    shell_close: shellClose,
     workspace_disk_list: workspaceDiskList,
     workspace_disk_read: workspaceDiskRead,
     workspace_disk_export: workspaceDiskExport,

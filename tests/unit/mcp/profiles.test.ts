@@ -35,11 +35,12 @@ describe("profiles and modes", () => {
     expect(toolNames()).toHaveLength(17);
   });
 
-  it("workspace-full is workspace-core plus snapshots, stop/start, network blocks and services, and is every tool there is", () => {
+  it("workspace-full is workspace-core plus snapshots, stop/start, network blocks, services, disk tools and shells, and is every tool there is", () => {
     const full = toolNames({ profile: "workspace-full" });
     expect(full.slice(0, 17)).toEqual(PINNED["workspace-core"]);
-    expect(full).toHaveLength(31);
-    expect(full.slice(28)).toEqual(["workspace_disk_list", "workspace_disk_read", "workspace_disk_export"]);
+    expect(full).toHaveLength(36);
+    expect(full.slice(28, 31)).toEqual(["workspace_disk_list", "workspace_disk_read", "workspace_disk_export"]);
+    expect(full.slice(31)).toEqual(["shell_open", "shell_read", "shell_write", "shell_signal", "shell_close"]);
     expect([...full].sort()).toEqual([...TOOL_NAMES].sort());
   });
 
@@ -51,6 +52,11 @@ describe("profiles and modes", () => {
       for (const t of ["workspace_create", "workspace_exec", "workspace_summary", "workspace_delete"])
         expect(tools).toContain(t);
     }
+    // review-eval is shell-driven; cold-start keeps services alive until ready.
+    for (const t of ["shell_open", "shell_read", "shell_write", "shell_signal", "shell_close"])
+      expect(toolNames({ mode: "review-eval" })).toContain(t);
+    for (const t of ["service_start", "service_status", "service_logs"])
+      expect(toolNames({ mode: "cold-start" })).toContain(t);
     // inspect keeps the smallest persistent surface: nothing that edits files.
     for (const t of ["workspace_file_write", "workspace_patch_apply", "workspace_sync_push"]) {
       expect(toolNames({ mode: "inspect" })).not.toContain(t);

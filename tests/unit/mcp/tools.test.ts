@@ -30,6 +30,7 @@ const READ_ONLY: ToolName[] = [
   "service_logs",
   "workspace_disk_list",
   "workspace_disk_read",
+  "shell_read",
 ];
 const DESTRUCTIVE: ToolName[] = [
   "workspace_disk_export",
@@ -42,6 +43,9 @@ const DESTRUCTIVE: ToolName[] = [
   "workspace_delete",
   "snapshot_delete",
   "service_stop",
+  "shell_write",
+  "shell_signal",
+  "shell_close",
 ];
 const IDEMPOTENT: ToolName[] = [
   "workspace_disk_export",
@@ -415,6 +419,72 @@ const HAPPY: Record<ToolName, (fx: McpFixture) => Promise<any>> = {
     expect(r).toMatchObject({ name: "web", state: "stopped" });
     return r;
   },
+  shell_open: async (fx) => {
+    const w = await seeded(fx);
+    const r = await fx.ok("shell_open", { workspace_id: w.workspace_id, cols: 100, rows: 30 });
+    expect(r).toMatchObject({ state: "running", cols: 100, rows: 30, cwd: "/workspace" });
+    expect(r.shell_id).toMatch(/^sh_[0-9a-f]{12}$/);
+    await fx.pyro.closeShell(w.workspace_id, r.shell_id);
+    return r;
+  },
+  shell_write: async (fx) => {
+    const w = await seeded(fx);
+    const sh = await fx.pyro.openShell(w.workspace_id);
+    const r = await fx.ok("shell_write", {
+      workspace_id: w.workspace_id,
+      shell_id: sh.shell_id,
+      input: "echo wr$((6*7))",
+    });
+    expect(r.bytes).toBe("echo wr$((6*7))".length + 1);
+    const read = await fx.pyro.readShell(w.workspace_id, sh.shell_id, { waitForIdleMs: 300, plain: true });
+    expect(read.output).toContain("wr42");
+    await fx.pyro.closeShell(w.workspace_id, sh.shell_id);
+    return r;
+  },
+  shell_read: async (fx) => {
+    const w = await seeded(fx);
+    const sh = await fx.pyro.openShell(w.workspace_id);
+    await fx.pyro.writeShell(w.workspace_id, sh.shell_id, "printf '\\033[32mgreen\\033[0m\\n'");
+    const r = await fx.ok("shell_read", {
+      workspace_id: w.workspace_id,
+      shell_id: sh.shell_id,
+      wait_for_idle_ms: 300,
+    });
+    // Plain by default over MCP: the coloured word as text, no escape byte.
+    expect(r.plain).toBe(true);
+    expect(r.output).toMatch(/^green$/m);
+    expect(r.output).not.toContain("\u001b");
+    expect(r.next_cursor).toBeGreaterThan(r.cursor);
+    await fx.pyro.closeShell(w.workspace_id, sh.shell_id);
+    return r;
+  },
+  shell_signal: async (fx) => {
+    const w = await seeded(fx);
+    const sh = await fx.pyro.openShell(w.workspace_id);
+    await fx.pyro.writeShell(w.workspace_id, sh.shell_id, "sleep 60; echo after-$((1+1))");
+    await fx.pyro.readShell(w.workspace_id, sh.shell_id, { waitForIdleMs: 200 });
+    const r = await fx.ok("shell_signal", {
+      workspace_id: w.workspace_id,
+      shell_id: sh.shell_id,
+      signal: "INT",
+    });
+    expect(r).toMatchObject({ signal: "INT", state: "running" });
+    // The sleep died and the rest of the line was abandoned: the prompt is back, no "after-2".
+    await fx.pyro.writeShell(w.workspace_id, sh.shell_id, "echo back-$((2+2))");
+    const read = await fx.pyro.readShell(w.workspace_id, sh.shell_id, { waitForIdleMs: 300, plain: true });
+    expect(read.output).toContain("back-4");
+    expect(read.output).not.toContain("after-2");
+    await fx.pyro.closeShell(w.workspace_id, sh.shell_id);
+    return r;
+  },
+  shell_close: async (fx) => {
+    const w = await seeded(fx);
+    const sh = await fx.pyro.openShell(w.workspace_id);
+    const r = await fx.ok("shell_close", { workspace_id: w.workspace_id, shell_id: sh.shell_id });
+    expect(r).toMatchObject({ closed: true, state: "exited" });
+    expect((await fx.pyro.listShells(w.workspace_id)).count).toBe(0);
+    return r;
+  },
   workspace_start: async (fx) => {
     const w = await seeded(fx);
     await fx.pyro.stopWorkspace(w.workspace_id);
@@ -511,6 +581,9 @@ for (const sel of selections) {
             source_path: ".",
             snapshot_name: "cp1",
             service_name: "web",
+            shell_id: "sh_0123456789ab",
+            input: "true",
+            signal: "INT",
           };
           const shape = definitions.get(tool)!.input.shape as Record<string, unknown>;
           const error = await fx.fails(

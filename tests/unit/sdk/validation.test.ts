@@ -161,6 +161,24 @@ const BAD_CALLS: [string, () => unknown[], string][] = [
     () => [id, "web", { graceSeconds: 61 }],
     "stopService: options.graceSeconds must be at most 60",
   ],
+  ["openShell", () => [id, { cols: 0 }], "openShell: options.cols must be at least 1, got 0"],
+  ["openShell", () => [id, { rows: 201 }], "openShell: options.rows must be at most 200"],
+  ["writeShell", () => [id, "sh_zz", "ls"], "writeShell: shellId shell ids look like sh_ and 12 hex digits"],
+  ["writeShell", () => [id, "sh_0123456789ab", 42], "writeShell: input must be a string, got 42"],
+  [
+    "readShell",
+    () => [id, "sh_0123456789ab", { waitForIdleMs: 10_001 }],
+    "readShell: options.waitForIdleMs must be at most 10000",
+  ],
+  [
+    "readShell",
+    () => [id, "sh_0123456789ab", { wait_for_idle_ms: 5 }],
+    'readShell: options has unknown key "wait_for_idle_ms"',
+  ],
+  ["signalShell", () => [id, "sh_0123456789ab", "HUP"], "signalShell: signal must be"],
+  ["resizeShell", () => [id, "sh_0123456789ab", 80, -1], "resizeShell: rows must be at least 1, got -1"],
+  ["closeShell", () => [id], "closeShell: shellId must be a string, got undefined"],
+  ["listShells", () => [null], "listShells: workspaceId must be a string, got null"],
   [
     "createWorkspace",
     () => [{ publishedPorts: [{ host_port: 0, guest_port: 0 }] }],
@@ -335,6 +353,7 @@ describe("SDK argument checks", () => {
     path: () => "app.py",
     outputPath: () => join(outDir, "x"),
     source: () => seed,
+    shellId: () => "sh_0123456789ab",
   };
 
   it("refuses the snake_case spelling of every camelCase option and names the camelCase one", async () => {

@@ -6,6 +6,7 @@ import { registerFiles } from "./files.js";
 import { registerLifecycle } from "./lifecycle.js";
 import { registerNetwork } from "./network.js";
 import { registerServices } from "./services.js";
+import { registerShells } from "./shells.js";
 import { registerSnapshots } from "./snapshots.js";
 
 export function registerWorkspace(program: Command, ctx: CliContext): void {
@@ -18,5 +19,6 @@ export function registerWorkspace(program: Command, ctx: CliContext): void {
   registerSnapshots(ws, ctx);
   registerNetwork(ws, ctx);
   registerServices(ws, ctx);
+  registerShells(ws, ctx);
   registerDisk(ws, ctx);
 }
