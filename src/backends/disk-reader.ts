@@ -1,4 +1,6 @@
 import { spawn } from "node:child_process";
+import { readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
 import { Duplex } from "node:stream";
 import { LAUNCH_ENV } from "./common.js";
 
@@ -88,3 +90,25 @@ export async function closeReader(stream: Duplex, timeoutMs = 10_000): Promise<v
 }
 
 const readerDone = new WeakMap<Duplex, Promise<void>>();
+
+/**
+ * Removes the entries of `dir` named `<prefix><pid>-...` whose process is gone: what a
+ * reader's caller that was killed left (its temp directory, a VM image copy).
+ */
+export async function sweepStale(dir: string, prefix: string): Promise<void> {
+  for (const name of await readdir(dir).catch(() => [])) {
+    if (!name.startsWith(prefix)) continue;
+    const pid = Number(name.slice(prefix.length).split("-")[0]);
+    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || alive(pid)) continue;
+    await rm(join(dir, name), { recursive: true, force: true });
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}

@@ -7,7 +7,7 @@ import { PyroError } from "../../errors.js";
 import { exists } from "../../util/fs.js";
 import { which } from "../../util/run.js";
 import type { SandboxSpec } from "../backend.js";
-import { spawnReader } from "../disk-reader.js";
+import { spawnReader, sweepStale } from "../disk-reader.js";
 import { agentArgv, sandboxHostname } from "../guest.js";
 import { detectLayout } from "../linux/layout.js";
 import { prepareNodeRuntime } from "../runtime.js";
@@ -25,6 +25,9 @@ import { writeSeccompFile } from "./seccomp.js";
  * mounted in the reader's own mount namespace, on a tmpfs over a private temp directory:
  * the mounts and the loop device (autoclear) go when the reader exits, whoever ends it.
  */
+
+/** Prefix of a reader's temp directory: `<prefix><pid>-<random>`. */
+const TEMP_PREFIX = "pyro-disk-";
 
 /** Where the reader's sandbox mounts what it needs (as the bwrap backend does). */
 const IN_READER = { workspace: "/workspace", runtime: "/run/pyro/runtime", app: "/run/pyro/app" } as const;
@@ -77,7 +80,9 @@ export async function openDiskView(spec: SandboxSpec, view: DiskView): Promise<D
     );
   }
   const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
-  const dir = await mkdtemp(join(tmpdir(), "pyro-disk-"));
+  // Named by pid: a caller killed mid-read leaves it behind, and the next open sweeps it.
+  await sweepStale(tmpdir(), TEMP_PREFIX);
+  const dir = await mkdtemp(join(tmpdir(), `${TEMP_PREFIX}${process.pid}-`));
   const cleanup = async () => {
     await rm(dir, { recursive: true, force: true });
     if (view.scratch) await rm(view.scratch, { recursive: true, force: true });

@@ -1,11 +1,12 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, readdir, rm } from "node:fs/promises";
+import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { PyroError } from "../../errors.js";
 import { exists } from "../../util/fs.js";
 import { firstLine, run, which } from "../../util/run.js";
 import type { SandboxSpec } from "../backend.js";
 import type { DiskView } from "../bwrap/disk-view.js";
+import { sweepStale } from "../disk-reader.js";
 
 /**
  * The view of a stopped microVM workspace (qemu, firecracker) for the disk reader
@@ -34,7 +35,7 @@ export async function vmDiskView(
   const lower = join(spec.snapshotsDir, spec.snapshot);
   // No state disk: fresh (never started, or its changes discarded): the snapshot as it is.
   if (!(await exists(stateDisk.path))) return { upper: null, lower };
-  await sweepScratch(spec.dir);
+  await sweepStale(spec.dir, SCRATCH_PREFIX);
   const scratch = join(spec.dir, `${SCRATCH_PREFIX}${process.pid}-${randomBytes(4).toString("hex")}`);
   await mkdir(scratch, { mode: 0o700 });
   try {
@@ -99,23 +100,4 @@ async function checkCopy(scratch: string, id: string): Promise<void> {
       `the state disk of ${id} is damaged beyond repair (e2fsck exit ${r.exitCode ?? r.signal}: ${firstLine(r.stdout) || firstLine(r.stderr)})`,
       "start the workspace to read it from inside, or reset it",
     );
-}
-
-/** Removes scratch directories of readers whose process is gone (killed mid-read). */
-async function sweepScratch(dir: string): Promise<void> {
-  for (const name of await readdir(dir).catch(() => [])) {
-    if (!name.startsWith(SCRATCH_PREFIX)) continue;
-    const pid = Number(name.slice(SCRATCH_PREFIX.length).split("-")[0]);
-    if (pid === process.pid || (Number.isInteger(pid) && pid > 0 && alive(pid))) continue;
-    await rm(join(dir, name), { recursive: true, force: true });
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
 }
