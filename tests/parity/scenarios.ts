@@ -10,6 +10,7 @@ import type { ParityTarget } from "./backends.js";
 import { DISK_SCENARIOS } from "./disk.js";
 import { NETWORK_SCENARIOS } from "./network.js";
 import { SERVICE_SCENARIOS } from "./services.js";
+import { SHELL_SCENARIOS } from "./shells.js";
 
 /**
  * The backend parity scenarios: one list, run against every backend (see parity.test.ts).
@@ -334,6 +335,7 @@ export const SCENARIOS: Scenario[] = [
 
 SCENARIOS.push(...NETWORK_SCENARIOS);
 SCENARIOS.push(...SERVICE_SCENARIOS);
+SCENARIOS.push(...SHELL_SCENARIOS);
 SCENARIOS.push(...DISK_SCENARIOS);
 
 /** The seed every scenario starts from. */
