@@ -10,6 +10,7 @@ import { run } from "../util/run.js";
 import { networkRows } from "./network.js";
 import { qemuRows } from "./qemu.js";
 import { serviceRows } from "./services.js";
+import { shellRows } from "./shells.js";
 import { type BenchRow, median, medianMs, printTable, round, row } from "./stats.js";
 
 const pexec = promisify(execFile);
@@ -17,13 +18,14 @@ const pexec = promisify(execFile);
 /**
  * `npm run bench`: every capability against a raw floor measured in the same run, as a
  * ratio (machines differ; ratios measured together travel). Prints a table, and the rows
- * as JSON with --json. --quick: fewer runs. --only=network: only the egress proxy rows; --only=services: only the service row.
+ * as JSON with --json. --quick: fewer runs. --only=network: only the egress proxy rows; --only=services: only the service row; --only=shells: only the shell row.
  */
 async function main(): Promise<void> {
   const json = process.argv.includes("--json");
   const quick = process.argv.includes("--quick");
   const log = (s: string) => process.stderr.write(`${s}\n`);
   if (process.argv.includes("--only=services")) return output(await serviceRows({ quick, log }), {}, json);
+  if (process.argv.includes("--only=shells")) return output(await shellRows({ quick, log }), {}, json);
   if (process.argv.includes("--only=network")) {
     const extra: Record<string, unknown> = {};
     const rows = await networkRows({ quick, log, extra });
@@ -215,6 +217,8 @@ async function main(): Promise<void> {
     rows.push(...(await networkRows({ quick, log, extra })));
     log("bench: services");
     rows.push(...(await serviceRows({ quick, log })));
+    log("bench: shells");
+    rows.push(...(await shellRows({ quick, log })));
   } finally {
     await pyro.close();
     await rm(home, { recursive: true, force: true });

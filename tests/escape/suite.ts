@@ -407,6 +407,53 @@ export function escapeSuite(backend: BackendName): void {
       expect(st.mode & 0o077).toBe(0);
     });
 
+    // --- shells ---------------------------------------------------------------------------
+    it.skipIf(!sandboxed)(
+      `${backend}: a shell runs in the sandbox: what it types writes no host file and reaches no host terminal`,
+      async () => {
+        const { createRequire } = await import("node:module");
+        const pty = createRequire(import.meta.url)("node-pty") as typeof import("node-pty");
+        // A terminal on the host, as a user's own would be, recording what reaches it.
+        const hostTerm = pty.spawn("/bin/cat", [], { cols: 80, rows: 24, env: { PATH: "/usr/bin:/bin" } });
+        let seen = "";
+        hostTerm.onData((d) => {
+          seen += d;
+        });
+        const canary = `pty-canary-${randomBytes(4).toString("hex")}`;
+        try {
+          const sh = await ctx.pyro.openShell(ctx.a);
+          const attack = [
+            `touch ${ctx.writeTarget}`,
+            // Inject and write the canary into every terminal the sandbox can open.
+            `python3 -c "import fcntl,glob,os
+for p in glob.glob('/dev/pts/*')+glob.glob('/dev/tty*')+['/dev/console']:
+  try:
+    fd=os.open(p,os.O_RDWR|os.O_NOCTTY)
+  except OSError: continue
+  try: os.write(fd,b'${canary}\\n')
+  except OSError: pass
+  for c in b'${canary}\\n':
+    try: fcntl.ioctl(fd,0x5412,bytes([c]))
+    except OSError: pass
+  os.close(fd)"`,
+            "echo shell-attack-done",
+          ];
+          for (const line of attack) await ctx.pyro.writeShell(ctx.a, sh.shell_id, line);
+          let out = "";
+          for (let i = 0; i < 40 && !out.includes("shell-attack-done\n"); i++)
+            out += (
+              await ctx.pyro.readShell(ctx.a, sh.shell_id, { plain: false, waitForIdleMs: 250 })
+            ).output.replace(/\r/g, "");
+          expect(out).toContain("shell-attack-done");
+          await ctx.pyro.closeShell(ctx.a, sh.shell_id);
+          expect(existsSync(ctx.writeTarget)).toBe(false);
+          expect(seen).not.toContain(canary);
+        } finally {
+          hostTerm.kill();
+        }
+      },
+    );
+
     // --- the agent channel ----------------------------------------------------------------
     it.skipIf(backend !== "bwrap" && backend !== "gvisor" && backend !== "docker" && backend !== "host")(
       `${backend}: a socket the sandbox swaps for a symlink is refused and the host socket it names gets nothing`,

@@ -112,5 +112,16 @@ describe.skipIf(skip !== "")(
       const list = spawnSync("bash", ["-c", "pyro workspace list --json"], { env, encoding: "utf8" });
       expect(JSON.parse(list.stdout).count).toBe(0);
     }, 300_000);
+
+    it("'An interactive shell': every line (the REPL's answer and the shell's kept state are read back)", async () => {
+      const r = bash(await block("An interactive shell"));
+      expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
+      expect(r.stdout).toMatch(/^>>> print\(6 \* 7\)\n42$/m);
+      expect(r.stdout).toMatch(/^\/tmp$/m);
+      expect(r.stdout).not.toContain("\u001b");
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+      const list = spawnSync("bash", ["-c", "pyro workspace list --json"], { env, encoding: "utf8" });
+      expect(JSON.parse(list.stdout).count).toBe(0);
+    }, 300_000);
   },
 );
