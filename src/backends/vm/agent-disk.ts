@@ -8,7 +8,7 @@ import { mkfsExt4 } from "./disks.js";
 import { AGENT_VSOCK_PORT, GUEST, NET_VSOCK_PORT } from "./types.js";
 
 /** npm packages the guest agent imports (the rest of node_modules stays on the host). */
-export const AGENT_PACKAGES = ["zod", "tar", "diff", "node-pty"] as const;
+export const AGENT_PACKAGES = ["zod", "tar", "diff", "ignore", "node-pty"] as const;
 
 /**
  * Parts of a package the guest never loads, left off the agent disk: node-pty ships

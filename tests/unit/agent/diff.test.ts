@@ -1,4 +1,5 @@
-import { cp, mkdir, rm, symlink, writeFile } from "node:fs/promises";
+import { execFileSync } from "node:child_process";
+import { chmod, cp, mkdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { AgentError } from "../../../src/agent/errors.js";
@@ -57,7 +58,9 @@ describe("diff", () => {
     expect(r.patch).toContain(
       "deleted file mode 100644\n--- a/gone.txt\n+++ /dev/null\n@@ -1,1 +0,0 @@\n-remove me\n",
     );
-    expect(r.patch).toContain("Binary files a/logo.bin and b/logo.bin differ\n");
+    expect(r.patch).toMatch(
+      /diff --git a\/logo.bin b\/logo.bin\nindex [0-9a-f]{40}\.\.[0-9a-f]{40} 100644\nGIT binary patch\nliteral 6\n/,
+    );
     expect(r.patch).toContain("-src/app.py\n\\ No newline at end of file\n+same.txt\n");
   });
 
@@ -90,5 +93,57 @@ describe("diff", () => {
       ),
     );
     expect(codes).toEqual(["invalid_argument", "not_found", "invalid_argument", "invalid_argument"]);
+  });
+
+  it("leaves out .git and what the workspace's .gitignore files ignore, and sees edits to them", async () => {
+    await mkdir(path.join(fx.root, ".git"));
+    await writeFile(path.join(fx.root, ".git/index"), "guest git state");
+    await mkdir(path.join(fx.root, "src/__pycache__"));
+    await writeFile(path.join(fx.root, "src/__pycache__/app.cpython-311.pyc"), Buffer.from([0, 1, 2]));
+    await writeFile(path.join(fx.root, ".gitignore"), "__pycache__/\n*.log\n!keep.log\n");
+    await writeFile(path.join(fx.root, "build.log"), "noise\n");
+    await writeFile(path.join(fx.root, "keep.log"), "kept\n");
+    await writeFile(path.join(fx.root, "src/.gitignore"), "local.txt\n");
+    await writeFile(path.join(fx.root, "src/local.txt"), "ignored below src\n");
+    await writeFile(path.join(fx.root, "local.txt"), "not ignored at the root\n");
+    // A baseline file that now matches a pattern is still compared (Git: tracked).
+    await writeFile(path.join(fx.root, "same.log"), "x\n");
+    await cp(path.join(fx.root, "same.log"), path.join(base, "same.log"));
+    await writeFile(path.join(fx.root, "same.log"), "changed\n");
+    const r = await fx.client.request("diff", { base });
+    expect(r.entries).toEqual([
+      { path: ".gitignore", status: "added" },
+      { path: "keep.log", status: "added" },
+      { path: "local.txt", status: "added" },
+      { path: "same.log", status: "modified" },
+      { path: "src/.gitignore", status: "added" },
+    ]);
+    // The agent un-ignores the logs: the next diff shows them.
+    await writeFile(path.join(fx.root, ".gitignore"), "__pycache__/\n");
+    const again = await fx.client.request("diff", { base });
+    expect(again.entries.map((e) => e.path)).toContain("build.log");
+    expect(again.entries.map((e) => e.path)).not.toContain("src/__pycache__/app.cpython-311.pyc");
+  });
+
+  it("writes a patch that git apply takes: binary, mode change, symlink, type change, empty file", async () => {
+    const git = (cwd: string, ...args: string[]) =>
+      execFileSync("git", ["-c", "core.hooksPath=/dev/null", ...args], { cwd, encoding: "utf8" });
+    await writeFile(path.join(fx.root, "logo.bin"), Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x00, 0xfe, 0x01]));
+    await writeFile(path.join(fx.root, "new.bin"), Buffer.concat([Buffer.from([0]), Buffer.alloc(5000, 7)]));
+    await chmod(path.join(fx.root, "same.txt"), 0o755);
+    await rm(path.join(fx.root, "link"));
+    await writeFile(path.join(fx.root, "link"), "now a file\n");
+    await writeFile(path.join(fx.root, "empty"), "");
+    await rm(path.join(fx.root, "gone.txt"));
+    await symlink("../same.txt", path.join(fx.root, "src/up"));
+    const { patch } = await fx.client.request("diff", { base });
+    const repo = path.join(fx.outside, "repo");
+    await cp(base, repo, { recursive: true, verbatimSymlinks: true });
+    git(repo, "init", "-q");
+    execFileSync("git", ["apply", "--check", "-"], { cwd: repo, input: patch });
+    execFileSync("git", ["apply", "-"], { cwd: repo, input: patch });
+    const again = await fx.client.request("diff", { base: repo });
+    expect(again.entries).toEqual([]);
+    expect(await readFile(path.join(repo, "new.bin"))).toEqual(await readFile(path.join(fx.root, "new.bin")));
   });
 });

@@ -1,16 +1,26 @@
 /**
  * `diff`: compares the workspace with a read-only baseline tree (an absolute path the
- * agent can see, outside the root) and renders a git-style unified diff. Both trees
- * are walked without following symlinks; symlinks compare by target; mode changes
- * are ignored; directories appear only through their contents (as in git).
+ * agent can see, outside the root) and renders a git-style unified diff that `git apply`
+ * takes: binary files as Git binary patches, executable-bit changes as mode changes, a
+ * file turned into a symlink (or back) as a deletion and an addition. Both trees are
+ * walked without following symlinks; symlinks compare by target; directories appear
+ * only through their contents (as in git).
+ *
+ * Like `git status`, the diff leaves out `.git` directories and the workspace's ignored
+ * files: a path that only the workspace has is left out when the workspace's own
+ * `.gitignore` rules (gitignore.ts) ignore it. A path the baseline has is always
+ * compared (it was seeded, so it was tracked or not ignored then), as Git keeps
+ * showing changes to tracked files that match an ignore pattern.
  */
 import { isUtf8 } from "node:buffer";
 import type { Stats } from "node:fs";
-import { readFile, readlink, realpath, stat } from "node:fs/promises";
+import { lstat, readdir, readFile, readlink, realpath, stat } from "node:fs/promises";
 import path from "node:path";
 import { createTwoFilesPatch, FILE_HEADERS_ONLY } from "diff";
 import { AgentError } from "../../errors.js";
-import { artifactType, type WalkEntry, walk } from "../fsutil.js";
+import { artifactType, type WalkEntry } from "../fsutil.js";
+import { binaryBody } from "../gitbinary.js";
+import { IgnoreScope } from "../gitignore.js";
 import type { OpHandler } from "./context.js";
 
 /** Largest patch text returned; beyond it the result says `truncated` (entries stay complete). */
@@ -27,19 +37,20 @@ async function contentOf(e: WalkEntry): Promise<Buffer | null> {
 
 function gitMode(st: Stats): string {
   if (st.isSymbolicLink()) return "120000";
-  return st.mode & 0o111 ? "100755" : "100644";
+  return st.mode & 0o100 ? "100755" : "100644";
 }
 
 async function same(a: WalkEntry, b: WalkEntry): Promise<boolean> {
   const ta = artifactType(a.stat);
   if (ta !== artifactType(b.stat)) return false;
   if (ta === "other") return (a.stat.mode & 0o170000) === (b.stat.mode & 0o170000);
-  if (ta === "file" && a.stat.size !== b.stat.size) return false;
+  if (ta === "file" && (a.stat.size !== b.stat.size || gitMode(a.stat) !== gitMode(b.stat))) return false;
   const [ca, cb] = await Promise.all([contentOf(a), contentOf(b)]);
   return ca !== null && cb !== null && ca.equals(cb);
 }
 
-async function renderOne(
+/** One `diff --git` block: `old` → `cur` of the same kind (or one side absent). */
+async function renderSide(
   rel: string,
   old: WalkEntry | undefined,
   cur: WalkEntry | undefined,
@@ -49,32 +60,88 @@ async function renderOne(
   let head = `diff --git a/${rel} b/${rel}\n`;
   if (!old && cur) head += `new file mode ${gitMode(cur.stat)}\n`;
   if (old && !cur) head += `deleted file mode ${gitMode(old.stat)}\n`;
-  const [before, after] = await Promise.all([
-    old ? contentOf(old) : Buffer.alloc(0),
-    cur ? contentOf(cur) : Buffer.alloc(0),
-  ]);
-  if (before === null || after === null || !isUtf8(before) || !isUtf8(after)) {
+  const modeChanged = old && cur && gitMode(old.stat) !== gitMode(cur.stat);
+  if (modeChanged) head += `old mode ${gitMode(old.stat)}\nnew mode ${gitMode(cur.stat)}\n`;
+  const [before, after] = await Promise.all([old ? contentOf(old) : null, cur ? contentOf(cur) : null]);
+  if ((old && before === null) || (cur && after === null)) {
     return `${head}Binary files ${oldLabel} and ${newLabel} differ\n`;
+  }
+  if (before?.equals(after ?? Buffer.alloc(0)) && old && cur) return head; // mode only
+  if ((before && !isUtf8(before)) || (after && !isUtf8(after))) {
+    return head + binaryBody(before, after, old && cur && !modeChanged ? gitMode(cur.stat) : null);
   }
   const body = createTwoFilesPatch(
     oldLabel,
     newLabel,
-    before.toString("utf8"),
-    after.toString("utf8"),
+    (before ?? Buffer.alloc(0)).toString("utf8"),
+    (after ?? Buffer.alloc(0)).toString("utf8"),
     undefined,
     undefined,
-    {
-      headerOptions: FILE_HEADERS_ONLY,
-    },
+    { headerOptions: FILE_HEADERS_ONLY },
   );
-  return head + body;
+  // An empty file added or removed has no hunk: Git writes the header lines alone.
+  return body.includes("\n@@ ") ? head + body : head;
 }
 
-/** Non-directory nodes of a tree, keyed by relative path. */
-async function nodes(dir: string): Promise<Map<string, WalkEntry>> {
-  const all: WalkEntry[] = [];
-  await walk(dir, all);
-  return new Map(all.filter((e) => !e.stat.isDirectory()).map((e) => [e.rel, e]));
+async function renderOne(
+  rel: string,
+  old: WalkEntry | undefined,
+  cur: WalkEntry | undefined,
+): Promise<string> {
+  // A kind change (file <-> symlink) is, for Git, a deletion and an addition.
+  if (old && cur && artifactType(old.stat) !== artifactType(cur.stat)) {
+    return (await renderSide(rel, old, undefined)) + (await renderSide(rel, undefined, cur));
+  }
+  return renderSide(rel, old, cur);
+}
+
+/**
+ * Non-directory nodes under `dir`, keyed by relative path, without `.git` directories.
+ * With `scope`, a path is left out when ignored, unless `keep` (the baseline) has it;
+ * an ignored directory is entered only when the baseline has something under it.
+ */
+async function nodes(
+  dir: string,
+  out: Map<string, WalkEntry>,
+  scope?: IgnoreScope,
+  keep?: { files: Map<string, WalkEntry>; dirs: Set<string> },
+  prefix = "",
+  ignoredAbove = false,
+): Promise<Map<string, WalkEntry>> {
+  const names = (await readdir(path.join(dir, prefix))).sort();
+  for (const name of names) {
+    if (name === ".git") continue;
+    const rel = prefix ? `${prefix}/${name}` : name;
+    const abs = path.join(dir, rel);
+    const st = await lstat(abs).catch((err: NodeJS.ErrnoException) => {
+      // Removed between readdir and lstat by something running in the workspace.
+      if (err.code === "ENOENT") return null;
+      throw err;
+    });
+    if (!st) continue;
+    const isDir = st.isDirectory();
+    const ignored = ignoredAbove || (scope?.ignored(rel, isDir) ?? false);
+    if (isDir) {
+      if (ignored && keep && !keep.dirs.has(rel)) continue;
+      const inner = scope && !ignored ? await scope.enter(rel) : scope;
+      await nodes(dir, out, inner, keep, rel, ignored);
+    } else if (!ignored || keep?.files.has(rel)) {
+      out.set(rel, { rel, abs, stat: st });
+    }
+  }
+  return out;
+}
+
+/** The directories that hold `files`' paths. */
+function dirsOf(files: Map<string, WalkEntry>): Set<string> {
+  const dirs = new Set<string>();
+  for (const rel of files.keys()) {
+    for (let d = path.posix.dirname(rel); d !== "."; d = path.posix.dirname(d)) {
+      if (dirs.has(d)) break;
+      dirs.add(d);
+    }
+  }
+  return dirs;
 }
 
 export const diff: OpHandler<"diff"> = async (args, ctx) => {
@@ -93,7 +160,11 @@ export const diff: OpHandler<"diff"> = async (args, ctx) => {
     throw new AgentError("invalid_argument", "the baseline and the workspace must not contain each other");
   }
 
-  const [before, after] = await Promise.all([nodes(base), nodes(root)]);
+  const before = await nodes(base, new Map());
+  const after = await nodes(root, new Map(), await IgnoreScope.forRoot(root), {
+    files: before,
+    dirs: dirsOf(before),
+  });
   const paths = [...new Set([...before.keys(), ...after.keys()])].sort((a, b) =>
     a < b ? -1 : a > b ? 1 : 0,
   );
