@@ -1,5 +1,5 @@
 import { Command, CommanderError } from "commander";
-import { Engine } from "../core/engine.js";
+import type { Engine } from "../core/engine.js";
 import { EXIT_OK, EXIT_USAGE, PyroError, toPyroError } from "../errors.js";
 import { type Io, reportError } from "./output.js";
 
@@ -85,10 +85,15 @@ export async function main(argv: string[], io?: Partial<Io>): Promise<number> {
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
   let engine: Engine | undefined;
+  // The core (every backend, the state store, zod schemas: most of a start's module
+  // loading) is imported only by commands that use it, not by --version or --help.
+  const groups = await loadGroups(argv);
+  const EngineClass = groups.length > 0 ? (await import("../core/engine.js")).Engine : null;
   const ctx: CliContext = {
     io: fullIo,
     engine: () => {
-      engine ??= new Engine({ env: fullIo.env });
+      if (!EngineClass) throw new PyroError("internal", "this command has no engine");
+      engine ??= new EngineClass({ env: fullIo.env });
       return engine;
     },
     signal: abort.signal,
@@ -97,11 +102,11 @@ export async function main(argv: string[], io?: Partial<Io>): Promise<number> {
   const wantsJson = argv.includes("--json");
   if (argv.length <= 2) {
     // Bare `pyro`: the help, which is what was asked for, not a usage error.
-    buildProgram(ctx, await loadGroups(argv)).outputHelp();
+    buildProgram(ctx, groups).outputHelp();
     return EXIT_OK;
   }
   try {
-    await buildProgram(ctx, await loadGroups(argv)).parseAsync(argv);
+    await buildProgram(ctx, groups).parseAsync(argv);
     return ctx.exitCode;
   } catch (err) {
     if (err instanceof CommanderError) {

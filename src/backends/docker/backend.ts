@@ -107,9 +107,9 @@ export class DockerBackend implements WorkspaceBackend {
     return `${IN_CONTAINER.snapshots}/${name}`;
   }
 
-  runOnce(spec: OneShotSpec): Promise<OneShotResult> {
+  async runOnce(spec: OneShotSpec): Promise<OneShotResult> {
     const endpoint = this.clients.defaultEndpoint();
-    return dockerRunOnce(this.clients.get(endpoint), endpoint, spec);
+    return dockerRunOnce(await this.clients.get(endpoint), endpoint, spec);
   }
 
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
@@ -117,7 +117,7 @@ export class DockerBackend implements WorkspaceBackend {
     const endpoint = (await readRecord(spec.dir))?.endpoint ?? this.clients.defaultEndpoint();
     await mkdir(spec.dir, { recursive: true, mode: 0o700 });
     await atomicWriteFile(l.record, JSON.stringify({ endpoint } satisfies EngineRecord), 0o600);
-    const docker = this.clients.get(endpoint);
+    const docker = await this.clients.get(endpoint);
     const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
     const image = await ensureImage(docker, endpoint, spec.rootfs, options);
     for (const d of [l.upper, l.work, l.sock]) await mkdir(d, { recursive: true, mode: 0o700 });
@@ -280,7 +280,7 @@ export class DockerBackend implements WorkspaceBackend {
     const timeoutMs = options.timeoutMs ?? 5000;
     // The container's own agent, on its socket (see start); an older container: an exec.
     if (s.socket) return connectSandboxSocket(s.socket, timeoutMs);
-    const docker = this.clients.get(s.endpoint);
+    const docker = await this.clients.get(s.endpoint);
     try {
       const exec = await docker.getContainer(s.container_id).exec({
         Cmd: s.agent_argv,
@@ -306,7 +306,7 @@ export class DockerBackend implements WorkspaceBackend {
     const s = asDockerState(state);
     try {
       const c = await ignoreGone(
-        this.clients.get(s.endpoint).getContainer(s.container_id).inspect(deadline()),
+        (await this.clients.get(s.endpoint)).getContainer(s.container_id).inspect(deadline()),
       );
       return c?.State.Running === true && !c.State.Paused && !c.State.Restarting;
     } catch (err) {
@@ -318,7 +318,7 @@ export class DockerBackend implements WorkspaceBackend {
   /** Kills every process of the container; the container (its root layer) and /workspace stay. */
   async stop(state: SandboxState): Promise<void> {
     const s = asDockerState(state);
-    const c = this.clients.get(s.endpoint).getContainer(s.container_id);
+    const c = (await this.clients.get(s.endpoint)).getContainer(s.container_id);
     try {
       await ignoreGone(c.kill({ signal: "SIGKILL", ...deadline() }), [409]);
       await ignoreGone(c.wait({ condition: "not-running", ...deadline() }));
@@ -330,7 +330,7 @@ export class DockerBackend implements WorkspaceBackend {
   /** A stopped workspace's files, read by a throwaway read-only container (disk.ts). */
   async openDisk(spec: SandboxSpec): Promise<Duplex> {
     const endpoint = (await readRecord(spec.dir))?.endpoint ?? this.clients.defaultEndpoint();
-    return openDockerDisk(this.clients.get(endpoint), endpoint, spec);
+    return openDockerDisk(await this.clients.get(endpoint), endpoint, spec);
   }
 
   /** Removes the container (its root layer) and the /workspace volume and upper layer. */
@@ -350,7 +350,7 @@ export class DockerBackend implements WorkspaceBackend {
       typeof state?.endpoint === "string" ? state.endpoint : (await readRecord(spec.dir))?.endpoint;
     // Never started on an engine: nothing there to remove.
     if (!recorded) return;
-    const docker = this.clients.get(recorded);
+    const docker = await this.clients.get(recorded);
     try {
       const name = containerName(spec.workspace_id);
       const c = await ignoreGone(docker.getContainer(name).inspect(deadline()));

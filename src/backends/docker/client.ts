@@ -5,7 +5,7 @@
  */
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import Docker from "dockerode";
+import type Docker from "dockerode";
 import { PyroError } from "../../errors.js";
 import { engineEndpoints } from "./probe.js";
 
@@ -129,10 +129,16 @@ export class EngineClients {
     return resolveEndpoint(this.env);
   }
 
-  get(endpoint: string): Docker {
+  /**
+   * The client of an endpoint. dockerode (with ssh2, gRPC and protobufjs: ~200 modules,
+   * a fifth of a second) is loaded on first use, not by every process that imports the
+   * backend list.
+   */
+  async get(endpoint: string): Promise<Docker> {
     let c = this.clients.get(endpoint);
     if (!c) {
-      c = new Docker(clientOptions(endpoint, this.env));
+      const { default: DockerClient } = await import("dockerode");
+      c = new DockerClient(clientOptions(endpoint, this.env));
       this.clients.set(endpoint, c);
     }
     return c;
