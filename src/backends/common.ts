@@ -129,7 +129,9 @@ export async function waitForSocket(
       );
     }
     await new Promise((r) => setTimeout(r, delay));
-    delay = Math.min(delay * 2, 100);
+    // A try is a connect and a /proc read: cheap enough to keep the overshoot small
+    // (an agent answers a few hundred ms after its sandbox starts).
+    delay = Math.min(delay * 2, 20);
   }
 }
 
