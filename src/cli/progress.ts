@@ -21,7 +21,12 @@ export function progressReporter(
     const secs = ((now - started) / 1000).toFixed(0);
     const parts = [`${label}: ${p.phase}`];
     if (p.count) parts.push(`${p.count} pkgs`);
-    if (p.bytes) parts.push(formatBytes(p.bytes));
+    if (p.total_count)
+      parts.push(`${p.done_count ?? 0}/${p.total_count} ${p.phase === "step" ? "steps" : "layers"}`);
+    if (p.bytes && p.total_bytes) {
+      const rate = p.bytes / Math.max(0.001, (now - started) / 1000);
+      parts.push(`${formatBytes(p.bytes)}/${formatBytes(p.total_bytes)} ${formatBytes(rate)}/s`);
+    } else if (p.bytes) parts.push(formatBytes(p.bytes));
     parts.push(`${secs}s`);
     const msg = p.message ? ` ${p.message}` : "";
     const cols = (io.stderr as NodeJS.WriteStream).columns ?? 100;

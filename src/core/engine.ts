@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
@@ -12,6 +13,8 @@ import { BACKENDS, backendEntry, chooseDefault } from "../backends/registry.js";
 import type { Builder } from "../env/builder.js";
 import { EnvironmentCache } from "../env/cache.js";
 import { DebootstrapBuilder } from "../env/debootstrap.js";
+import { OCI_DIR } from "../env/cache.js";
+import { OciBuilder } from "../env/oci/builder.js";
 import { PyroError } from "../errors.js";
 import { StateStore } from "../state/store.js";
 import { makeDirsSync } from "../util/fs.js";
@@ -64,8 +67,9 @@ export class Engine {
     const mirror = this.config.debianMirror;
     const builders = options.builders ?? [
       new DebootstrapBuilder({ debCacheDir: this.paths.debCacheDir, ...(mirror ? { mirror } : {}) }),
+      new OciBuilder({ storeDir: join(this.paths.environmentsDir, OCI_DIR), env: this.env }),
     ];
-    this.environments = new EnvironmentCache(this.paths.environmentsDir, builders);
+    this.environments = new EnvironmentCache(this.paths.environmentsDir, builders, () => this.rootfsInUse());
     this.backendSettings = { firecrackerBin: this.config.firecrackerBin };
     this.kvm = kvmCheck(this.env);
     const ctx = { env: this.env, kvm: this.kvm, settings: this.backendSettings };
@@ -75,6 +79,17 @@ export class Engine {
     };
     this.injected = new Set(Object.keys(options.backends ?? {}) as BackendName[]);
     this.workspaces = new Workspaces(this);
+  }
+
+  /** Root filesystems of every workspace (environment prune keeps them). */
+  private rootfsInUse(): Set<string> {
+    const used = new Set<string>();
+    if (!existsSync(join(this.paths.home, "state.db"))) return used;
+    for (const w of this.store().listWorkspaces()) {
+      const rootfs = (w.runtime as { rootfs?: unknown }).rootfs;
+      if (typeof rootfs === "string") used.add(rootfs);
+    }
+    return used;
   }
 
   /** The state store, opened on first use (commands like `doctor` never touch it). */

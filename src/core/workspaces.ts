@@ -326,7 +326,8 @@ export class Workspaces {
           memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
           pids_max: DEFAULTS.pids_max,
           disk_mib: diskMib,
-          env: options.env ?? {},
+          // An image's config `Env` (PATH, LANG, its tool versions) is the base; the caller's wins.
+          env: { ...env.image_env, ...(options.env ?? {}) },
           timeout_seconds: DEFAULTS.timeout_seconds,
           ...(ports.length > 0 ? { published_ports: ports } : {}),
         },

@@ -2,12 +2,28 @@ import type { EnvironmentSource, EnvironmentSpec } from "./catalog.js";
 
 /** One step of a long build, for progress displays (TTY) and MCP progress later. */
 export interface BuildProgress {
-  phase: "lock" | "resolve" | "retrieve" | "extract" | "install" | "unpack" | "configure" | "finish" | "done";
+  phase:
+    | "lock"
+    | "resolve"
+    | "retrieve"
+    | "extract"
+    | "install"
+    | "unpack"
+    | "configure"
+    | "finish"
+    | "done"
+    | "download"
+    | "step";
   message: string;
   /** Packages handled so far in this phase, when known. */
   count?: number;
   /** Bytes written to the target so far, when measured. */
   bytes?: number;
+  /** Bytes expected in all (image downloads). */
+  total_bytes?: number;
+  /** Layers finished / in the image (image pulls), or steps done / in the recipe. */
+  done_count?: number;
+  total_count?: number;
 }
 
 export interface BuildContext {
@@ -15,6 +31,8 @@ export interface BuildContext {
   rootfs: string;
   onProgress?: (p: BuildProgress) => void;
   signal?: AbortSignal;
+  /** Plain HTTP to a loopback registry (image pulls only). */
+  insecureRegistry?: boolean;
 }
 
 /** What a builder reports about the rootfs it made; lands in the entry's manifest. */

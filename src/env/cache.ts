@@ -28,11 +28,17 @@ export interface EnvironmentManifest {
   package_count?: number;
 }
 
+export type EnvironmentKind = "official" | "pulled" | "built";
+
 /** `cached`: current recipe built; `stale`: only an older recipe's build; `missing`: nothing. */
 export type CacheStatus = "cached" | "stale" | "missing";
 
 export interface EnvironmentInfo {
   name: string;
+  /** `official` (the catalog), `pulled` (an OCI image) or `built` (a recipe). */
+  kind: EnvironmentKind;
+  /** The image's manifest digest (pulled images), else null. */
+  digest: string | null;
   description: string;
   source: EnvironmentSpec["source"];
   recipe_key: string;
@@ -46,6 +52,10 @@ export interface EnvironmentInfo {
 
 export interface PullResult {
   name: string;
+  /** The image's manifest digest (pulled images), else null. */
+  digest: string | null;
+  /** Variables the image's config sets (`Env`); a workspace starts with them. */
+  image_env: Record<string, string>;
   recipe_key: string;
   path: string;
   rootfs: string;
@@ -56,11 +66,19 @@ export interface PullResult {
 }
 
 export interface PruneResult {
-  removed: { path: string; reason: "stale" | "partial" | "unknown" | "all"; size_bytes: number }[];
+  removed: {
+    path: string;
+    reason: "stale" | "partial" | "unknown" | "all" | "unused_layer";
+    size_bytes: number;
+  }[];
+  /** Environments `--all` kept because a workspace uses them. */
+  kept_in_use: string[];
   freed_bytes: number;
 }
 
 const BUILDING_PREFIX = ".building-";
+/** The OCI layer store (content-addressed blobs shared by every pulled image). */
+export const OCI_DIR = ".oci";
 const LOCK_DIR = ".locks";
 
 /**
@@ -75,6 +93,8 @@ export class EnvironmentCache {
   constructor(
     readonly root: string,
     private readonly builders: readonly Builder[],
+    /** Root filesystems that workspaces use (prune never removes those). */
+    private readonly inUse: () => Promise<Set<string>> | Set<string> = () => new Set(),
   ) {}
 
   entryPath(spec: EnvironmentSpec): string {
@@ -90,13 +110,18 @@ export class EnvironmentCache {
   }
 
   async info(name: string): Promise<EnvironmentInfo> {
-    const spec = findEnvironment(name);
+    return this.infoOf(findEnvironment(name));
+  }
+
+  async infoOf(spec: EnvironmentSpec): Promise<EnvironmentInfo> {
     const key = recipeKey(spec);
     const manifest = await this.readManifest(this.entryPath(spec));
     const staleKeys = (await this.entriesOf(spec)).filter((k) => k !== key);
     const status: CacheStatus = manifest ? "cached" : staleKeys.length > 0 ? "stale" : "missing";
     return {
       name: spec.name,
+      kind: kindOf(spec),
+      digest: digestOf(manifest),
       description: spec.description,
       source: spec.source,
       recipe_key: key,
@@ -109,8 +134,23 @@ export class EnvironmentCache {
     };
   }
 
+  /** Official environments (cached or not), then every pulled or built one in the cache. */
   async list(): Promise<EnvironmentInfo[]> {
-    return Promise.all(OFFICIAL_ENVIRONMENTS.map((e) => this.info(e.name)));
+    const official = await Promise.all(OFFICIAL_ENVIRONMENTS.map((e) => this.info(e.name)));
+    const officialNames = new Set(OFFICIAL_ENVIRONMENTS.map((e) => e.name));
+    const others = new Map<string, EnvironmentInfo>();
+    for (const d of await this.dirNames()) {
+      if (d.startsWith(".") || !d.includes("@")) continue;
+      const m = await this.readManifest(join(this.root, d));
+      if (!m || officialNames.has(m.name) || others.has(m.name)) continue;
+      others.set(m.name, await this.infoOf(this.specOf(m)));
+    }
+    return [...official, ...[...others.values()].sort((a, b) => a.name.localeCompare(b.name))];
+  }
+
+  /** The spec an entry was made from (its manifest records it). */
+  specOf(m: EnvironmentManifest): EnvironmentSpec {
+    return { name: m.name, description: m.description, source: m.source };
   }
 
   /**
@@ -118,12 +158,14 @@ export class EnvironmentCache {
    * exists (one stat and one read). Slow path: take the recipe's lock, re-check, build
    * into a private directory, write the manifest, rename into place.
    */
-  async pull(
-    name: string,
-    options: { onProgress?: (p: BuildProgress) => void; signal?: AbortSignal; lockTimeoutMs?: number } = {},
-  ): Promise<PullResult> {
+  async pull(name: string, options: PullOptions = {}): Promise<PullResult> {
+    return this.pullSpec(findEnvironment(name), options);
+  }
+
+  /** `pull` for a spec that is not in the catalog (recipes). */
+  async pullSpec(spec: EnvironmentSpec, options: PullOptions = {}): Promise<PullResult> {
+    const name = spec.name;
     const started = performance.now();
-    const spec = findEnvironment(name);
     const key = recipeKey(spec);
     const final = this.entryPath(spec);
     const existing = await this.readManifest(final);
@@ -158,6 +200,7 @@ export class EnvironmentCache {
           rootfs,
           ...(options.onProgress ? { onProgress: options.onProgress } : {}),
           ...(options.signal ? { signal: options.signal } : {}),
+          ...(options.insecureRegistry ? { insecureRegistry: true } : {}),
         });
         const size = await treeSize(rootfs);
         const manifest: EnvironmentManifest = {
@@ -195,6 +238,8 @@ export class EnvironmentCache {
   ): PullResult {
     return {
       name: spec.name,
+      digest: digestOf(m),
+      image_env: imageEnv(m),
       recipe_key: m.recipe_key,
       path: dir,
       rootfs: join(dir, "rootfs"),
@@ -234,14 +279,19 @@ export class EnvironmentCache {
   }
 
   /**
-   * Removes stale entries (older recipes of known environments), partial builds whose
-   * builder is gone, and unknown directories; with `all`, every entry too.
+   * Removes stale entries (older recipes of official environments), partial builds whose
+   * builder is gone, and unknown directories; with `all`, every environment no workspace
+   * uses (pulled and built ones too) and the VM images. Layers of the OCI store that no
+   * remaining pulled environment names go too.
    */
   async prune(options: { all?: boolean } = {}): Promise<PruneResult> {
     const current = new Set(OFFICIAL_ENVIRONMENTS.map((e) => entryDirName(e, recipeKey(e))));
+    const used = new Set([...(await this.inUse())].map((p) => (p.endsWith("/rootfs") ? p.slice(0, -7) : p)));
     const removed: PruneResult["removed"] = [];
+    const keptInUse: string[] = [];
+    const keptLayers = new Set<string>();
     for (const d of await this.dirNames()) {
-      if (d === LOCK_DIR || d === ".debs") continue;
+      if (d === LOCK_DIR || d === ".debs" || d === OCI_DIR) continue;
       // VM images (kernel, disks, templates): kept unless everything goes.
       if (d === ".vm") {
         if (options.all) {
@@ -253,26 +303,82 @@ export class EnvironmentCache {
         continue;
       }
       const path = join(this.root, d);
+      const manifest = await this.readManifest(path);
       let reason: PruneResult["removed"][number]["reason"] | null = null;
       if (d.startsWith(BUILDING_PREFIX)) {
-        const pid = Number(d.split("-")[2]);
+        const pid = Number(d.slice(BUILDING_PREFIX.length).split("-")[1]);
         if (!pidAlive(pid)) reason = "partial";
-      } else if (current.has(d)) {
+      } else if (current.has(d) || (manifest && manifest.source.kind !== "debootstrap")) {
         if (options.all) reason = "all";
       } else if (d.includes("@")) {
         reason = "stale";
       } else {
         reason = "unknown";
       }
-      if (!reason) continue;
+      if (reason && used.has(path)) {
+        if (manifest) keptInUse.push(manifest.name);
+        reason = null;
+      }
+      if (!reason) {
+        for (const l of layersOf(manifest)) keptLayers.add(l);
+        continue;
+      }
       const st = await stat(path).catch(() => null);
       if (!st?.isDirectory()) continue;
-      const manifest = await this.readManifest(path);
       const size = manifest?.size_bytes ?? (await treeSize(path)).bytes;
       await removeTree(path);
       removed.push({ path, reason, size_bytes: size });
     }
     if (options.all) await rm(join(this.root, ".debs"), { recursive: true, force: true });
-    return { removed, freed_bytes: removed.reduce((a, r) => a + r.size_bytes, 0) };
+    const blobs = join(this.root, OCI_DIR, "blobs", "sha256");
+    for (const hex of await readdir(blobs).catch(() => [] as string[])) {
+      if (keptLayers.has(`sha256:${hex}`)) continue;
+      const path = join(blobs, hex);
+      const size = (await stat(path).catch(() => null))?.size ?? 0;
+      await rm(path, { force: true });
+      removed.push({ path, reason: "unused_layer", size_bytes: size });
+    }
+    return {
+      removed,
+      freed_bytes: removed.reduce((a, r) => a + r.size_bytes, 0),
+      kept_in_use: keptInUse.sort(),
+    };
   }
+}
+
+export interface PullOptions {
+  onProgress?: (p: BuildProgress) => void;
+  signal?: AbortSignal;
+  lockTimeoutMs?: number;
+  /** Plain HTTP to a loopback registry. */
+  insecureRegistry?: boolean;
+}
+
+function kindOf(spec: EnvironmentSpec): EnvironmentKind {
+  if (spec.source.kind === "oci") return "pulled";
+  if (spec.source.kind === "recipe") return "built";
+  return "official";
+}
+
+function digestOf(m: EnvironmentManifest | null): string | null {
+  const d = m?.source_detail.digest;
+  return typeof d === "string" ? d : null;
+}
+
+function layersOf(m: EnvironmentManifest | null): string[] {
+  const layers = m?.source_detail.layers;
+  return Array.isArray(layers) ? layers.map((l) => String((l as { digest?: unknown }).digest)) : [];
+}
+
+/** The image config's `Env` (`K=V` strings) as an object; later entries win. */
+function imageEnv(m: EnvironmentManifest): Record<string, string> {
+  const env = m.source_detail.env;
+  const out: Record<string, string> = {};
+  if (!Array.isArray(env)) return out;
+  for (const item of env) {
+    if (typeof item !== "string") continue;
+    const eq = item.indexOf("=");
+    if (eq > 0) out[item.slice(0, eq)] = item.slice(eq + 1);
+  }
+  return out;
 }

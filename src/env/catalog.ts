@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { PyroError } from "../errors.js";
+import { formatReference, parseReference } from "./oci/reference.js";
 
 /**
  * The environment catalog: named root filesystems and the recipe that makes each one.
@@ -21,7 +22,22 @@ export interface OciSource {
   reference: string;
 }
 
-export type EnvironmentSource = DebootstrapSource | OciSource;
+/**
+ * A recipe: a base environment plus steps, built in a sandbox (src/env/recipe.ts).
+ * `base_key` pins the base's content (its recipe key, and for an image its digest), so a
+ * changed base makes a new entry.
+ */
+export interface RecipeSource {
+  kind: "recipe";
+  from: string;
+  base_key: string;
+  apt: string[];
+  run: string[];
+  /** Host files copied in: `dest` in the environment, `sha256` of the content copied. */
+  copy: { src: string; dest: string; sha256: string }[];
+}
+
+export type EnvironmentSource = DebootstrapSource | OciSource | RecipeSource;
 
 export interface EnvironmentSpec {
   name: string;
@@ -58,16 +74,25 @@ export const OFFICIAL_ENVIRONMENTS: readonly EnvironmentSpec[] = [
 
 export const DEFAULT_ENVIRONMENT = "debian:12";
 
+/**
+ * The spec for an environment name: an official environment, or any OCI image
+ * reference (`python:3.12` is `docker.io/library/python:3.12`), named by its
+ * normalized reference so every spelling shares one cache entry.
+ */
 export function findEnvironment(name: string): EnvironmentSpec {
   const spec = OFFICIAL_ENVIRONMENTS.find((e) => e.name === name);
-  if (!spec) {
+  if (spec) return spec;
+  let reference: string;
+  try {
+    reference = formatReference(parseReference(name));
+  } catch {
     throw new PyroError(
       "environment_not_found",
       `unknown environment '${name}'`,
-      `known environments: ${OFFICIAL_ENVIRONMENTS.map((e) => e.name).join(", ")}`,
+      `use an official environment (${OFFICIAL_ENVIRONMENTS.map((e) => e.name).join(", ")}) or an image reference such as docker.io/library/python:3.12`,
     );
   }
-  return spec;
+  return { name: reference, description: `OCI image ${reference}`, source: { kind: "oci", reference } };
 }
 
 /**

@@ -1,4 +1,6 @@
+import { createInterface } from "node:readline/promises";
 import type { Command } from "commander";
+import type { EnvironmentSource } from "../../env/catalog.js";
 import { formatBytes } from "../../util/fs.js";
 import type { CliContext } from "../main.js";
 import { act, table } from "../output.js";
@@ -11,7 +13,7 @@ export function registerEnv(program: Command, ctx: CliContext): void {
 
   env
     .command("list")
-    .description("list the official environments and their cache status")
+    .description("list official, pulled and built environments, their cache status and sizes")
     .option("--json", "print the structured result")
     .action(async (opts: { json?: boolean }) => {
       ctx.exitCode = await act(
@@ -23,9 +25,10 @@ export function registerEnv(program: Command, ctx: CliContext): void {
         },
         (r) =>
           table(
-            ["name", "status", "size", "description"],
+            ["name", "kind", "status", "size", "description"],
             r.environments.map((e) => [
               e.name,
+              e.kind,
               e.status,
               e.size_bytes === null ? "-" : formatBytes(e.size_bytes),
               e.description,
@@ -36,26 +39,31 @@ export function registerEnv(program: Command, ctx: CliContext): void {
 
   env
     .command("pull")
-    .description("build (or fetch) an environment into the cache; instant when already cached")
-    .argument("<env>", "environment name, e.g. debian:12")
+    .description(
+      "build an official environment or pull any OCI image (REGISTRY/PATH[:TAG][@DIGEST]) into the cache; instant when already cached",
+    )
+    .argument("<env>", "environment name (debian:12) or image reference (docker.io/library/python:3.12)")
+    .option("--insecure-registry", "plain HTTP to a registry on this machine (loopback addresses only)")
     .option("--json", "print the structured result")
-    .action(async (name: string, opts: { json?: boolean }) => {
+    .action(async (name: string, opts: { json?: boolean; insecureRegistry?: boolean }) => {
       const progress = progressReporter(ctx.io, name);
       ctx.exitCode = await act(
         ctx.io,
         opts,
         async () => {
           try {
-            return await ctx
-              .engine()
-              .environments.pull(name, { onProgress: progress.update, signal: ctx.signal });
+            return await ctx.engine().environments.pull(name, {
+              onProgress: progress.update,
+              signal: ctx.signal,
+              ...(opts.insecureRegistry ? { insecureRegistry: true } : {}),
+            });
           } finally {
             progress.done();
           }
         },
         (r) =>
           `${r.name}: ${r.built ? "built" : "already cached"} in ${(r.duration_ms / 1000).toFixed(1)}s, ${formatBytes(r.size_bytes)}` +
-          `${r.package_count ? `, ${r.package_count} packages` : ""}\n  ${r.path}`,
+          `${r.package_count ? `, ${r.package_count} packages` : ""}${r.digest ? `\n  digest ${r.digest}` : ""}\n  ${r.path}`,
       );
     });
 
@@ -78,7 +86,9 @@ export function registerEnv(program: Command, ctx: CliContext): void {
           [
             `name:        ${r.name}`,
             `description: ${r.description}`,
-            `source:      ${r.source.kind === "debootstrap" ? `debootstrap ${r.source.suite} ${r.source.variant}${r.source.include.length ? ` + ${r.source.include.join(", ")}` : ""}` : r.source.reference}`,
+            `kind:        ${r.kind}`,
+            `source:      ${describeSource(r.source)}`,
+            ...(r.digest ? [`digest:      ${r.digest}`] : []),
             `recipe key:  ${r.recipe_key}`,
             `status:      ${r.status}`,
             ...(r.manifest
@@ -86,6 +96,7 @@ export function registerEnv(program: Command, ctx: CliContext): void {
                   `path:        ${r.path}`,
                   `built at:    ${r.manifest.built_at} (${(r.manifest.build_duration_ms / 1000).toFixed(0)}s)`,
                   `size:        ${formatBytes(r.manifest.size_bytes)}, ${r.manifest.file_count} files, ${r.manifest.package_count ?? "?"} packages`,
+                  ...imageLines(r.manifest.source_detail),
                 ]
               : []),
           ].join("\n"),
@@ -97,17 +108,70 @@ export function registerEnv(program: Command, ctx: CliContext): void {
     .description(
       "remove stale environment builds, leftovers of interrupted builds, and with --all everything",
     )
-    .option("--all", "remove every cached environment")
+    .option("--all", "remove every cached environment no workspace uses (asks first on a terminal)")
+    .option("--yes", "do not ask before --all")
     .option("--json", "print the structured result")
-    .action(async (opts: { all?: boolean; json?: boolean }) => {
+    .action(async (opts: { all?: boolean; json?: boolean; yes?: boolean }) => {
+      if (opts.all && !opts.yes && ctx.io.stderrIsTTY && process.stdin.isTTY && !opts.json) {
+        const envs = (await ctx.engine().environments.list()).filter((e) => e.status === "cached");
+        const total = envs.reduce((a, e) => a + (e.size_bytes ?? 0), 0);
+        const ok = await confirm(
+          ctx.io,
+          `remove ${envs.length} cached environment(s), ${formatBytes(total)} (those a workspace uses stay)? [y/N] `,
+        );
+        if (!ok) {
+          ctx.io.stderr.write("nothing removed\n");
+          ctx.exitCode = 1;
+          return;
+        }
+      }
       ctx.exitCode = await act(
         ctx.io,
         opts,
         () => ctx.engine().environments.prune({ all: opts.all === true }),
         (r) =>
-          r.removed.length === 0
-            ? "nothing to prune"
-            : `${r.removed.map((x) => `removed ${x.path} (${x.reason})`).join("\n")}\nfreed ${formatBytes(r.freed_bytes)}`,
+          [
+            r.removed.length === 0
+              ? "nothing to prune"
+              : `${r.removed.map((x) => `removed ${x.path} (${x.reason})`).join("\n")}\nfreed ${formatBytes(r.freed_bytes)}`,
+            ...(r.kept_in_use.length ? [`kept (a workspace uses them): ${r.kept_in_use.join(", ")}`] : []),
+          ].join("\n"),
       );
     });
+}
+
+function describeSource(src: EnvironmentSource): string {
+  switch (src.kind) {
+    case "debootstrap":
+      return `debootstrap ${src.suite} ${src.variant}${src.include.length ? ` + ${src.include.join(", ")}` : ""}`;
+    case "oci":
+      return `image ${src.reference}`;
+    case "recipe":
+      return `recipe from ${src.from}: ${src.apt.length} apt package(s), ${src.run.length} run step(s), ${src.copy.length} copy(ies)`;
+  }
+}
+
+/** What an image pull recorded: digest, layers and the config fields that matter to commands. */
+function imageLines(detail: Record<string, unknown>): string[] {
+  if (typeof detail.digest !== "string") return [];
+  const layers = Array.isArray(detail.layers) ? detail.layers.length : 0;
+  const env = Array.isArray(detail.env) ? (detail.env as string[]) : [];
+  return [
+    `image:       ${String(detail.reference)} (${String(detail.platform)}, ${layers} layer(s))`,
+    ...(detail.index_digest ? [`index:       ${String(detail.index_digest)}`] : []),
+    ...(env.length ? [`env:         ${env.map((e) => e.split("=")[0]).join(", ")}`] : []),
+    ...(detail.working_dir
+      ? [`workdir:     ${String(detail.working_dir)} (commands run in /workspace)`]
+      : []),
+    ...(detail.user ? [`user:        ${String(detail.user)}`] : []),
+  ];
+}
+
+async function confirm(io: { stderr: NodeJS.WritableStream }, question: string): Promise<boolean> {
+  const rl = createInterface({ input: process.stdin, output: io.stderr });
+  try {
+    return /^y(es)?$/i.test((await rl.question(question)).trim());
+  } finally {
+    rl.close();
+  }
 }

@@ -1,0 +1,346 @@
+/**
+ * Applies image layers (tar streams) onto a root filesystem directory, the way an OCI
+ * runtime's snapshotter does, but on the host as root, so every write is checked:
+ *
+ * - Entry names that are absolute or climb with `..` refuse the whole layer (a
+ *   well-formed layer never has them; Docker strips them, pyro refuses).
+ * - Parent directories are resolved inside the root: a symlink met on the way (a lower
+ *   layer's `/lib -> usr/lib`) is followed as if the root were `/` (an absolute target
+ *   restarts at the root, `..` at the root stays there), like a chroot would. Nothing
+ *   is ever written outside the root.
+ * - The last component is never followed: an existing entry is replaced (unlinked), so a
+ *   symlink planted by a lower layer cannot redirect a write.
+ * - Whiteouts: `.wh.NAME` deletes NAME from lower layers; `.wh..wh..opq` empties its
+ *   directory of everything lower layers put there (this layer's own entries stay).
+ * - Hard links must name an existing non-directory inside the root (same rules).
+ * - Character/block devices and FIFOs are skipped (counted): sandboxes get their own
+ *   /dev. Extended attributes (file capabilities) are not applied.
+ *
+ * Operations are synchronous per entry, in archive order, inside node-tar's parser
+ * callbacks: the parser is the only reader, so what is checked is what is written.
+ */
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  fchmodSync,
+  fchownSync,
+  futimesSync,
+  lchownSync,
+  linkSync,
+  lstatSync,
+  lutimesSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readlinkSync,
+  rmSync,
+  symlinkSync,
+  unlinkSync,
+  utimesSync,
+  writeSync,
+} from "node:fs";
+import path from "node:path";
+import type { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import * as tar from "tar";
+import { PyroError } from "../../errors.js";
+
+const posix = path.posix;
+const WHITEOUT = ".wh.";
+const OPAQUE = ".wh..wh..opq";
+const MAX_SYMLINK_HOPS = 40;
+
+export interface ApplyStats {
+  entries: number;
+  files: number;
+  bytes: number;
+  whiteouts: number;
+  skipped: number;
+}
+
+/** Refusal of a layer whose names try to leave the root. */
+function unsafe(layer: string, why: string): PyroError {
+  return new PyroError(
+    "build_failed",
+    `refused layer ${layer}: ${why}`,
+    "the image has a layer that tries to write outside its root filesystem; nothing was kept",
+  );
+}
+
+/** The entry name as a list of components, or a refusal. */
+export function entryComponents(raw: string, layer: string): string[] {
+  if (raw.includes("\0")) throw unsafe(layer, "an entry name with a NUL byte");
+  if (posix.isAbsolute(raw)) throw unsafe(layer, `absolute entry name '${raw}'`);
+  const parts = raw.split("/").filter((p) => p !== "" && p !== ".");
+  if (parts.includes("..")) throw unsafe(layer, `entry '${raw}' climbs out with '..'`);
+  return parts;
+}
+
+/**
+ * The host path of `parts` inside `root`, following symlinks in every component but the
+ * last as if `root` were `/`. Components past a missing one are taken literally.
+ */
+export function resolveInRoot(root: string, parts: readonly string[]): string {
+  const todo = [...parts];
+  const last = todo.pop();
+  if (last === undefined) return root;
+  const cur: string[] = [];
+  let hops = 0;
+  while (todo.length > 0) {
+    const c = todo.shift() as string;
+    if (c === "" || c === ".") continue;
+    if (c === "..") {
+      cur.pop();
+      continue;
+    }
+    const here = path.join(root, ...cur, c);
+    let st: ReturnType<typeof lstatSync> | undefined;
+    try {
+      st = lstatSync(here);
+    } catch {
+      st = undefined;
+    }
+    if (st?.isSymbolicLink()) {
+      if (++hops > MAX_SYMLINK_HOPS)
+        throw new PyroError("build_failed", `too many symlinks under ${parts.join("/")}`);
+      const target = readlinkSync(here);
+      if (target.startsWith("/")) cur.length = 0;
+      todo.unshift(...target.split("/"));
+      continue;
+    }
+    cur.push(c);
+  }
+  return path.join(root, ...cur, last);
+}
+
+/** Makes the directories of `dir` (inside root, resolved) exist. */
+function ensureDir(root: string, parts: readonly string[]): void {
+  for (let i = 1; i <= parts.length; i++) {
+    const p = resolveInRoot(root, parts.slice(0, i));
+    let st: ReturnType<typeof lstatSync> | undefined;
+    try {
+      st = lstatSync(p);
+    } catch {
+      mkdirSync(p, 0o755);
+      continue;
+    }
+    if (st.isSymbolicLink()) {
+      // resolveInRoot never follows the last part: follow this one as a parent would.
+      const again = resolveInRoot(root, [...parts.slice(0, i), "."]);
+      if (!lstatSyncSafe(again)?.isDirectory()) mkdirSync(again, { recursive: false });
+    } else if (!st.isDirectory()) {
+      unlinkSync(p);
+      mkdirSync(p, 0o755);
+    }
+  }
+}
+
+function lstatSyncSafe(p: string): ReturnType<typeof lstatSync> | undefined {
+  try {
+    return lstatSync(p);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Removes whatever is at `p` (never following it). */
+function removeAt(p: string): void {
+  const st = lstatSyncSafe(p);
+  if (!st) return;
+  if (st.isDirectory()) rmSync(p, { recursive: true, force: true });
+  else unlinkSync(p);
+}
+
+/**
+ * Applies one uncompressed layer tar from `input` onto `root`. `label` names the layer in
+ * errors. Throws (leaving a partial tree for the caller to discard) on any refusal.
+ */
+export async function applyLayer(
+  root: string,
+  input: Readable,
+  label: string,
+  onBytes?: (n: number) => void,
+): Promise<ApplyStats> {
+  const stats: ApplyStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, skipped: 0 };
+  const asRoot = process.getuid?.() === 0;
+  /** Paths this layer wrote: an opaque marker keeps them. */
+  const mine = new Set<string>();
+  const dirTimes: { p: string; mtime: Date }[] = [];
+  let failure: unknown = null;
+  const parser = new tar.Parser({
+    strict: true,
+    onReadEntry: (entry) => {
+      if (failure) {
+        entry.resume();
+        return;
+      }
+      try {
+        handle(entry);
+      } catch (err) {
+        failure = err;
+        entry.resume();
+      }
+    },
+  });
+
+  const owner = (p: string, e: tar.ReadEntry, link: boolean) => {
+    if (!asRoot || e.uid === undefined || e.gid === undefined) return;
+    if (link) lchownSync(p, e.uid, e.gid);
+    else chownSync(p, e.uid, e.gid);
+  };
+
+  const handle = (e: tar.ReadEntry) => {
+    stats.entries++;
+    const parts = entryComponents(e.path, label);
+    if (parts.length === 0) {
+      e.resume();
+      return;
+    }
+    const base = parts[parts.length - 1] as string;
+    const parentParts = parts.slice(0, -1);
+    if (base === OPAQUE) {
+      stats.whiteouts++;
+      const dir = resolveInRoot(root, [...parentParts, "."]);
+      ensureDir(root, parentParts);
+      for (const child of readdirSync(dir)) {
+        const p = path.join(dir, child);
+        if (!mine.has(p)) removeAt(p);
+      }
+      e.resume();
+      return;
+    }
+    if (base.startsWith(WHITEOUT)) {
+      stats.whiteouts++;
+      const name = base.slice(WHITEOUT.length);
+      if (name === "" || name === "." || name === "..") throw unsafe(label, `bad whiteout '${e.path}'`);
+      removeAt(resolveInRoot(root, [...parentParts, name]));
+      e.resume();
+      return;
+    }
+    ensureDir(root, parentParts);
+    const target = resolveInRoot(root, parts);
+    if (!target.startsWith(root + path.sep))
+      throw unsafe(label, `entry '${e.path}' resolves outside the root`);
+    const mode = (e.mode ?? 0o644) & 0o7777;
+    const mtime = e.mtime ?? new Date(0);
+    switch (e.type) {
+      case "Directory": {
+        const st = lstatSyncSafe(target);
+        if (st && !st.isDirectory()) removeAt(target);
+        if (!st?.isDirectory()) mkdirSync(target);
+        chmodSync(target, mode);
+        owner(target, e, false);
+        dirTimes.push({ p: target, mtime });
+        mine.add(target);
+        e.resume();
+        return;
+      }
+      case "File":
+      case "OldFile":
+      case "ContiguousFile": {
+        removeAt(target);
+        const fd = openSync(target, "wx", 0o600);
+        mine.add(target);
+        stats.files++;
+        let closed = false;
+        const close = () => {
+          if (closed) return;
+          closed = true;
+          closeSync(fd);
+        };
+        e.on("data", (chunk: Buffer) => {
+          if (failure) return;
+          try {
+            writeSync(fd, chunk);
+            stats.bytes += chunk.length;
+            onBytes?.(chunk.length);
+          } catch (err) {
+            failure = err;
+          }
+        });
+        e.on("end", () => {
+          try {
+            if (!failure) {
+              if (asRoot && e.uid !== undefined && e.gid !== undefined) fchownSync(fd, e.uid, e.gid);
+              // After chown: chown clears setuid/setgid bits.
+              fchmodSync(fd, mode);
+              futimesSync(fd, mtime, mtime);
+            }
+          } catch (err) {
+            failure = err;
+          } finally {
+            close();
+          }
+        });
+        return;
+      }
+      case "SymbolicLink": {
+        removeAt(target);
+        if (!e.linkpath) throw unsafe(label, `symlink '${e.path}' has no target`);
+        // The target means something inside the sandbox only; it is stored as written.
+        symlinkSync(e.linkpath, target);
+        owner(target, e, true);
+        try {
+          lutimesSync(target, mtime, mtime);
+        } catch {
+          // not every filesystem keeps symlink times
+        }
+        mine.add(target);
+        e.resume();
+        return;
+      }
+      case "Link": {
+        const linkParts = entryComponents(e.linkpath ?? "", label);
+        if (linkParts.length === 0) throw unsafe(label, `hard link '${e.path}' has no target`);
+        const source = resolveInRoot(root, linkParts);
+        if (!source.startsWith(root + path.sep))
+          throw unsafe(label, `hard link '${e.path}' points outside the root`);
+        const st = lstatSyncSafe(source);
+        if (!st || st.isDirectory())
+          throw unsafe(
+            label,
+            `hard link '${e.path}' names '${e.linkpath}', which is not a file in the image`,
+          );
+        if (source !== target) {
+          removeAt(target);
+          linkSync(source, target);
+        }
+        mine.add(target);
+        e.resume();
+        return;
+      }
+      default:
+        // Devices, FIFOs, and anything else: sandboxes bring their own /dev.
+        stats.skipped++;
+        e.resume();
+    }
+  };
+
+  const done = new Promise<void>((resolve, reject) => {
+    parser.on("end", resolve);
+    parser.on("error", reject);
+    parser.on("abort", (err: Error) => reject(err));
+  });
+  try {
+    await pipeline(input, parser as unknown as NodeJS.WritableStream);
+    await done;
+  } catch (err) {
+    if (failure) throw failure;
+    if (err instanceof PyroError) throw err;
+    throw new PyroError(
+      "build_failed",
+      `layer ${label} is not a valid tar archive: ${(err as Error).message}`,
+    );
+  }
+  if (failure) throw failure;
+  // Directory times last: writing children changes them.
+  for (const d of dirTimes.reverse()) {
+    try {
+      utimesSync(d.p, d.mtime, d.mtime);
+    } catch {
+      // removed by a later entry
+    }
+  }
+  return stats;
+}

@@ -1,0 +1,214 @@
+import { spawn } from "node:child_process";
+import { createReadStream } from "node:fs";
+import { mkdir, readdir, rm, stat } from "node:fs/promises";
+import { join } from "node:path";
+import type { Readable } from "node:stream";
+import { createGunzip } from "node:zlib";
+import { PyroError } from "../../errors.js";
+import { pidAlive } from "../../util/fs.js";
+import { acquireLock } from "../../util/lock.js";
+import type { BuildContext, Builder, BuildOutput } from "../builder.js";
+import type { EnvironmentSpec } from "../catalog.js";
+import { applyLayer } from "./apply.js";
+import { formatReference, parseReference } from "./reference.js";
+import { type Descriptor, RegistryClient } from "./registry.js";
+
+/** How many layers download at once (the rest of the image applies meanwhile, in order). */
+const PARALLEL = 3;
+
+/** What an image pull records in the environment's manifest (`source_detail`). */
+export interface OciDetail extends Record<string, unknown> {
+  reference: string;
+  digest: string;
+  index_digest: string | null;
+  config_digest: string;
+  layers: { digest: string; size: number; media_type: string }[];
+  platform: string;
+  env: string[];
+  working_dir: string | null;
+  user: string | null;
+  skipped_entries: number;
+}
+
+/**
+ * Pulls an OCI/Docker image into a root filesystem. Compressed layers land in a
+ * content-addressed store (`<blobs>/sha256/<hex>`) shared by every image, so a base
+ * layer two images share is downloaded and kept once; a `.partial` file resumes.
+ */
+export class OciBuilder implements Builder {
+  readonly kind = "oci" as const;
+
+  constructor(
+    private readonly options: {
+      /** Root of the layer store (`<environments>/.oci`). */
+      storeDir: string;
+      env: NodeJS.ProcessEnv;
+    },
+  ) {}
+
+  blobPath(digest: string): string {
+    return join(this.options.storeDir, "blobs", "sha256", digest.slice("sha256:".length));
+  }
+
+  async build(spec: EnvironmentSpec, ctx: BuildContext): Promise<BuildOutput> {
+    if (spec.source.kind !== "oci") throw new Error(`not an image: ${spec.name}`);
+    const ref = parseReference(spec.source.reference);
+    const client = new RegistryClient(ref, {
+      env: this.options.env,
+      ...(ctx.insecureRegistry ? { insecure: true } : {}),
+      ...(ctx.signal ? { signal: ctx.signal } : {}),
+    });
+    ctx.onProgress?.({ phase: "resolve", message: `resolving ${formatReference(ref)}` });
+    const image = await client.resolve();
+    const layers = image.manifest.layers;
+    const total = layers.reduce((a, l) => a + Math.max(l.size, 0), 0);
+    let got = 0;
+    let applied = 0;
+    const report = (message: string) =>
+      ctx.onProgress?.({
+        phase: "download",
+        message,
+        bytes: got,
+        total_bytes: total,
+        done_count: applied,
+        total_count: layers.length,
+      });
+    await mkdir(join(this.options.storeDir, "blobs", "sha256"), { recursive: true });
+    await mkdir(join(this.options.storeDir, "partial"), { recursive: true });
+    await mkdir(join(this.options.storeDir, "locks"), { recursive: true });
+    await this.sweepPartials();
+
+    // Downloads run ahead (PARALLEL at a time); layers apply strictly in order.
+    const fetched: Promise<void>[] = new Array(layers.length);
+    let next = 0;
+    const startNext = () => {
+      const i = next++;
+      if (i >= layers.length) return;
+      const l = layers[i] as Descriptor;
+      fetched[i] = this.fetchLayer(client, l, (n) => {
+        got += n;
+        report(`layer ${i + 1}/${layers.length}`);
+      });
+      // A failure surfaces when that layer's turn comes; keep unhandled rejections away.
+      fetched[i].catch(() => {});
+    };
+    for (let k = 0; k < PARALLEL; k++) startNext();
+    let skipped = 0;
+    for (let i = 0; i < layers.length; i++) {
+      await fetched[i];
+      const l = layers[i] as Descriptor;
+      ctx.onProgress?.({
+        phase: "extract",
+        message: `applying layer ${i + 1}/${layers.length}`,
+        bytes: got,
+        total_bytes: total,
+        done_count: applied,
+        total_count: layers.length,
+      });
+      const stats = await applyLayer(ctx.rootfs, await this.decompressed(l), l.digest.slice(7, 19));
+      skipped += stats.skipped;
+      applied++;
+      startNext();
+      if (ctx.signal?.aborted) throw new PyroError("cancelled", `pull of ${spec.name} was cancelled`);
+    }
+    report("done");
+    const cfg = image.config.config ?? {};
+    const detail: OciDetail = {
+      reference: formatReference(ref),
+      digest: image.digest,
+      index_digest: image.index_digest,
+      config_digest: image.manifest.config.digest,
+      layers: layers.map((l) => ({ digest: l.digest, size: l.size, media_type: l.mediaType })),
+      platform: `${image.config.os ?? "linux"}/${image.config.architecture ?? "amd64"}`,
+      env: cfg.Env ?? [],
+      working_dir: cfg.WorkingDir || null,
+      user: cfg.User || null,
+      skipped_entries: skipped,
+    };
+    return { source_detail: detail };
+  }
+
+  /** Makes sure the blob is in the store: already there, or downloaded (resumed) and verified. */
+  private async fetchLayer(
+    client: RegistryClient,
+    l: Descriptor,
+    onBytes: (n: number) => void,
+  ): Promise<void> {
+    const dest = this.blobPath(l.digest);
+    const have = await stat(dest).catch(() => null);
+    if (have?.isFile()) {
+      onBytes(have.size);
+      return;
+    }
+    const hex = l.digest.slice("sha256:".length);
+    const release = await acquireLock(join(this.options.storeDir, "locks", `${hex}.lock`));
+    try {
+      const raced = await stat(dest).catch(() => null);
+      if (raced?.isFile()) {
+        onBytes(raced.size);
+        return;
+      }
+      await client.download(l, join(this.options.storeDir, "partial", hex), dest, onBytes);
+    } finally {
+      await release();
+    }
+  }
+
+  /** The layer's tar stream: gzip and zstd told apart by their magic bytes, not only the media type. */
+  private async decompressed(l: Descriptor): Promise<Readable> {
+    const path = this.blobPath(l.digest);
+    const head = Buffer.alloc(4);
+    const fh = await import("node:fs/promises").then((m) => m.open(path, "r"));
+    try {
+      await fh.read(head, 0, 4, 0);
+    } finally {
+      await fh.close();
+    }
+    if (head[0] === 0x1f && head[1] === 0x8b) return createReadStream(path).pipe(createGunzip());
+    if (head.readUInt32LE(0) === 0xfd2fb528) return zstdStream(path);
+    if (/gzip|zstd/.test(l.mediaType)) {
+      throw new PyroError("build_failed", `layer ${l.digest} says ${l.mediaType} but is not`);
+    }
+    return createReadStream(path);
+  }
+
+  /** Removes partial downloads nobody is resuming (their lock is free) older than a day. */
+  private async sweepPartials(): Promise<void> {
+    const dir = join(this.options.storeDir, "partial");
+    for (const name of await readdir(dir).catch(() => [] as string[])) {
+      const st = await stat(join(dir, name)).catch(() => null);
+      if (!st || Date.now() - st.mtimeMs < 24 * 3600 * 1000) continue;
+      const lock = await import("node:fs/promises").then((m) =>
+        m.readFile(join(this.options.storeDir, "locks", `${name}.lock`), "utf8").catch(() => null),
+      );
+      const pid = lock ? Number((JSON.parse(lock) as { pid?: number }).pid) : 0;
+      if (!pid || !pidAlive(pid)) await rm(join(dir, name), { force: true });
+    }
+  }
+}
+
+/**
+ * Decompresses a zstd layer with the `zstd` program (Node 20's zlib has no zstd; Debian's
+ * `zstd` package is in scripts/setup). Its failure fails the stream.
+ */
+function zstdStream(path: string): Readable {
+  const child = spawn("zstd", ["-dc", "--", path], { stdio: ["ignore", "pipe", "pipe"] });
+  const out = child.stdout;
+  let err = "";
+  child.stderr.on("data", (d: Buffer) => {
+    err += d.toString().slice(0, 500);
+  });
+  child.on("error", (e) =>
+    out.destroy(
+      new PyroError(
+        "build_failed",
+        `cannot run zstd to unpack a zstd layer: ${e.message}`,
+        "install Debian's zstd package",
+      ),
+    ),
+  );
+  child.on("close", (code) => {
+    if (code !== 0) out.destroy(new PyroError("build_failed", `zstd failed on a layer: ${err.trim()}`));
+  });
+  return out;
+}
