@@ -11,14 +11,14 @@ import {
 import { type KvmCheck, kvmCheck } from "../backends/kvm.js";
 import { BACKENDS, backendEntry, chooseDefault } from "../backends/registry.js";
 import type { Builder } from "../env/builder.js";
-import { EnvironmentCache } from "../env/cache.js";
-import { DebootstrapBuilder } from "../env/debootstrap.js";
 import { OCI_DIR } from "../env/cache.js";
+import { DebootstrapBuilder } from "../env/debootstrap.js";
 import { OciBuilder } from "../env/oci/builder.js";
 import { PyroError } from "../errors.js";
 import { StateStore } from "../state/store.js";
 import { makeDirsSync } from "../util/fs.js";
 import { type ConfigOptions, loadConfig, type PyroConfig, type PyroPaths } from "./config.js";
+import { EngineEvents, ObservedEnvironmentCache } from "./events.js";
 import { Workspaces } from "./workspaces.js";
 
 /** Paths, env and mirror come from ConfigOptions (src/core/config.ts). */
@@ -51,7 +51,9 @@ export class Engine {
   readonly backendSettings: BackendSettings;
   /** The engine's one KVM verdict, shared by its probes and backends. */
   readonly kvm: KvmCheck;
-  readonly environments: EnvironmentCache;
+  readonly environments: ObservedEnvironmentCache;
+  /** What the engine reports to watchers (builds, sandbox starts, workspaces coming and going); secrets redacted. */
+  readonly events: EngineEvents;
   readonly workspaces: Workspaces;
   readonly appDir = APP_DIR;
   readonly networkTestHosts: Record<string, string> | undefined;
@@ -69,7 +71,11 @@ export class Engine {
       new DebootstrapBuilder({ debCacheDir: this.paths.debCacheDir, ...(mirror ? { mirror } : {}) }),
       new OciBuilder({ storeDir: join(this.paths.environmentsDir, OCI_DIR), env: this.env }),
     ];
-    this.environments = new EnvironmentCache(this.paths.environmentsDir, builders, () => this.rootfsInUse());
+    this.environments = new ObservedEnvironmentCache(this.paths.environmentsDir, builders, () =>
+      this.rootfsInUse(),
+    );
+    this.events = new EngineEvents((id) => this.workspaces.secretRedactorById(id));
+    this.environments.events = this.events;
     this.backendSettings = { firecrackerBin: this.config.firecrackerBin };
     this.kvm = kvmCheck(this.env);
     const ctx = { env: this.env, kvm: this.kvm, settings: this.backendSettings };

@@ -104,6 +104,7 @@ export async function execInWorkspace(
     const seq = journal((store) =>
       recordExec(store, w.workspace_id, { command: shown.command, cwd, startedAt, mode }, r, logged),
     );
+    ws.reportNetworkBlocks(w, startedAt);
     return {
       workspace_id: w.workspace_id,
       command: shown.command,

@@ -20,6 +20,7 @@ import { treeSize } from "../util/fs.js";
 import { acquireLock } from "../util/lock.js";
 import { removeTree } from "../util/mounts.js";
 import type { PyroPaths } from "./config.js";
+import type { EngineEvent, EngineEvents } from "./events.js";
 import { assertAllowed, assertTransition, type Operation } from "./lifecycle.js";
 import { LIMITS } from "./limits.js";
 import {
@@ -139,6 +140,8 @@ export interface WorkspaceDeps {
   readonly appDir: string;
   /** Test-only destination overrides for the egress proxy (EngineOptions.networkTestHosts). */
   readonly networkTestHosts?: Record<string, string> | undefined;
+  /** Where lifecycle events go (sandbox starts and restarts, workspaces created and removed). */
+  readonly events?: EngineEvents;
 }
 
 /**
@@ -306,11 +309,13 @@ export class Workspaces {
     await makeWorkspaceDir(dir);
     let created: WorkspaceRow | null = null;
     try {
-      const seed = await seedInto(baseline, options, options.signal, [
-        this.engine.paths.home,
-        this.engine.paths.environmentsDir,
-        ...secretKeyPaths(this.engine.env),
-      ]);
+      const seed = await seedInto(
+        baseline,
+        options,
+        options.signal,
+        [this.engine.paths.home, this.engine.paths.environmentsDir, ...secretKeyPaths(this.engine.env)],
+        join(this.engine.paths.home, "repos", id),
+      );
       created = this.store.createWorkspace({
         workspace_id: id,
         name: options.name ?? null,
@@ -356,6 +361,14 @@ export class Workspaces {
         backend: backend.name,
         seed: seed.kind,
         source: seed.source,
+      });
+      this.emit({
+        level: "notice",
+        kind: "workspace",
+        message: `workspace ${label(w)} created: ${environment} on ${backend.name}, sandbox started`,
+        workspace_id: id,
+        workspaces_changed: true,
+        data: { environment, backend: backend.name },
       });
       return workspaceView(w, backend.executionMode);
     } catch (err) {
@@ -504,6 +517,13 @@ export class Workspaces {
   async delete(idOrName: string) {
     const w = await this.get(idOrName);
     await this.destroy(w);
+    this.emit({
+      level: "info",
+      kind: "workspace",
+      message: `workspace ${label(w)} deleted`,
+      workspaces_changed: true,
+      data: { workspace_id: w.workspace_id },
+    });
     return { workspace_id: w.workspace_id, name: w.name, deleted: true };
   }
 
@@ -543,10 +563,25 @@ export class Workspaces {
       workspacesDir: join(this.engine.paths.home, "workspaces"),
       destroy: (w) => this.destroy(w),
     });
+    for (const id of reaped)
+      this.emit({
+        level: "notice",
+        kind: "workspace",
+        message: `workspace ${id} removed: an interrupted create or delete was cleaned up`,
+        workspaces_changed: true,
+        data: { workspace_id: id, reason: "interrupted" },
+      });
     for (const w of this.store.expiredWorkspaces()) {
       try {
         await this.destroy(w);
         reaped.push(w.workspace_id);
+        this.emit({
+          level: "notice",
+          kind: "workspace",
+          message: `workspace ${label(w)} reaped: it expired at ${w.expires_at}`,
+          workspaces_changed: true,
+          data: { workspace_id: w.workspace_id, reason: "expired" },
+        });
       } catch {
         // retried at the next reap
       }
@@ -563,6 +598,12 @@ export class Workspaces {
     await this.net.stop(w.workspace_id);
     const updated = this.setState(w.workspace_id, "stopped", { runtime: { sandbox: null } });
     this.store.recordEvent(w.workspace_id, "stop", {});
+    this.emit({
+      level: "info",
+      kind: "sandbox",
+      message: `workspace ${label(w)}: sandbox stopped`,
+      workspace_id: w.workspace_id,
+    });
     return workspaceView(updated, this.engine.backend(w.backend).executionMode);
   }
 
@@ -606,6 +647,21 @@ export class Workspaces {
       if (!explicit && fresh.state !== "running") assertAllowed(fresh.state, "exec", fresh.workspace_id);
       if (state) await backend.stop(state);
       const started = await this.startSandbox(fresh, this.sandboxSpec(fresh));
+      this.emit(
+        explicit
+          ? {
+              level: "info",
+              kind: "sandbox",
+              message: `workspace ${label(fresh)}: sandbox started on ${fresh.backend}`,
+              workspace_id: fresh.workspace_id,
+            }
+          : {
+              level: "warning",
+              kind: "sandbox",
+              message: `workspace ${label(fresh)}: its sandbox was not running (${fresh.state === "error" ? "its last start failed" : "it died"}); restarted on its kept files${(started.spec.services ?? []).length > 0 ? ", services starting again" : ""}`,
+              workspace_id: fresh.workspace_id,
+            },
+      );
       // Its services died with the sandbox: the kept ones start again (core/services.ts).
       if ((started.spec.services ?? []).length > 0) {
         await this.dropClient(started.workspace_id);
@@ -756,7 +812,14 @@ export class Workspaces {
       spec: { ...w.spec, services: [] },
     });
     if (w.state === "stopped") return updated;
-    return this.startSandbox(updated, spec);
+    const started = await this.startSandbox(updated, spec);
+    this.emit({
+      level: "info",
+      kind: "sandbox",
+      message: `workspace ${label(w)}: sandbox restarted on snapshot ${snapshot}`,
+      workspace_id: w.workspace_id,
+    });
+    return started;
   }
 
   /**
@@ -772,6 +835,13 @@ export class Workspaces {
     } catch (err) {
       const e = toPyroError(err);
       if (e.code !== "cancelled")
+        this.emit({
+          level: "error",
+          kind: "sandbox",
+          message: `workspace ${label(w)}: sandbox failed to start: [${e.code}] ${e.message}`,
+          workspace_id: w.workspace_id,
+        });
+      if (e.code !== "cancelled")
         this.setState(w.workspace_id, "error", {
           runtime: { sandbox: null },
           error: {
@@ -784,6 +854,29 @@ export class Workspaces {
       throw e;
     }
     return this.setState(w.workspace_id, "running", { runtime: { sandbox: started }, error: null });
+  }
+
+  /**
+   * Reports the connections the workspace's proxy refused since `since` (an ISO time),
+   * after a command that may have dialled out: one warning per refused destination.
+   */
+  reportNetworkBlocks(w: WorkspaceRow, since: string): void {
+    if (!this.engine.events?.listening || w.network_policy === "off") return;
+    for (const b of this.store.listNetworkBlocks(w.workspace_id)) {
+      if (b.last_at < since) break; // most recent first
+      this.emit({
+        level: "warning",
+        kind: "network",
+        message: `workspace ${label(w)}: network policy ${w.network_policy} refused ${b.target} (${b.reason}; ${b.count} time(s) so far); a person can approve it with \`pyro workspace network approve ${w.workspace_id} ${b.target}\``,
+        workspace_id: w.workspace_id,
+        data: { target: b.target, count: b.count, reason: b.reason },
+      });
+    }
+  }
+
+  /** Reports a lifecycle event to the engine's watchers (none in tests that provide no events). */
+  emit(event: EngineEvent): void {
+    this.engine.events?.emit(event);
   }
 
   /** The one place a workspace's state is written: the lifecycle checks the change. */
@@ -845,4 +938,9 @@ function validateName(name: string): void {
       "use 1-63 letters, digits, '.', '_' or '-', not shaped like an id",
     );
   }
+}
+
+/** How events name a workspace: its id, and its name when it has one. */
+function label(w: { workspace_id: string; name: string | null }): string {
+  return w.name ? `${w.workspace_id} (${w.name})` : w.workspace_id;
 }

@@ -1,14 +1,17 @@
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { toJsonSchemaCompat } from "@modelcontextprotocol/sdk/server/zod-json-schema-compat.js";
 import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js";
 import type {
   CallToolRequest,
   CallToolResult,
   ServerNotification,
   ServerRequest,
+  Tool,
 } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { PyroError, toPyroError } from "../errors.js";
 import type { Pyro } from "../sdk/pyro.js";
+import { type HostHooks, registerHostFeatures } from "./host.js";
 import { HostPaths } from "./host-paths.js";
 import { type ToolName, type ToolSet, toolSet } from "./profiles.js";
 import { RequestProgress } from "./progress.js";
@@ -42,6 +45,8 @@ export interface ServerOptions {
   calls?: CallTracker;
   /** Debug log (stderr behind PYRO_DEBUG); never stdout, which is the stdio transport. */
   log?: (line: string) => void;
+  /** Items per page of tools/list, prompts/list and resources/list (default 100; tests use less). */
+  pageSize?: number;
 }
 
 type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
@@ -81,17 +86,7 @@ export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer
     { capabilities: { tools: {} }, instructions: instructions(set, env) },
   );
 
-  const c: CallContext = {
-    pyro,
-    seed,
-    allowHostCompat: options.allowHostCompat === true,
-    hostPath,
-    shutdown: options.shutdown,
-    log,
-  };
-  const tracked = (tool: ToolDefinition, raw: unknown, extra: Extra) =>
-    options.calls ? options.calls.track(callTool(tool, raw, extra, c)) : callTool(tool, raw, extra, c);
-
+  // Registered first: host.ts then replaces the McpServer's tools/list with a paginated one.
   for (const tool of tools) {
     server.registerTool(
       tool.name,
@@ -106,6 +101,50 @@ export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer
       ((args: unknown, extra: Extra) => tracked(tool, args, extra)) as never,
     );
   }
+
+  // tools/list as the McpServer would list them, built once, paginated by host.ts.
+  let listed: Tool[] | undefined;
+  const listTools = (): Tool[] => {
+    listed ??= tools.map((tool) => ({
+      name: tool.name,
+      title: tool.title,
+      description: describe(tool, env),
+      inputSchema: toJsonSchemaCompat(tool.input, {
+        strictUnions: true,
+        pipeStrategy: "input",
+      }) as Tool["inputSchema"],
+      outputSchema: toJsonSchemaCompat(advertisedOutput(tool.output), {
+        strictUnions: true,
+        pipeStrategy: "output",
+      }) as Tool["outputSchema"],
+      annotations: { title: tool.title, ...tool.annotations },
+    }));
+    return listed;
+  };
+  const host = registerHostFeatures(server, {
+    pyro,
+    available: env.available,
+    tools: listTools,
+    ...(options.pageSize !== undefined ? { pageSize: options.pageSize } : {}),
+    log,
+  });
+  const prevClose = server.server.onclose;
+  server.server.onclose = () => {
+    host.close();
+    prevClose?.();
+  };
+
+  const c: CallContext = {
+    pyro,
+    seed,
+    allowHostCompat: options.allowHostCompat === true,
+    hostPath,
+    shutdown: options.shutdown,
+    log,
+    host,
+  };
+  const tracked = (tool: ToolDefinition, raw: unknown, extra: Extra) =>
+    options.calls ? options.calls.track(callTool(tool, raw, extra, c)) : callTool(tool, raw, extra, c);
 
   // Replaces the McpServer's tools/call handler (the SDK documents that setRequestHandler
   // replaces); listing, capabilities and everything else stay the McpServer's. The schema
@@ -138,6 +177,7 @@ interface CallContext {
   hostPath: ToolContext["hostPath"];
   shutdown: AbortSignal | undefined;
   log: (line: string) => void;
+  host: HostHooks;
 }
 
 /**
@@ -176,6 +216,7 @@ async function callTool(
   };
   if (tool.long) progress.startHeartbeat(tool.long);
   const started = performance.now();
+  const end = c.host.begin(extra);
   try {
     const result = await tool.run(parsed.data, ctx);
     const checked = tool.output.safeParse(result);
@@ -192,6 +233,8 @@ async function callTool(
     c.log(`${tool.name}: ok in ${Math.round(performance.now() - started)} ms`);
     // A JSON round trip: what an in-process client sees is exactly what goes on the wire.
     const structured = JSON.parse(JSON.stringify(result)) as Record<string, unknown>;
+    if (!tool.annotations.readOnlyHint)
+      c.host.touched(typeof structured.workspace_id === "string" ? structured.workspace_id : undefined);
     return {
       content: [{ type: "text", text: tool.render(checked.data, parsed.data) }],
       structuredContent: structured,
@@ -202,8 +245,10 @@ async function callTool(
         ? new PyroError("cancelled", "the call was cancelled")
         : toPyroError(err);
     c.log(`${tool.name}: ${e.code}: ${e.message}${e.code === "internal" ? `\n${stackOf(e)}` : ""}`);
+    c.host.failed(tool.name, e);
     return errorResult(e);
   } finally {
+    end();
     progress.stop();
   }
 }
