@@ -282,6 +282,13 @@ const BAD_CALLS: [string, () => unknown[], string][] = [
     () => [id, "app.py", { outputPath: "x" }],
     "exportWorkspace: outputPath must be a string, got an object {outputPath}",
   ],
+  ["listWorkspaceDisk", () => [id, 7], "listWorkspaceDisk: path must be a string, got 7"],
+  ["readWorkspaceDisk", () => [id], "readWorkspaceDisk: path must be a string, got undefined"],
+  [
+    "exportWorkspaceDisk",
+    () => [id, "app.py", { outputPath: "x" }],
+    "exportWorkspaceDisk: outputPath must be a string, got an object {outputPath}",
+  ],
   [
     "syncPushWorkspace",
     () => [id, seed, { dest: 5 }],
