@@ -24,7 +24,8 @@ export async function findCredentials(registry: string, env: NodeJS.ProcessEnv):
   if (fromEnv) {
     for (const item of fromEnv.split(",")) {
       const eq = item.indexOf("=");
-      const host = eq >= 0 && item.indexOf(":") > eq ? item.slice(0, eq).trim() : null;
+      const left = eq >= 0 ? item.slice(0, eq).trim() : "";
+      const host = HOST.test(left) && item.slice(eq + 1).includes(":") ? left : null;
       const pair = host === null ? item : item.slice(eq + 1);
       const c = splitPair(pair);
       if (!c) {
@@ -64,6 +65,8 @@ export async function findCredentials(registry: string, env: NodeJS.ProcessEnv):
   }
   return null;
 }
+
+const HOST = /^(?:[A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\])(?::\d{1,5})?$/;
 
 function splitPair(pair: string): Credentials | null {
   const i = pair.indexOf(":");
