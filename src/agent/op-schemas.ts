@@ -132,7 +132,15 @@ export const diffResult = z.strictObject({
   truncated: z.boolean(),
 });
 
-export const tarOutArgs = z.strictObject({ path: pathArg });
+export const tarOutArgs = z.strictObject({
+  path: pathArg,
+  /**
+   * Only these files and symlinks under `path` (a directory), named relative to it, none
+   * of them followed (`workspace commit` takes exactly the changed paths). A name that
+   * is missing, or not a plain file or symlink under real directories, is left out.
+   */
+  paths: z.array(pathArg).max(1_000_000).optional(),
+});
 export const tarOutResult = z.strictObject({
   artifact_type: z.enum(["file", "directory"]),
   bytes: count,

@@ -71,6 +71,49 @@ export async function cloneRepo(
   return { commit: await headCommit(dest) };
 }
 
+/**
+ * Git run by pyro on a host repository: never a hook, never an fsmonitor daemon, never
+ * a credential or terminal prompt, never a pager. (Repository config is the user's own
+ * and otherwise honoured.)
+ */
+export const SAFE_GIT = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"] as const;
+const QUIET_ENV = { GIT_TERMINAL_PROMPT: "0", GIT_PAGER: "cat", GIT_OPTIONAL_LOCKS: "0" };
+
+/**
+ * Puts the repository of `checkout` at `dest` (a new `.git` directory) so Git works in a
+ * workspace: a bare, local clone without hard links (nothing shared with the host's
+ * object files, which the sandbox could otherwise write through), turned non-bare, HEAD
+ * on the checkout's branch (or detached at its commit), the index at HEAD's tree (files
+ * the seed changed show as modified inside). It has no remotes: the host's remote URLs
+ * and credentials stay on the host. The host repository is only read.
+ */
+export async function copyRepository(checkout: string, dest: string, signal?: AbortSignal): Promise<void> {
+  const opts = {
+    timeoutMs: 30 * 60_000,
+    env: { ...process.env, ...QUIET_ENV },
+    ...(signal ? { signal } : {}),
+  };
+  const must = async (argv: string[], what: string) => {
+    const r = await run(argv, opts);
+    if (r.exitCode !== 0)
+      throw new PyroError(
+        "invalid_argument",
+        `cannot copy the repository of ${checkout} (${what}): ${lastLine(r.stderr)}`,
+      );
+    return r.stdout.trim();
+  };
+  const gitDir = ["git", `--git-dir=${dest}`];
+  await must([...SAFE_GIT, "clone", "--quiet", "--bare", "--no-hardlinks", "--", checkout, dest], "clone");
+  await must([...gitDir, "config", "core.bare", "false"], "config");
+  await run([...gitDir, "remote", "remove", "origin"], opts);
+  const branch = await run([...SAFE_GIT, "-C", checkout, "symbolic-ref", "-q", "HEAD"], opts);
+  const commit = await headCommit(checkout);
+  if (branch.exitCode === 0 && branch.stdout.trim() !== "")
+    await must([...gitDir, "symbolic-ref", "HEAD", branch.stdout.trim()], "HEAD");
+  else if (commit) await must([...gitDir, "update-ref", "--no-deref", "HEAD", commit], "HEAD");
+  if (commit) await must([...gitDir, "read-tree", commit], "index");
+}
+
 function lastLine(text: string): string {
   return text.trim().split("\n").pop() ?? "";
 }

@@ -1,4 +1,5 @@
 import {
+  chmod,
   copyFile,
   cp,
   lstat,
@@ -14,10 +15,10 @@ import {
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { PyroError } from "../errors.js";
-import type { WorkspaceSeed } from "../state/types.js";
+import type { SeedSkipped, WorkspaceSeed } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
 import { run } from "../util/run.js";
-import { cloneRepo, gitToplevel, headCommit } from "./git.js";
+import { cloneRepo, copyRepository, gitToplevel, headCommit } from "./git.js";
 
 export interface SeedSource {
   seed_path?: string | undefined;
@@ -27,7 +28,8 @@ export interface SeedSource {
 
 /**
  * Fills `dest` (an empty directory: the baseline snapshot) from a seed. A Git checkout
- * contributes its tracked files (working-tree content); a plain directory is copied whole;
+ * contributes its tracked and untracked-not-ignored files (working-tree content) and its
+ * repository as `.git`; a plain directory is copied whole;
  * a repository URL is cloned first. Nothing here runs code from the seed.
  *
  * `exclude`: host paths never seeded even when the seed contains them: pyro's own home
@@ -39,9 +41,11 @@ export async function seedInto(
   source: SeedSource,
   signal?: AbortSignal,
   exclude: readonly string[] = [],
+  /** Where a repository URL is cloned and kept (the workspace's commits go there). */
+  cloneAt?: string,
 ): Promise<WorkspaceSeed> {
   await mkdir(dest, { recursive: true });
-  if (source.repo_url) return seedFromRepoUrl(dest, source.repo_url, source.repo_ref, signal);
+  if (source.repo_url) return seedFromRepoUrl(dest, source.repo_url, source.repo_ref, signal, cloneAt);
   if (!source.seed_path) return { kind: "empty", source: null, file_count: 0, bytes: 0 };
   const src = resolve(source.seed_path);
   const st = await stat(src).catch(() => null);
@@ -107,6 +111,26 @@ async function isGitCheckout(dir: string): Promise<boolean> {
   return (await gitToplevel(dir)) === dir;
 }
 
+async function gitLines(
+  checkout: string,
+  args: string[],
+  signal: AbortSignal | undefined,
+): Promise<string[]> {
+  const r = await run(["git", "-C", checkout, ...args], {
+    timeoutMs: 5 * 60_000,
+    maxCapture: 256 * 1024 * 1024,
+    ...(signal ? { signal } : {}),
+  });
+  if (r.exitCode !== 0)
+    throw new PyroError("invalid_argument", `git ${args[0]} failed in ${checkout}: ${r.stderr.trim()}`);
+  return r.stdout.split("\0").filter(Boolean);
+}
+
+/**
+ * A Git checkout: its tracked files and its untracked files that are not ignored (as
+ * `git add -A` would see them, working-tree content), plus the repository itself at
+ * `/workspace/.git` (repository.ts), so Git works inside. `skipped` counts the rest.
+ */
 async function seedFromGitCheckout(
   dest: string,
   checkout: string,
@@ -115,47 +139,100 @@ async function seedFromGitCheckout(
   ref?: string,
   keep: (path: string) => boolean = () => true,
 ): Promise<WorkspaceSeed> {
-  const ls = await run(["git", "-C", checkout, "ls-files", "-z", "--cached"], {
-    timeoutMs: 60_000,
-    maxCapture: 256 * 1024 * 1024,
-    ...(signal ? { signal } : {}),
-  });
-  if (ls.exitCode !== 0)
-    throw new PyroError("invalid_argument", `git ls-files failed in ${checkout}: ${ls.stderr.trim()}`);
-  const files = [...new Set(ls.stdout.split("\0").filter(Boolean))];
+  const [staged, untracked, ignored] = await Promise.all([
+    gitLines(checkout, ["ls-files", "-z", "--stage"], signal),
+    gitLines(checkout, ["ls-files", "-z", "--others", "--exclude-standard"], signal),
+    gitLines(
+      checkout,
+      ["ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"],
+      signal,
+    ),
+  ]);
+  const skipped: SeedSkipped = {
+    ignored: ignored.length,
+    submodules: 0,
+    missing: 0,
+    excluded: 0,
+    special: 0,
+  };
+  const files = new Set<string>();
+  for (const line of staged) {
+    // "<mode> <object> <stage>\t<path>"; a conflicted file has several stages.
+    const tab = line.indexOf("\t");
+    const path = line.slice(tab + 1);
+    if (line.startsWith("160000 ")) {
+      if (!files.has(path)) skipped.submodules++;
+      continue;
+    }
+    files.add(path);
+  }
+  for (const path of untracked) files.add(path);
   let bytes = 0;
   let count = 0;
   for (const rel of files) {
     const from = join(checkout, rel);
-    if (!keep(from)) continue;
+    if (!keep(from)) {
+      skipped.excluded++;
+      continue;
+    }
     const st = await lstat(from).catch(() => null);
-    if (!st) continue; // tracked but deleted in the working tree: the seed has it deleted too
+    if (!st) {
+      skipped.missing++; // tracked but deleted in the working tree: the seed has it deleted too
+      continue;
+    }
     const to = join(dest, rel);
-    await mkdir(dirname(to), { recursive: true });
-    if (st.isSymbolicLink()) await symlink(await readlink(from), to);
-    else if (st.isFile()) {
+    if (st.isSymbolicLink()) {
+      await mkdir(dirname(to), { recursive: true });
+      await symlink(await readlink(from), to);
+    } else if (st.isFile()) {
+      await mkdir(dirname(to), { recursive: true });
       await copyFile(from, to);
+      await chmod(to, st.mode & 0o777);
       bytes += st.size;
-    } else continue; // submodules (directories) are not seeded
+    } else {
+      skipped.special++;
+      continue;
+    }
     count++;
   }
   const seed: WorkspaceSeed = { kind: "git", source: reported, file_count: count, bytes };
   const commit = await headCommit(checkout);
   if (commit) seed.commit = commit;
   if (ref) seed.ref = ref;
+  await copyRepository(checkout, join(dest, ".git"), signal);
+  seed.repository = checkout;
+  seed.skipped = skipped;
   return seed;
 }
 
+/**
+ * A repository URL is cloned to `keepAt` (kept after the workspace is gone: `workspace
+ * commit` writes its branches there), or to a temporary directory without one.
+ */
 async function seedFromRepoUrl(
   dest: string,
   url: string,
   ref: string | undefined,
   signal?: AbortSignal,
+  keepAt?: string,
 ): Promise<WorkspaceSeed> {
+  if (keepAt) {
+    await mkdir(dirname(keepAt), { recursive: true });
+    try {
+      await cloneRepo(url, ref, keepAt, { signal });
+      const seed = await seedFromGitCheckout(dest, keepAt, url, signal, ref);
+      return seed;
+    } catch (err) {
+      await rm(keepAt, { recursive: true, force: true });
+      throw err;
+    }
+  }
   const tmp = await mkdtemp(join(tmpdir(), "pyro-clone-"));
   try {
     await cloneRepo(url, ref, join(tmp, "repo"), { signal });
-    return await seedFromGitCheckout(dest, join(tmp, "repo"), url, signal, ref);
+    const seed = await seedFromGitCheckout(dest, join(tmp, "repo"), url, signal, ref);
+    delete seed.repository;
+    return seed;
   } finally {
     await rm(tmp, { recursive: true, force: true });
   }

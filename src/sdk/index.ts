@@ -10,6 +10,7 @@ export {
 export { ERROR_CODES, type ErrorCode, type ErrorObject, PyroError } from "../errors.js";
 export { Pyro, type PyroOptions } from "./pyro.js";
 export type {
+  CommitOptions,
   CreateWorkspaceOptions,
   DemoOptions,
   DoctorOptions,

@@ -1,3 +1,4 @@
+import { commitWorkspace } from "../core/commit.js";
 import { exportDisk, listDisk, readDisk } from "../core/disk.js";
 import { doctor } from "../core/doctor.js";
 import { Engine, type EngineOptions } from "../core/engine.js";
@@ -26,6 +27,7 @@ import { createSnapshot, deleteSnapshot, listSnapshots, resetWorkspace } from ".
 import { summarizeWorkspace } from "../core/summary.js";
 import { coreOptions } from "./case.js";
 import type {
+  CommitOptions,
   CreateWorkspaceOptions,
   DemoOptions,
   DoctorOptions,
@@ -49,6 +51,7 @@ import type {
   WriteShellOptions,
 } from "./schemas.js";
 import type {
+  CommitResult,
   DemoResult,
   DiffResult,
   DoctorReport,
@@ -340,6 +343,17 @@ export class Pyro {
   async diffWorkspace(workspaceId: string, options: SnapshotOptions = {}): Promise<DiffResult> {
     checkArgs("diffWorkspace", [workspaceId, options]);
     return diffWorkspace(this.ws, workspaceId, options);
+  }
+  /**
+   * Writes the workspace's changes since its baseline as one commit on a new branch of
+   * its seed repository on the host (default `pyro/<name or id>`), parented on the seed
+   * commit; the host's working tree, index, HEAD and other branches are not touched. An
+   * existing branch is `conflict` unless `force`; a workspace not seeded from Git is
+   * `conflict`; a name Git refuses is `invalid_argument`.
+   */
+  async commitWorkspace(workspaceId: string, options: CommitOptions = {}): Promise<CommitResult> {
+    checkArgs("commitWorkspace", [workspaceId, options]);
+    return commitWorkspace(this.ws, workspaceId, options);
   }
   async exportWorkspace(
     workspaceId: string,

@@ -116,6 +116,16 @@ export interface ReadFileOptions {
 export interface SnapshotOptions {
   snapshot?: string;
 }
+/**
+ * Options of `commitWorkspace`: the branch to create (default `pyro/<name or id>`), the
+ * commit message, and `force` to move an existing branch.
+ */
+export interface CommitOptions {
+  branch?: string;
+  message?: string;
+  force?: boolean;
+  signal?: AbortSignal;
+}
 /** Options of `exportWorkspace`. */
 export interface ExportOptions {
   signal?: AbortSignal;
@@ -520,6 +530,18 @@ export const SIGNATURES = {
     arg("path", workspacePath),
     arg("outputPath", hostPath),
     opt("options", options({ signal } satisfies Keys<ExportOptions>)),
+  ],
+  commitWorkspace: [
+    arg("workspaceId", workspaceId),
+    opt(
+      "options",
+      options({
+        branch: z.string().min(1).describe("the branch to create, e.g. pyro/fix-login"),
+        message: z.string().min(1).describe("the commit message"),
+        force: flag,
+        signal,
+      } satisfies Keys<CommitOptions>),
+    ),
   ],
   listWorkspaceDisk: [
     arg("workspaceId", workspaceId),

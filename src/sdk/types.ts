@@ -4,6 +4,7 @@
  * return as `structuredContent`), so the fields are snake_case and cannot drift from the
  * other surfaces.
  */
+import type { commitWorkspace } from "../core/commit.js";
 import type { Engine } from "../core/engine.js";
 import type { workspaceLogs } from "../core/exec.js";
 import type {
@@ -99,6 +100,8 @@ export type PatchResult = Result<typeof applyPatch>;
 export type DiffResult = Result<typeof diffWorkspace>;
 /** `exportWorkspace`. */
 export type ExportResult = Result<typeof exportFromWorkspace>;
+/** `commitWorkspace`: the branch, the commit, where it was written and what it changed. */
+export type CommitResult = Result<typeof commitWorkspace>;
 /** `syncPushWorkspace`. */
 export type SyncPushResult = Result<typeof syncPush>;
 

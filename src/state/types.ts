@@ -26,8 +26,29 @@ export interface WorkspaceSeed {
   ref?: string;
   /** Resolved commit, when kind is "git". */
   commit?: string;
+  /**
+   * The host repository `workspace commit` writes branches to (its top directory), when
+   * kind is "git": the seed checkout, or the clone pyro keeps for a repository URL.
+   */
+  repository?: string;
+  /** What seeding left out, counted by reason (Git seeds). */
+  skipped?: SeedSkipped;
   file_count: number;
   bytes: number;
+}
+
+/** Counts of what a Git seed did not copy, by reason. */
+export interface SeedSkipped {
+  /** Untracked paths the checkout's ignore rules ignore (an ignored directory counts once). */
+  ignored: number;
+  /** Submodules (gitlinks): their content is another repository. */
+  submodules: number;
+  /** Tracked files deleted from the working tree. */
+  missing: number;
+  /** Paths pyro never seeds: its own home and the secrets key. */
+  excluded: number;
+  /** Sockets, FIFOs and devices. */
+  special: number;
 }
 
 /** A published port: host port 0 asks for a free one; status reports the real port. */
@@ -252,6 +273,7 @@ export const EVENT_KINDS = [
   "shell_signal",
   "shell_close",
   "network_approve",
+  "commit",
   "error",
 ] as const;
 export type EventKind = (typeof EVENT_KINDS)[number];

@@ -29,6 +29,7 @@ describe("public SDK surface", () => {
       [
         "applyWorkspacePatch",
         "close",
+        "commitWorkspace",
         "createSnapshot",
         "createWorkspace",
         "deleteSnapshot",
@@ -220,6 +221,7 @@ describe("the SDK's declarations (dist/sdk/*.d.ts)", () => {
 
   const RESULT_TYPES = [
     "DemoResult",
+    "CommitResult",
     "DiffResult",
     "DoctorReport",
     "EnvironmentInfo",
@@ -247,6 +249,7 @@ describe("the SDK's declarations (dist/sdk/*.d.ts)", () => {
     "WorkspaceView",
   ];
   const OPTION_TYPES = [
+    "CommitOptions",
     "CreateWorkspaceOptions",
     "DemoOptions",
     "DoctorOptions",

@@ -15,10 +15,11 @@ afterEach(async () => {
 });
 
 describe("seeding", () => {
-  it("copies a Git checkout's tracked files with their working-tree content, not untracked ones", async () => {
+  it("copies a Git checkout's tracked and untracked-not-ignored files, its repository, and counts what it left out", async () => {
     const repo = join(dir, "repo");
     const git = (...a: string[]) =>
       execFileSync("git", ["-C", repo, ...a], {
+        encoding: "utf8",
         env: {
           ...process.env,
           GIT_AUTHOR_NAME: "t",
@@ -27,26 +28,52 @@ describe("seeding", () => {
           GIT_COMMITTER_EMAIL: "t@t",
         },
       });
-    execFileSync("git", ["init", "-q", repo]);
+    execFileSync("git", ["init", "-q", "-b", "main", repo]);
     await writeFile(join(repo, "tracked.txt"), "v1");
+    await writeFile(join(repo, "gone.txt"), "tracked, then deleted");
+    await writeFile(join(repo, ".gitignore"), "*.pyc\nbuild/\n");
     git("add", ".");
     git("commit", "-qm", "init");
+    git("config", "remote.origin.url", "https://user:token@example.invalid/r.git");
     await writeFile(join(repo, "tracked.txt"), "v2 (working tree)");
-    await writeFile(join(repo, "untracked.txt"), "no");
+    await writeFile(join(repo, "untracked.txt"), "yes");
+    await writeFile(join(repo, "x.pyc"), "ignored");
+    await mkdir(join(repo, "build"));
+    await writeFile(join(repo, "build", "out"), "ignored dir");
+    await rm(join(repo, "gone.txt"));
     const dest = join(dir, "dest");
     const seed = await seedInto(dest, { seed_path: repo });
     expect(seed).toMatchObject({
       kind: "git",
       source: repo,
-      file_count: 1,
+      repository: repo,
+      file_count: 3,
       commit: expect.stringMatching(/^[0-9a-f]{40}$/),
+      skipped: { ignored: 2, submodules: 0, missing: 1, excluded: 0, special: 0 },
     });
-    expect(await readdir(dest)).toEqual(["tracked.txt"]);
+    expect((await readdir(dest)).sort()).toEqual([".git", ".gitignore", "tracked.txt", "untracked.txt"]);
     expect(await readFile(join(dest, "tracked.txt"), "utf8")).toBe("v2 (working tree)");
+    // Git works inside: HEAD on the checkout's branch at its commit, the seed's changes
+    // show as changes, and the host's remotes (and their credentials) stay behind.
+    const inside = (...a: string[]) => execFileSync("git", ["-C", dest, ...a], { encoding: "utf8" });
+    expect(inside("rev-parse", "HEAD").trim()).toBe(seed.commit);
+    expect(inside("symbolic-ref", "HEAD").trim()).toBe("refs/heads/main");
+    expect(inside("status", "--porcelain").split("\n").filter(Boolean).sort()).toEqual([
+      " D gone.txt",
+      " M tracked.txt",
+      "?? untracked.txt",
+    ]);
+    expect(inside("remote").trim()).toBe("");
+    expect(git("status", "--porcelain").split("\n").filter(Boolean).sort()).toEqual([
+      " D gone.txt",
+      " M tracked.txt",
+      "?? untracked.txt",
+    ]);
 
-    const cloned = await seedInto(join(dir, "cloned"), { repo_url: repo });
-    expect(cloned).toMatchObject({ kind: "git", source: repo, file_count: 1 });
+    const cloned = await seedInto(join(dir, "cloned"), { repo_url: repo }, undefined, [], join(dir, "kept"));
+    expect(cloned).toMatchObject({ kind: "git", source: repo, repository: join(dir, "kept"), file_count: 3 });
     expect(await readFile(join(dir, "cloned", "tracked.txt"), "utf8")).toBe("v1");
+    expect(await readFile(join(dir, "kept", "tracked.txt"), "utf8")).toBe("v1");
   });
 
   it("copies a plain directory whole, and an absent seed gives an empty workspace", async () => {

@@ -6,8 +6,10 @@
  * tar_in spools the upload to a scratch file outside the workspace, validates every
  * entry, and only then extracts: an archive with one bad entry changes nothing.
  */
+
+import type { Stats } from "node:fs";
 import { createWriteStream } from "node:fs";
-import { mkdir, mkdtemp, rm, stat } from "node:fs/promises";
+import { lstat, mkdir, mkdtemp, rm, stat } from "node:fs/promises";
 import path from "node:path";
 import { pipeline } from "node:stream/promises";
 import { AgentError } from "../../errors.js";
@@ -17,14 +19,41 @@ import type { OpContext, OpHandler } from "./context.js";
 
 const posix = path.posix;
 
+/**
+ * The lstat of `rel` under `dir` when every directory on the way is a real directory
+ * (no symlink followed), else null.
+ */
+async function plainNode(dir: string, rel: string): Promise<Stats | null> {
+  const parts = rel.split("/");
+  if (parts.some((p) => p === "" || p === "." || p === ".."))
+    throw new AgentError("invalid_argument", `'${rel}' is not a plain relative path`);
+  let current = dir;
+  for (const [i, part] of parts.entries()) {
+    current = path.join(current, part);
+    const st = await lstat(current).catch(() => null);
+    if (!st) return null;
+    if (i === parts.length - 1) return st;
+    if (!st.isDirectory()) return null;
+  }
+  return null;
+}
+
 export const tarOut: OpHandler<"tar_out"> = async (args, ctx) => {
   const target = await ctx.workspace.resolve(args.path);
   if (!target.stat) throw new AgentError("not_found", `no such file or directory: ${args.path}`);
   const isDir = target.stat.isDirectory();
   if (!isDir && !target.stat.isFile())
     throw new AgentError("invalid_argument", `'${args.path}' is neither a file nor a directory`);
+  if (args.paths && !isDir) throw new AgentError("invalid_argument", `'${args.path}' is not a directory`);
   const cwd = isDir ? target.real : path.dirname(target.real);
-  const names = isDir ? ["."] : [path.basename(target.real)];
+  let names = isDir ? ["."] : [path.basename(target.real)];
+  if (args.paths) {
+    names = [];
+    for (const rel of args.paths) {
+      const st = await plainNode(cwd, rel);
+      if (st && (st.isFile() || st.isSymbolicLink())) names.push(rel);
+    }
+  }
   // Skip devices, FIFOs and sockets (nothing a host should recreate); a hard-linked file
   // fails the whole export (it may share its inode with a file outside).
   const { stream, entries } = await packTree(cwd, names, {
