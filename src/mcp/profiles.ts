@@ -42,6 +42,7 @@ export const TOOL_NAMES = [
   "shell_write",
   "shell_signal",
   "shell_close",
+  "workspace_commit",
 ] as const;
 export type ToolName = (typeof TOOL_NAMES)[number];
 
@@ -90,6 +91,7 @@ const FULL: readonly ToolName[] = [
   "shell_write",
   "shell_signal",
   "shell_close",
+  "workspace_commit",
 ];
 
 export interface ToolSet {
@@ -143,6 +145,7 @@ export const MODES = {
       "workspace_patch_apply",
       "workspace_diff",
       "workspace_export",
+      "workspace_commit",
       "workspace_reset",
       "workspace_summary",
       "workspace_delete",

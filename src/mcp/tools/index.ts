@@ -1,5 +1,6 @@
 import type { ToolName, ToolSet } from "../profiles.js";
 import type { ToolDefinition } from "../tool.js";
+import { workspaceCommit } from "./commit.js";
 import { workspaceDiskExport, workspaceDiskList, workspaceDiskRead } from "./disk.js";
 import { vmRun, workspaceExec, workspaceLogs, workspaceSummary } from "./exec.js";
 import {
@@ -64,6 +65,7 @@ export function toolDefinitions(set: ToolSet): ToolDefinition[] {
     workspace_disk_list: workspaceDiskList,
     workspace_disk_read: workspaceDiskRead,
     workspace_disk_export: workspaceDiskExport,
+    workspace_commit: workspaceCommit,
   };
   return set.tools.map((name) => all[name]);
 }

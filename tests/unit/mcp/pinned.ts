@@ -57,6 +57,7 @@ export const PINNED: Record<string, string[]> = {
     "shell_write",
     "shell_signal",
     "shell_close",
+    "workspace_commit",
   ],
   "repro-fix": [
     "workspace_create",
@@ -70,6 +71,7 @@ export const PINNED: Record<string, string[]> = {
     "workspace_patch_apply",
     "workspace_diff",
     "workspace_export",
+    "workspace_commit",
     "workspace_reset",
     "workspace_summary",
     "workspace_delete",

@@ -38,9 +38,20 @@ describe("profiles and modes", () => {
   it("workspace-full is workspace-core plus snapshots, stop/start, network blocks, services, disk tools and shells, and is every tool there is", () => {
     const full = toolNames({ profile: "workspace-full" });
     expect(full.slice(0, 17)).toEqual(PINNED["workspace-core"]);
-    expect(full).toHaveLength(36);
-    expect(full.slice(28, 31)).toEqual(["workspace_disk_list", "workspace_disk_read", "workspace_disk_export"]);
-    expect(full.slice(31)).toEqual(["shell_open", "shell_read", "shell_write", "shell_signal", "shell_close"]);
+    expect(full).toHaveLength(37);
+    expect(full.slice(28, 31)).toEqual([
+      "workspace_disk_list",
+      "workspace_disk_read",
+      "workspace_disk_export",
+    ]);
+    expect(full.slice(31, 36)).toEqual([
+      "shell_open",
+      "shell_read",
+      "shell_write",
+      "shell_signal",
+      "shell_close",
+    ]);
+    expect(full.slice(36)).toEqual(["workspace_commit"]);
     expect([...full].sort()).toEqual([...TOOL_NAMES].sort());
   });
 

@@ -1,5 +1,7 @@
+import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MODE_NAMES, PROFILE_NAMES, TOOL_NAMES, type ToolName, toolSet } from "../../../src/mcp/profiles.js";
@@ -483,6 +485,44 @@ const HAPPY: Record<ToolName, (fx: McpFixture) => Promise<any>> = {
     const r = await fx.ok("shell_close", { workspace_id: w.workspace_id, shell_id: sh.shell_id });
     expect(r).toMatchObject({ closed: true, state: "exited" });
     expect((await fx.pyro.listShells(w.workspace_id)).count).toBe(0);
+    return r;
+  },
+  workspace_commit: async (fx) => {
+    // Outside the project: other tools' checks count the project's files.
+    const repo = join(await mkdtemp(join(tmpdir(), "pyro-mcp-commit-")), "repo");
+    const git = (...a: string[]) =>
+      execFileSync("git", ["-C", repo, ...a], {
+        encoding: "utf8",
+        env: {
+          ...process.env,
+          GIT_AUTHOR_NAME: "t",
+          GIT_AUTHOR_EMAIL: "t@t",
+          GIT_COMMITTER_NAME: "t",
+          GIT_COMMITTER_EMAIL: "t@t",
+        },
+      });
+    await mkdir(repo);
+    git("init", "-q", "-b", "main");
+    await writeFile(join(repo, "a.txt"), "one\n");
+    git("add", ".");
+    git("commit", "-qm", "seed");
+    const w = await fx.pyro.createWorkspace({ seedPath: repo, name: "committer" });
+    await fx.pyro.writeWorkspaceFile(w.workspace_id, "a.txt", "two\n");
+    const r = await fx.ok("workspace_commit", { workspace_id: w.workspace_id, message: "Change a" });
+    expect(r).toMatchObject({
+      branch: "pyro/committer",
+      repository: repo,
+      files: [{ path: "a.txt", status: "modified" }],
+    });
+    expect(git("show", "pyro/committer:a.txt")).toBe("two\n");
+    expect(git("rev-parse", "--abbrev-ref", "HEAD").trim()).toBe("main");
+    // A model moves only its own branches.
+    const refused = await fx.fails("workspace_commit", {
+      workspace_id: w.workspace_id,
+      branch: "main",
+      force: true,
+    });
+    expect(refused.code).toBe("invalid_argument");
     return r;
   },
   workspace_start: async (fx) => {

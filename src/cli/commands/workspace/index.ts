@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import type { CliContext } from "../../main.js";
+import { registerCommit } from "./commit.js";
 import { registerDisk } from "./disk.js";
 import { registerExec } from "./exec.js";
 import { registerFiles } from "./files.js";
@@ -21,4 +22,5 @@ export function registerWorkspace(program: Command, ctx: CliContext): void {
   registerServices(ws, ctx);
   registerShells(ws, ctx);
   registerDisk(ws, ctx);
+  registerCommit(ws, ctx);
 }
