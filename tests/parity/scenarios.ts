@@ -8,6 +8,7 @@ import type { Pyro } from "../../src/sdk/pyro.js";
 import { PYRO_BIN, REPO_ROOT } from "../helpers/cli.js";
 import type { ParityTarget } from "./backends.js";
 import { DISK_SCENARIOS } from "./disk.js";
+import { GIT_SCENARIOS } from "./git.js";
 import { NETWORK_SCENARIOS } from "./network.js";
 import { SERVICE_SCENARIOS } from "./services.js";
 import { SHELL_SCENARIOS } from "./shells.js";
@@ -336,6 +337,7 @@ export const SCENARIOS: Scenario[] = [
 SCENARIOS.push(...NETWORK_SCENARIOS);
 SCENARIOS.push(...SERVICE_SCENARIOS);
 SCENARIOS.push(...SHELL_SCENARIOS);
+SCENARIOS.push(...GIT_SCENARIOS);
 SCENARIOS.push(...DISK_SCENARIOS);
 
 /** The seed every scenario starts from. */
