@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { LIMITS } from "../../core/limits.js";
+import { PyroError } from "../../errors.js";
 import {
   backendArg,
   boundedString,
@@ -170,29 +171,107 @@ export function workspaceCreate(fullCreate: boolean) {
   });
 }
 
+/** Default and largest page of workspace_list. */
+export const LIST_PAGE = 100;
+
 export const workspaceList = defineTool({
   name: "workspace_list",
   title: "List workspaces",
-  description:
-    "List every workspace on this machine (made by any client: this server, the CLI, the SDK), most recent activity first, with name, labels, state, backend and command count. Use it to find a workspace to resume by name or label; workspace_status shows one workspace in detail.",
+  description: `List every workspace on this machine (made by any client: this server, the CLI, the SDK), most recent activity first, with name, labels, state, backend and command count. Use it to find a workspace to resume by name or label; workspace_status shows one workspace in detail. At most limit (default ${LIST_PAGE}) per call: when next_cursor is not null, pass it back as cursor for the next page.`,
   next: [["workspace_status", "details of one workspace"]],
-  input: z.strictObject({}),
-  output: z.looseObject({ count: z.number().int().min(0), workspaces: z.array(listItem) }),
+  input: z.strictObject({
+    limit: z
+      .number()
+      .int()
+      .min(1)
+      .max(LIST_PAGE)
+      .optional()
+      .describe(`At most this many workspaces (default ${LIST_PAGE}).`),
+    cursor: z
+      .string()
+      .max(512)
+      .optional()
+      .describe("The next_cursor of a previous workspace_list: the page after it."),
+  }),
+  output: z.looseObject({
+    count: z.number().int().min(0),
+    workspaces: z.array(listItem),
+    next_cursor: z.string().nullable(),
+  }),
   annotations: READ_ONLY,
-  run: (_a, ctx) => ctx.pyro.listWorkspaces(),
+  async run(a, ctx) {
+    const all = await ctx.pyro.listWorkspaces();
+    return pageWorkspaces(all.workspaces, a.cursor, a.limit ?? LIST_PAGE);
+  },
   render: (r) =>
     r.count === 0
       ? "no workspaces"
       : [
-          `${r.count} workspace(s), most recent activity first:`,
+          `${r.count} workspace(s)${r.workspaces.length < r.count ? `, ${r.workspaces.length} shown` : ""}, most recent activity first:`,
           ...r.workspaces.map((w) => {
             const labels = Object.entries(w.labels)
               .map(([k, v]) => `${k}=${v}`)
               .join(",");
             return `- ${w.workspace_id}${w.name ? ` (${w.name})` : ""}: ${w.state}, ${w.environment} on ${w.backend}, ${w.command_count} command(s), last activity ${w.last_activity_at}${labels ? `, labels ${labels}` : ""}`;
           }),
+          ...(r.next_cursor ? [`more: workspace_list with cursor "${r.next_cursor}"`] : []),
         ].join("\n"),
 });
+
+/**
+ * One page of the listing, most recent activity first (ties by id). The cursor names the
+ * last workspace shown (its activity time and id), not an offset: a workspace that comes
+ * or goes between pages shifts nothing; one whose activity moved it past the cursor since
+ * is shown on no later page (it is on the first).
+ */
+export function pageWorkspaces<W extends { workspace_id: string; last_activity_at: string }>(
+  workspaces: readonly W[],
+  cursor: string | undefined,
+  limit: number,
+): { count: number; workspaces: W[]; next_cursor: string | null } {
+  const sorted = [...workspaces].sort((x, y) =>
+    x.last_activity_at === y.last_activity_at
+      ? x.workspace_id < y.workspace_id
+        ? -1
+        : 1
+      : x.last_activity_at > y.last_activity_at
+        ? -1
+        : 1,
+  );
+  let rest = sorted;
+  if (cursor !== undefined) {
+    const after = decodeListCursor(cursor);
+    rest = sorted.filter(
+      (w) => w.last_activity_at < after.at || (w.last_activity_at === after.at && w.workspace_id > after.id),
+    );
+  }
+  const page = rest.slice(0, limit);
+  const last = page[page.length - 1];
+  return {
+    count: workspaces.length,
+    workspaces: page,
+    next_cursor:
+      rest.length > limit && last
+        ? Buffer.from(JSON.stringify({ at: last.last_activity_at, id: last.workspace_id })).toString(
+            "base64url",
+          )
+        : null,
+  };
+}
+
+function decodeListCursor(cursor: string): { at: string; id: string } {
+  try {
+    const v = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as { at?: unknown; id?: unknown };
+    if (typeof v.at === "string" && typeof v.id === "string") return { at: v.at, id: v.id };
+  } catch {
+    // refused below
+  }
+  throw new PyroError(
+    "invalid_argument",
+    "cursor is not a next_cursor of workspace_list",
+    "call workspace_list without cursor for the first page",
+  );
+}
 
 export const workspaceStatus = defineTool({
   name: "workspace_status",

@@ -185,6 +185,22 @@ describe("MCP host features (in-process, fake backend)", () => {
     expect(new Set(uris).size).toBe(uris.length);
   });
 
+  it("pages workspace_list with limit and next_cursor", async () => {
+    const { count, workspaces: all } = await f.ok("workspace_list");
+    expect(count).toBeGreaterThan(4);
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const r: any = await f.ok("workspace_list", { limit: 2, ...(cursor ? { cursor } : {}) });
+      expect(r.count).toBe(count);
+      expect(r.workspaces.length).toBeLessThanOrEqual(2);
+      seen.push(...r.workspaces.map((w: { workspace_id: string }) => w.workspace_id));
+      cursor = r.next_cursor;
+    } while (cursor);
+    expect(seen).toEqual(all.map((w: { workspace_id: string }) => w.workspace_id));
+    expect((await f.fails("workspace_list", { cursor: "bogus" })).code).toBe("invalid_argument");
+  });
+
   it("completes workspace names and ids, environments, snapshots, services and paths", async () => {
     const complete = async (ref: any, name: string, value: string, context?: Record<string, string>) =>
       (

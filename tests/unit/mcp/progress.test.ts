@@ -39,8 +39,8 @@ describe("MCP progress and cancellation", () => {
     const w = await fx.pyro.createWorkspace({});
     const r = await fx.call("workspace_exec", { workspace_id: w.workspace_id, command: "sleep 1.2" });
     expect(r.isError).toBeFalsy();
-    // Log messages (the create's, the build's) are the logging capability's, not progress.
-    expect(notes.filter((n) => (n as { method: string }).method !== "notifications/message")).toEqual([]);
+    // Log messages and resource list changes (the create's) are other capabilities'.
+    expect(notes.filter((n) => (n as { method: string }).method === "notifications/progress")).toEqual([]);
   });
 
   it("stops the command when the client cancels the call", async () => {
