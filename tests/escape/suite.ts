@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import {
@@ -144,6 +144,13 @@ async function sandboxState(home: string, id: string): Promise<Record<string, un
   } finally {
     db.close();
   }
+}
+
+/** A command's stdout; throws with its stderr when it fails. */
+function spawnSyncText(cmd: string, args: string[], env: Record<string, string> = {}): string {
+  const r = spawnSync(cmd, args, { encoding: "utf8", env: { ...process.env, ...env } });
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed: ${r.stderr}`);
+  return r.stdout;
 }
 
 async function expectRefused(
@@ -405,6 +412,79 @@ export function escapeSuite(backend: BackendName): void {
     it(`${backend}: workspace state on the host is private to its owner (0700)`, async () => {
       const st = await stat(join(ctx.home, "workspaces", ctx.a));
       expect(st.mode & 0o077).toBe(0);
+    });
+
+    // --- workspace commit: the sandbox's .git and files never drive host Git ----------------
+    it(`${backend}: a commit runs no hook, fsmonitor or filter and follows no symlink, whatever the workspace plants`, async () => {
+      const repo = join(ctx.scratch, "commit-repo");
+      const marker = (n: string) => join(ctx.scratch, `git-pwned-${n}`);
+      const g = (...a: string[]) =>
+        spawnSyncText("git", ["-C", repo, ...a], {
+          GIT_AUTHOR_NAME: "t",
+          GIT_AUTHOR_EMAIL: "t@t",
+          GIT_COMMITTER_NAME: "t",
+          GIT_COMMITTER_EMAIL: "t@t",
+        });
+      spawnSyncText("git", ["init", "-q", "-b", "main", repo]);
+      await writeFile(join(repo, "a.txt"), "a\n");
+      g("add", ".");
+      g("commit", "-qm", "seed");
+      // The user's own hooks and a clean filter: a commit by pyro must not run them either.
+      for (const hook of ["reference-transaction", "post-commit", "pre-commit", "post-checkout"]) {
+        await writeFile(join(repo, ".git", "hooks", hook), `#!/bin/sh\ntouch ${marker(`host-${hook}`)}\n`, {
+          mode: 0o755,
+        });
+      }
+      g("config", "filter.evil.clean", `touch ${marker("filter")}; cat`);
+      const configBefore = await readFile(join(repo, ".git", "config"));
+      const w = await ctx.pyro.createWorkspace({ ...create, seedPath: repo });
+      try {
+        const planted = [
+          // The workspace's own repository: hooks, fsmonitor, hooksPath, includes, alternates.
+          ...["post-commit", "pre-commit", "reference-transaction", "fsmonitor-watchman"].map(
+            (h) =>
+              `printf '#!/bin/sh\\ntouch ${marker(`ws-${h}`)}\\n' > .git/hooks/${h} && chmod +x .git/hooks/${h}`,
+          ),
+          `git config core.fsmonitor 'touch ${marker("fsmonitor")}'`,
+          `git config core.hooksPath /workspace/.git/hooks`,
+          `git config include.path ${join(ctx.scratch, "nope")}`,
+          `mkdir -p .git/objects/info && echo ${join(repo, ".git", "objects")} > .git/objects/info/alternates`,
+          // Files: a filter request, symlinks out, a submodule trick, a nested repository.
+          "printf '* filter=evil\\n' > .gitattributes",
+          `ln -s ${ctx.canary} canary-link`,
+          "ln -s / root-link",
+          "mkdir -p x/.git && printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' > x/.git/config && echo inner > x/file",
+        ].join(" && ");
+        await ctx.pyro.writeWorkspaceFile(
+          w.workspace_id,
+          ".gitmodules",
+          `[submodule "x"]\n\tpath = x\n\turl = ext::sh -c touch% ${marker("submodule")}\n`,
+        );
+        const r = await ctx.pyro.execWorkspace(w.workspace_id, planted);
+        expect(r.exit_code, r.stderr).toBe(0);
+        const c = await ctx.pyro.commitWorkspace(w.workspace_id, { branch: "pyro/escape" });
+        expect(c.files.map((f) => f.path)).not.toContain("x/.git/config");
+        // Nothing ran on the host.
+        expect((await readdir(ctx.scratch)).filter((n) => n.startsWith("git-pwned-"))).toEqual([]);
+        // Symlinks are committed as links (their target text), never followed.
+        expect(g("cat-file", "-p", "pyro/escape:canary-link")).toBe(ctx.canary);
+        expect(
+          g("ls-tree", "pyro/escape", "canary-link", "root-link")
+            .split("\n")
+            .filter(Boolean)
+            .map((l) => l.split(" ")[0]),
+        ).toEqual(["120000", "120000"]);
+        expect(g("ls-tree", "-r", "--name-only", "pyro/escape")).not.toContain(".git/");
+        // The host repository's config, HEAD and hooks are as they were; no alternates appeared.
+        expect(await readFile(join(repo, ".git", "config"))).toEqual(configBefore);
+        expect(g("symbolic-ref", "HEAD").trim()).toBe("refs/heads/main");
+        expect(existsSync(join(repo, ".git", "objects", "info", "alternates"))).toBe(false);
+        // A later git command on the host does not run anything the workspace planted either.
+        g("log", "--oneline", "pyro/escape");
+        expect((await readdir(ctx.scratch)).filter((n) => n.startsWith("git-pwned-"))).toEqual([]);
+      } finally {
+        await ctx.pyro.deleteWorkspace(w.workspace_id).catch(() => {});
+      }
     });
 
     // --- shells ---------------------------------------------------------------------------
