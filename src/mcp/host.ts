@@ -28,11 +28,11 @@ import {
   type Resource,
   type ServerNotification,
   type ServerRequest,
-  SetLevelRequestSchema,
   SubscribeRequestSchema,
   type Tool,
   UnsubscribeRequestSchema,
 } from "@modelcontextprotocol/sdk/types.js";
+import { z } from "zod";
 import { type EngineEvent, EVENT_LEVELS } from "../core/events.js";
 import { type PyroError, toPyroError } from "../errors.js";
 import type { Pyro } from "../sdk/pyro.js";
@@ -98,12 +98,15 @@ export function registerHostFeatures(server: McpServer, o: HostOptions): HostHoo
     initialized = true;
     prevInit?.();
   };
-  low.setRequestHandler(SetLevelRequestSchema, (req) => {
-    const parsed = LoggingLevelSchema.safeParse(req.params.level);
+  // Lenient on purpose: an unknown level is answered -32602 (invalid params) with the
+  // levels, where the SDK's own schema check would answer -32603 (internal error).
+  low.setRequestHandler(LENIENT_SET_LEVEL, (req) => {
+    const raw = (req.params as { level?: unknown } | undefined)?.level;
+    const parsed = LoggingLevelSchema.safeParse(raw);
     if (!parsed.success)
       throw new McpError(
         ErrorCode.InvalidParams,
-        `unknown logging level '${String(req.params.level)}'; levels: ${EVENT_LEVELS.join(", ")}`,
+        `unknown logging level '${String(raw).slice(0, 64)}'; levels: ${EVENT_LEVELS.join(", ")}`,
       );
     level = parsed.data;
     return {};
@@ -334,6 +337,8 @@ const REFUSALS = new Set([
   "workspace_stopped",
   "cancelled",
 ]);
+
+const LENIENT_SET_LEVEL = z.object({ method: z.literal("logging/setLevel"), params: z.unknown() });
 
 // ---- pagination ----
 

@@ -80,6 +80,36 @@ describe("the MCP Inspector CLI against pyro mcp serve", () => {
     });
   });
 
+  it("lists prompts, resources and resource templates, gets a prompt and sets the log level", async () => {
+    const prompts = await inspector("--method", "prompts/list");
+    expect(prompts.code, prompts.stderr).toBe(0);
+    expect(JSON.parse(prompts.stdout).prompts.map((p: { name: string }) => p.name)).toEqual([
+      "repro-fix",
+      "inspect",
+      "parallel-workspaces",
+    ]);
+    const got = await inspector(
+      "--method",
+      "prompts/get",
+      "--prompt-name",
+      "repro-fix",
+      "--prompt-args",
+      "command=npm test",
+    );
+    expect(got.code, got.stderr).toBe(0);
+    expect(JSON.parse(got.stdout).messages[0].content.text).toContain("`npm test`");
+    const resources = await inspector("--method", "resources/list");
+    expect(JSON.parse(resources.stdout).resources).toEqual([
+      expect.objectContaining({ uri: "pyro://workspaces", mimeType: "application/json" }),
+    ]);
+    const templates = await inspector("--method", "resources/templates/list");
+    expect(JSON.parse(templates.stdout).resourceTemplates).toHaveLength(3);
+    // The Inspector CLI takes its own names (trace, debug, info, warn, error) and sends them
+    // as they are: only debug, info and error are MCP levels too.
+    const level = await inspector("--method", "logging/setLevel", "--log-level", "error");
+    expect(level.code, level.stderr).toBe(0);
+  });
+
   it.skipIf(sandboxSkip !== "")(
     `calls vm_run in a real sandbox${sandboxSkip ? ` (skipped: ${sandboxSkip})` : ""}`,
     async () => {
