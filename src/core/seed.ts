@@ -57,7 +57,12 @@ export async function seedInto(
     );
   }
   const excluded = await realPaths(exclude);
-  const keep = (path: string) => !excluded.some((e) => path === e || path.startsWith(`${e}/`));
+  // The clones pyro keeps (beside `cloneAt`) may be seeded even though they are in its home:
+  // `mcp serve --repo-url` seeds its workspaces from one.
+  const repos = cloneAt ? await realPaths([dirname(cloneAt)]) : [];
+  const keep = (path: string) =>
+    repos.some((r) => path.startsWith(`${r}/`)) ||
+    !excluded.some((e) => path === e || path.startsWith(`${e}/`));
   if (await isGitCheckout(src)) return seedFromGitCheckout(dest, src, src, signal, undefined, keep);
   await copyTree(await realpath(src), dest, await realpath(dest), keep);
   const size = await treeSize(dest);

@@ -1,4 +1,4 @@
-import { mkdtemp, rm, stat } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { cloneRepo, gitToplevel } from "../core/git.js";
@@ -34,6 +34,12 @@ export interface SeedFlags {
   repoRef?: string | undefined;
   /** The directory the server was started in. */
   cwd: string;
+  /**
+   * Where a --repo-url clone is kept ($PYRO_HOME/repos): workspaces seeded from it commit
+   * their branches there, so it outlives the server once a workspace used it. Without it,
+   * a private temp directory removed at close.
+   */
+  reposDir?: string | undefined;
 }
 
 /**
@@ -50,7 +56,7 @@ export async function defaultSeed(flags: SeedFlags): Promise<DefaultSeed> {
   if (flags.repoUrl !== undefined) {
     if (flags.projectPath !== undefined)
       throw new PyroError("invalid_argument", "pass either --project-path or --repo-url, not both");
-    return new RepoSeed(flags.repoUrl, flags.repoRef);
+    return new RepoSeed(flags.repoUrl, flags.repoRef, flags.reposDir);
   }
   if (flags.projectPath !== undefined) {
     const dir = resolve(flags.cwd, flags.projectPath);
@@ -85,15 +91,21 @@ export class LocalSeed implements DefaultSeed {
   async close(): Promise<void> {}
 }
 
-/** A clean clone of --repo-url (at --repo-ref), made once per server in a private temp directory. */
+/**
+ * A clean clone of --repo-url (at --repo-ref), made once per server under `reposDir` (or
+ * a private temp directory). Removed at close unless a workspace was seeded from it
+ * (that workspace's `workspace_commit` writes its branch into this clone).
+ */
 class RepoSeed implements DefaultSeed {
   private clone: Promise<DefaultSeedInfo> | undefined;
   private tmp: string | undefined;
   private closed = false;
+  private used = false;
 
   constructor(
     private readonly url: string,
     private readonly ref: string | undefined,
+    private readonly reposDir?: string | undefined,
   ) {}
 
   describe(): string {
@@ -112,7 +124,9 @@ class RepoSeed implements DefaultSeed {
 
   async resolve(signal?: AbortSignal): Promise<DefaultSeedInfo> {
     // The clone is shared by every call; a cancelled call stops waiting, the clone goes on.
-    return abortable(this.start(), signal);
+    const info = await abortable(this.start(), signal);
+    this.used = true;
+    return info;
   }
 
   private start(): Promise<DefaultSeedInfo> {
@@ -128,7 +142,8 @@ class RepoSeed implements DefaultSeed {
   }
 
   private async cloneOnce(): Promise<DefaultSeedInfo> {
-    const tmp = await mkdtemp(join(tmpdir(), "pyro-mcp-clone-"));
+    if (this.reposDir) await mkdir(this.reposDir, { recursive: true, mode: 0o700 });
+    const tmp = await mkdtemp(join(this.reposDir ?? tmpdir(), this.reposDir ? "server-" : "pyro-mcp-clone-"));
     this.tmp = tmp;
     const dir = join(tmp, "repo");
     try {
@@ -151,7 +166,7 @@ class RepoSeed implements DefaultSeed {
   async close(): Promise<void> {
     this.closed = true;
     await this.clone?.catch(() => {});
-    if (this.tmp) await rm(this.tmp, { recursive: true, force: true });
+    if (this.tmp && !(this.used && this.reposDir)) await rm(this.tmp, { recursive: true, force: true });
   }
 }
 

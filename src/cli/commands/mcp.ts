@@ -1,7 +1,7 @@
 import { stat } from "node:fs/promises";
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import { debugEnabled } from "../../core/config.js";
+import { debugEnabled, resolvePaths } from "../../core/config.js";
 import { EXIT_OK, PyroError, toPyroError } from "../../errors.js";
 import { parseHttpAddress, serveHttp } from "../../mcp/http.js";
 import { MODE_NAMES, PROFILE_NAMES, toolSet } from "../../mcp/profiles.js";
@@ -77,6 +77,7 @@ async function serve(ctx: CliContext, o: ServeFlags): Promise<number> {
       repoUrl: o.repoUrl,
       repoRef: o.repoRef,
       cwd,
+      reposDir: join(resolvePaths({ env: ctx.io.env }).home, "repos"),
     });
     const allowHostPaths = await allowedDirs(cwd, o.allowHostPath);
     prefetch(seed);

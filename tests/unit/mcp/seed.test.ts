@@ -1,11 +1,11 @@
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PyroError } from "../../../src/errors.js";
-import { defaultSeed, NO_SEED } from "../../../src/mcp/seed.js";
+import { defaultSeed, NO_SEED, prefetch } from "../../../src/mcp/seed.js";
 
 const GIT_ENV = {
   ...process.env,
@@ -101,6 +101,20 @@ describe("the default seed of an MCP server", () => {
     expect(seed.describe()).toContain(bare);
     await seed.close();
     expect(existsSync(a!.path)).toBe(false);
+  });
+
+  it("keeps a --repo-url clone under reposDir once a workspace used it (its branches go there), and drops an unused one", async () => {
+    const reposDir = join(root, "repos");
+    const unused = await defaultSeed({ cwd: "/", repoUrl: bare, reposDir });
+    prefetch(unused);
+    await unused.close();
+    const used = await defaultSeed({ cwd: "/", repoUrl: bare, reposDir });
+    const info = await used.resolve();
+    expect(info!.path.startsWith(`${reposDir}/server-`)).toBe(true);
+    await used.close();
+    expect(readFileSync(join(info!.path, "src", "app.py"), "utf8")).toBe("print(2)\n");
+    // Only the used clone is left.
+    expect((await readdir(reposDir)).length).toBe(1);
   });
 
   it("checks out --repo-ref, a branch or a commit", async () => {
