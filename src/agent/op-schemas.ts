@@ -122,7 +122,11 @@ export const patchApplyResult = z.strictObject({
   files: z.array(z.strictObject({ path: z.string(), status: changeStatus })),
 });
 
-export const diffArgs = z.strictObject({ base: pathArg });
+export const diffArgs = z.strictObject({
+  base: pathArg,
+  /** false: entries and summary only, no patch text (`workspace commit` needs no patch). */
+  patch: z.boolean().default(true),
+});
 export const diffResult = z.strictObject({
   changed: z.boolean(),
   patch: z.string(),

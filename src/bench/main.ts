@@ -7,6 +7,8 @@ import type { BackendName } from "../backends/backend.js";
 import { ensureDiskImage } from "../backends/disk-image.js";
 import { Pyro } from "../sdk/pyro.js";
 import { run } from "../util/run.js";
+import { commitRows } from "./commit.js";
+import { mcpRows } from "./mcp.js";
 import { networkRows } from "./network.js";
 import { qemuRows } from "./qemu.js";
 import { serviceRows } from "./services.js";
@@ -18,7 +20,7 @@ const pexec = promisify(execFile);
 /**
  * `npm run bench`: every capability against a raw floor measured in the same run, as a
  * ratio (machines differ; ratios measured together travel). Prints a table, and the rows
- * as JSON with --json. --quick: fewer runs. --only=network: only the egress proxy rows; --only=services: only the service row; --only=shells: only the shell row.
+ * as JSON with --json. --quick: fewer runs. --only=network: only the egress proxy rows; --only=services: only the service row; --only=shells: only the shell row; --only=commit: only the workspace commit row; --only=mcp: only the MCP rows.
  */
 async function main(): Promise<void> {
   const json = process.argv.includes("--json");
@@ -26,6 +28,8 @@ async function main(): Promise<void> {
   const log = (s: string) => process.stderr.write(`${s}\n`);
   if (process.argv.includes("--only=services")) return output(await serviceRows({ quick, log }), {}, json);
   if (process.argv.includes("--only=shells")) return output(await shellRows({ quick, log }), {}, json);
+  if (process.argv.includes("--only=mcp")) return output(await mcpRows({ quick, log }), {}, json);
+  if (process.argv.includes("--only=commit")) return output(await commitRows({ quick, log }), {}, json);
   if (process.argv.includes("--only=network")) {
     const extra: Record<string, unknown> = {};
     const rows = await networkRows({ quick, log, extra });
@@ -219,6 +223,10 @@ async function main(): Promise<void> {
     rows.push(...(await serviceRows({ quick, log })));
     log("bench: shells");
     rows.push(...(await shellRows({ quick, log })));
+    log("bench: mcp");
+    rows.push(...(await mcpRows({ quick, log })));
+    log("bench: workspace commit");
+    rows.push(...(await commitRows({ quick, log })));
   } finally {
     await pyro.close();
     await rm(home, { recursive: true, force: true });

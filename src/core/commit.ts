@@ -222,13 +222,20 @@ export async function commitWorkspace(ws: Workspaces, idOrName: string, options:
   const scratch = await mkdtemp(join(tmpdir(), "pyro-commit-"));
   try {
     const git = new HostGit(gitDir, scratch, options.signal);
-    if ((await git.run(["cat-file", "-e", `${seed.commit}^{commit}`])).exitCode !== 0)
+    // One look-up for the seed commit, its tree and the branch: "<id> <type> <size>" or "<name> missing".
+    const [seedLine = "", treeLine = "", refLine = ""] = (
+      await git.must(["cat-file", "--batch-check"], {
+        input: `${seed.commit}^{commit}\n${seed.commit}^{tree}\n${ref}\n`,
+      })
+    ).split("\n");
+    if (seedLine.split(" ")[1] !== "commit")
       throw new PyroError(
         "conflict",
         `the seed commit ${seed.commit.slice(0, 12)} is not in ${seed.repository}`,
         "the repository was rewritten since the workspace was created",
       );
-    const old = (await git.run(["rev-parse", "-q", "--verify", ref])).stdout.trim();
+    const seedTree = treeLine.split(" ")[0]!;
+    const old = refLine.endsWith(" missing") ? "" : refLine.split(" ")[0]!;
     if (old && !options.force)
       throw new PyroError(
         "conflict",
@@ -239,7 +246,7 @@ export async function commitWorkspace(ws: Workspaces, idOrName: string, options:
 
     const changes = await ws.withAgent(w0.workspace_id, "files", async (agent, w, journal) => {
       await ws.exposeSnapshot(w, "baseline", agent);
-      const d = await agent.request("diff", { base: ws.agentSnapshotPath(w, "baseline") });
+      const d = await agent.request("diff", { base: ws.agentSnapshotPath(w, "baseline"), patch: false });
       for (const e of d.entries) checkGitPath(e.path);
       const wanted = d.entries.filter((e) => e.status !== "deleted").map((e) => e.path);
       const archive = join(scratch, "changed.tar");
@@ -302,7 +309,6 @@ export async function commitWorkspace(ws: Workspaces, idOrName: string, options:
     ];
     await git.must(["update-index", "-z", "--index-info"], { input: lines.join(""), env: index });
     const tree = (await git.must(["write-tree"], { env: index })).trim();
-    const seedTree = (await git.must(["rev-parse", `${seed.commit}^{tree}`])).trim();
     if (tree === seedTree)
       throw new PyroError(
         "conflict",
@@ -312,12 +318,12 @@ export async function commitWorkspace(ws: Workspaces, idOrName: string, options:
     const message =
       options.message ??
       `Changes from pyro workspace ${w0.name ?? w0.workspace_id}\n\nWorkspace ${w0.workspace_id} (${w0.environment} on ${w0.backend}).\n`;
-    const commit = (
-      await git.must(["commit-tree", tree, "-p", seed.commit, "-F", "-"], {
-        input: message.endsWith("\n") ? message : `${message}\n`,
-        env: await identity(git),
-      })
-    ).trim();
+    const commit = await commitTree(
+      git,
+      tree,
+      seed.commit,
+      message.endsWith("\n") ? message : `${message}\n`,
+    );
     const upd = await git.run([
       "update-ref",
       "-m",
@@ -368,14 +374,18 @@ async function refuseCheckedOut(git: HostGit, ref: string, branch: string): Prom
     );
 }
 
-/** The committer and author: whatever Git would use here, else pyro's. */
-async function identity(git: HostGit): Promise<Record<string, string>> {
+/**
+ * `commit-tree` as the user: the identity Git would use here; where Git has none (no
+ * user.name/email anywhere), as pyro.
+ */
+async function commitTree(git: HostGit, tree: string, parent: string, message: string): Promise<string> {
+  const argv = ["commit-tree", tree, "-p", parent, "-F", "-"];
+  const first = await git.run(argv, { input: message });
+  if (first.exitCode === 0) return first.stdout.trim();
+  if (!/ident|tell me who you are|email/i.test(first.stderr)) await git.must(argv, { input: message });
+  const pyro = { NAME: "pyro", EMAIL: "pyro@localhost" };
   const env: Record<string, string> = {};
-  for (const who of ["AUTHOR", "COMMITTER"]) {
-    if ((await git.run(["var", `GIT_${who}_IDENT`])).exitCode !== 0) {
-      env[`GIT_${who}_NAME`] = "pyro";
-      env[`GIT_${who}_EMAIL`] = "pyro@localhost";
-    }
-  }
-  return env;
+  for (const who of ["AUTHOR", "COMMITTER"])
+    for (const [k, v] of Object.entries(pyro)) env[`GIT_${who}_${k}`] = process.env[`GIT_${who}_${k}`] || v;
+  return (await git.must(argv, { input: message, env })).trim();
 }

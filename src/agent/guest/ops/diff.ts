@@ -182,7 +182,7 @@ export const diff: OpHandler<"diff"> = async (args, ctx) => {
     else if (await same(old, cur)) continue;
     else status = "modified";
     entries.push({ path: rel, status });
-    if (truncated) continue;
+    if (truncated || !args.patch) continue;
     const text = await renderOne(rel, old, cur);
     if (size + text.length > MAX_DIFF_PATCH_BYTES) {
       truncated = true;
