@@ -11,14 +11,16 @@ import {
 import { type KvmCheck, kvmCheck } from "../backends/kvm.js";
 import { BACKENDS, backendEntry, chooseDefault } from "../backends/registry.js";
 import type { Builder } from "../env/builder.js";
-import { OCI_DIR } from "../env/cache.js";
+import { OCI_DIR, type PullOptions } from "../env/cache.js";
 import { DebootstrapBuilder } from "../env/debootstrap.js";
 import { OciBuilder } from "../env/oci/builder.js";
+import { RecipeBuilder } from "../env/recipe.js";
 import { PyroError } from "../errors.js";
 import { StateStore } from "../state/store.js";
 import { makeDirsSync } from "../util/fs.js";
 import { type ConfigOptions, loadConfig, type PyroConfig, type PyroPaths } from "./config.js";
 import { EngineEvents, ObservedEnvironmentCache } from "./events.js";
+import { runRecipe, seedRecipeEnvironment } from "./recipes.js";
 import { Workspaces } from "./workspaces.js";
 
 /** Paths, env and mirror come from ConfigOptions (src/core/config.ts). */
@@ -70,6 +72,7 @@ export class Engine {
     const builders = options.builders ?? [
       new DebootstrapBuilder({ debCacheDir: this.paths.debCacheDir, ...(mirror ? { mirror } : {}) }),
       new OciBuilder({ storeDir: join(this.paths.environmentsDir, OCI_DIR), env: this.env }),
+      new RecipeBuilder((spec, ctx) => runRecipe(this, spec, ctx)),
     ];
     this.environments = new ObservedEnvironmentCache(this.paths.environmentsDir, builders, () =>
       this.rootfsInUse(),
@@ -85,6 +88,11 @@ export class Engine {
     };
     this.injected = new Set(Object.keys(options.backends ?? {}) as BackendName[]);
     this.workspaces = new Workspaces(this);
+  }
+
+  /** The environment a seed repository's `.pyro/environment.toml` builds (null without one). */
+  seedRecipe(seedPath: string, options: PullOptions = {}): Promise<string | null> {
+    return seedRecipeEnvironment(this, seedPath, options);
   }
 
   /** Root filesystems of every workspace (environment prune keeps them). */

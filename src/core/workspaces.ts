@@ -6,7 +6,7 @@ import { AgentError } from "../agent/errors.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { DISK_LIMITED } from "../backends/disk-image.js";
 import type { BuildProgress } from "../env/builder.js";
-import type { EnvironmentCache } from "../env/cache.js";
+import type { EnvironmentCache, PullOptions } from "../env/cache.js";
 import { ACTIONS, PyroError, toPyroError } from "../errors.js";
 import type { StateStore } from "../state/store.js";
 import type {
@@ -140,6 +140,8 @@ export interface WorkspaceDeps {
   readonly appDir: string;
   /** Test-only destination overrides for the egress proxy (EngineOptions.networkTestHosts). */
   readonly networkTestHosts?: Record<string, string> | undefined;
+  /** The environment a seed's `.pyro/environment.toml` builds, or null without one (core/recipes.ts). */
+  seedRecipe?(seedPath: string, options: PullOptions): Promise<string | null>;
   /** Where lifecycle events go (sandbox starts and restarts, workspaces created and removed). */
   readonly events?: EngineEvents;
 }
@@ -292,7 +294,15 @@ export class Workspaces {
   }
 
   async create(options: CreateOptions) {
-    const environment = options.environment ?? "debian:12";
+    // No environment named: the seed repository's recipe, when it has one.
+    const recipeEnv =
+      options.environment === undefined && options.seed_path && this.engine.seedRecipe
+        ? await this.engine.seedRecipe(options.seed_path, {
+            ...(options.signal ? { signal: options.signal } : {}),
+            ...(options.on_progress ? { onProgress: options.on_progress } : {}),
+          })
+        : null;
+    const environment = options.environment ?? recipeEnv ?? "debian:12";
     const backend = await this.engine.chooseBackend(options.backend, options.allow_host_compat === true);
     const { diskMib, policy, ports } = this.checkCreate(options, backend);
     // Secrets first: a missing host variable or terminal fails before anything is made.

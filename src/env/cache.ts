@@ -110,7 +110,31 @@ export class EnvironmentCache {
   }
 
   async info(name: string): Promise<EnvironmentInfo> {
-    return this.infoOf(findEnvironment(name));
+    return this.infoOf(await this.resolve(name));
+  }
+
+  /**
+   * The spec a name stands for: an official environment, else an environment built
+   * under that name (`pyro env build NAME`, newest build first), else an image reference.
+   */
+  async resolve(name: string): Promise<EnvironmentSpec> {
+    if (!OFFICIAL_ENVIRONMENTS.some((e) => e.name === name)) {
+      const built = await this.findBuilt(name);
+      if (built) return this.specOf(built);
+    }
+    return findEnvironment(name);
+  }
+
+  /** The newest finished build of a recipe named `name`, if any. */
+  async findBuilt(name: string): Promise<EnvironmentManifest | null> {
+    const prefix = entryDirName({ name, description: "", source: { kind: "oci", reference: "" } }, "");
+    let best: EnvironmentManifest | null = null;
+    for (const d of await this.dirNames()) {
+      if (!d.startsWith(prefix)) continue;
+      const m = await this.readManifest(join(this.root, d));
+      if (m?.name === name && m.source.kind === "recipe" && (!best || m.built_at > best.built_at)) best = m;
+    }
+    return best;
   }
 
   async infoOf(spec: EnvironmentSpec): Promise<EnvironmentInfo> {
@@ -159,7 +183,7 @@ export class EnvironmentCache {
    * into a private directory, write the manifest, rename into place.
    */
   async pull(name: string, options: PullOptions = {}): Promise<PullResult> {
-    return this.pullSpec(findEnvironment(name), options);
+    return this.pullSpec(await this.resolve(name), options);
   }
 
   /** `pull` for a spec that is not in the catalog (recipes). */

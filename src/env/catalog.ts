@@ -33,8 +33,8 @@ export interface RecipeSource {
   base_key: string;
   apt: string[];
   run: string[];
-  /** Host files copied in: `dest` in the environment, `sha256` of the content copied. */
-  copy: { src: string; dest: string; sha256: string }[];
+  /** Host files copied in: `dest` in the environment, `sha256` of the tree copied (where it came from is not part of the key). */
+  copy: { dest: string; sha256: string }[];
 }
 
 export type EnvironmentSource = DebootstrapSource | OciSource | RecipeSource;

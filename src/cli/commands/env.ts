@@ -1,6 +1,8 @@
 import { createInterface } from "node:readline/promises";
 import type { Command } from "commander";
+import { buildRecipe } from "../../core/recipes.js";
 import type { EnvironmentSource } from "../../env/catalog.js";
+import { checkRecipe } from "../../env/recipe.js";
 import { formatBytes } from "../../util/fs.js";
 import type { CliContext } from "../main.js";
 import { act, table } from "../output.js";
@@ -66,6 +68,46 @@ export function registerEnv(program: Command, ctx: CliContext): void {
           `${r.package_count ? `, ${r.package_count} packages` : ""}${r.digest ? `\n  digest ${r.digest}` : ""}\n  ${r.path}`,
       );
     });
+
+  env
+    .command("build")
+    .description(
+      "build an environment from a recipe: a base plus apt packages, copied files and commands, run in a sandbox with network egress; cached by recipe",
+    )
+    .argument("<name>", "name of the built environment (lowercase, optional :TAG)")
+    .requiredOption("--from <env>", "base environment: official, an image reference, or a built one")
+    .option("--apt <pkg>", "Debian package to install (repeatable)", collect, [])
+    .option("--run <cmd>", "shell command to run, in order (repeatable)", collect, [])
+    .option("--copy <src:dest>", "host file or directory to copy in (repeatable)", collect, [])
+    .option("--json", "print the structured result")
+    .action(
+      async (
+        name: string,
+        opts: { from: string; apt: string[]; run: string[]; copy: string[]; json?: boolean },
+      ) => {
+        const progress = progressReporter(ctx.io, name);
+        ctx.exitCode = await act(
+          ctx.io,
+          opts,
+          async () => {
+            const recipe = checkRecipe(
+              { name, from: opts.from, apt: opts.apt, run: opts.run, copy: opts.copy },
+              process.cwd(),
+            );
+            try {
+              return await buildRecipe(ctx.engine(), recipe, {
+                onProgress: progress.update,
+                signal: ctx.signal,
+              });
+            } finally {
+              progress.done();
+            }
+          },
+          (r) =>
+            `${r.name}: ${r.cache_hit ? "cache hit" : "built"} in ${(r.duration_ms / 1000).toFixed(1)}s, ${formatBytes(r.size_bytes)}\n  ${r.path}`,
+        );
+      },
+    );
 
   env
     .command("inspect")
@@ -174,4 +216,8 @@ async function confirm(io: { stderr: NodeJS.WritableStream }, question: string):
   } finally {
     rl.close();
   }
+}
+
+function collect(value: string, previous: string[]): string[] {
+  return [...previous, value];
 }
