@@ -1,0 +1,138 @@
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
+import { CallToolResultSchema, ListToolsResultSchema } from "@modelcontextprotocol/sdk/types.js";
+import { createServer } from "../mcp/server.js";
+import { Pyro } from "../sdk/pyro.js";
+import { type BenchRow, median, row } from "./stats.js";
+
+const PYRO_BIN = fileURLToPath(new URL("../../bin/pyro.js", import.meta.url));
+
+/**
+ * MCP as a host drives it: `pyro mcp serve` over stdio (a child process, as chat hosts
+ * launch it), against the same work done in-process.
+ * - tools/list of workspace-full over stdio vs the same server on an in-memory transport;
+ * - a workspace_exec of `true` over stdio vs the SDK's execWorkspace in-process (one agent
+ *   round trip either way: the row is what the MCP layer and the pipe add);
+ * - a 10 MB output (`seq 1 1400000`) over stdio, fitted under the result bound, vs the
+ *   SDK's exec of the same command with the same cap.
+ * On bwrap.
+ */
+export async function mcpRows(o: { quick: boolean; log: (s: string) => void }): Promise<BenchRow[]> {
+  const home = await mkdtemp(join(tmpdir(), "pyro-bench-mcp-"));
+  const pyro = new Pyro({ home });
+  let stdio: Client | undefined;
+  let local: Client | undefined;
+  try {
+    try {
+      await pyro.engine.chooseBackend("bwrap", false);
+    } catch (err) {
+      o.log(`bench: mcp rows skipped: ${(err as Error).message}`);
+      return [];
+    }
+    const runs = o.quick ? 10 : 40;
+    const w = await pyro.createWorkspace({ backend: "bwrap" });
+    const id = w.workspace_id;
+
+    const env = Object.fromEntries(
+      Object.entries({ ...process.env, PYRO_HOME: home, PYRO_DEBUG: "" }).filter(
+        (e): e is [string, string] => e[1] !== undefined,
+      ),
+    );
+    stdio = new Client({ name: "pyro-bench", version: "0" });
+    await stdio.connect(
+      new StdioClientTransport({
+        command: process.execPath,
+        args: [PYRO_BIN, "mcp", "serve", "--profile", "workspace-full"],
+        env,
+        cwd: home,
+        stderr: "ignore",
+      }),
+    );
+    const server = createServer(pyro, { profile: "workspace-full", baseDir: home });
+    const [a, b] = InMemoryTransport.createLinkedPair();
+    local = new Client({ name: "pyro-bench-local", version: "0" });
+    await Promise.all([server.connect(b), local.connect(a)]);
+
+    const time = async (f: () => Promise<unknown>) => {
+      const t = performance.now();
+      await f();
+      return performance.now() - t;
+    };
+    const stdioClient = stdio;
+    const localClient = local;
+    // Raw requests: the server and the transport, not the SDK client's schema compilation
+    // (Client.listTools compiles every output schema with Ajv: ~70 ms here, on any transport).
+    const exec = (command: string) =>
+      stdioClient.request(
+        {
+          method: "tools/call",
+          params: { name: "workspace_exec", arguments: { workspace_id: id, command } },
+        },
+        CallToolResultSchema,
+      );
+    const listOver = (c: Client) => c.request({ method: "tools/list" }, ListToolsResultSchema);
+    // Warm every path once (module loads, the agent connection, schema compilation).
+    await stdioClient.listTools();
+    await localClient.listTools();
+    await exec("true");
+    await pyro.execWorkspace(id, "true");
+
+    const list: number[] = [];
+    const listFloor: number[] = [];
+    const trip: number[] = [];
+    const tripFloor: number[] = [];
+    for (let i = 0; i < runs; i++) {
+      list.push(await time(() => listOver(stdioClient)));
+      listFloor.push(await time(() => listOver(localClient)));
+    }
+    for (let i = 0; i < runs; i++) {
+      trip.push(await time(() => exec("true")));
+      tripFloor.push(await time(() => pyro.execWorkspace(id, "true")));
+    }
+    const big: number[] = [];
+    const bigFloor: number[] = [];
+    for (let i = 0; i < Math.max(3, runs / 8); i++) {
+      big.push(await time(() => exec("seq 1 1400000")));
+      bigFloor.push(await time(() => pyro.execWorkspace(id, "seq 1 1400000", { maxOutputBytes: 16 * 1024 })));
+    }
+    await pyro.deleteWorkspace(id);
+    const rows = [
+      row(
+        "MCP stdio: tools/list (workspace-full, 36 tools)",
+        median(list),
+        "same server, in-memory transport",
+        median(listFloor),
+        { max: 10 },
+      ),
+      row(
+        "MCP stdio: workspace_exec true, bwrap",
+        median(trip),
+        "SDK execWorkspace true (in-process)",
+        median(tripFloor),
+        {
+          max: 2,
+        },
+      ),
+      row(
+        "MCP stdio: workspace_exec of 10 MB output (fitted)",
+        median(big),
+        "SDK execWorkspace, same command and cap",
+        median(bigFloor),
+        { max: 1.5 },
+      ),
+    ];
+    for (const r of rows)
+      o.log(`bench: ${r.name} ${r.value_ms.toFixed(1)} ms vs ${r.floor_ms.toFixed(1)} ms`);
+    return rows;
+  } finally {
+    await stdio?.close().catch(() => {});
+    await local?.close().catch(() => {});
+    await pyro.close();
+    await rm(home, { recursive: true, force: true });
+  }
+}
