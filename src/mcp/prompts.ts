@@ -115,7 +115,13 @@ export const PROMPTS: readonly PromptDefinition[] = [
         text: () => "Review the whole change with workspace_diff: keep it minimal, no debugging leftovers.",
       },
       {
+        tools: ["workspace_commit"],
+        text: () =>
+          "Hand the fix back with workspace_commit: one commit on a new branch of the seed repository, without touching the user's working tree or current branch.",
+      },
+      {
         tools: ["workspace_export"],
+        unless: "workspace_commit",
         text: () =>
           "Take the fix out with workspace_export (a file or directory to a host path) if the user wants it.",
       },
