@@ -192,7 +192,9 @@ export const MODES = {
       "workspace_summary",
       "workspace_delete",
     ],
-    fullCreate: false,
+    // A fresh repository installs its dependencies (network policy) and serves on a
+    // published port: the use case needs the full create options.
+    fullCreate: true,
   },
   "review-eval": {
     kind: "mode",

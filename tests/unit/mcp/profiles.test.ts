@@ -77,7 +77,8 @@ describe("profiles and modes", () => {
   it("only workspace-full offers network options on create", () => {
     expect(toolSet({ profile: "workspace-full" }).fullCreate).toBe(true);
     for (const p of ["vm-run", "workspace-core"]) expect(toolSet({ profile: p }).fullCreate).toBe(false);
-    for (const m of MODE_NAMES) expect(toolSet({ mode: m }).fullCreate).toBe(false);
+    // cold-start installs dependencies and serves on a published port: it has them too.
+    for (const m of MODE_NAMES) expect(toolSet({ mode: m }).fullCreate, m).toBe(m === "cold-start");
   });
 
   it("refuses unknown names and a profile together with a mode", () => {
