@@ -1,3 +1,4 @@
+import { LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bwrapSkipReason, type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js";
 import { launchStdio, type StdioServer } from "./helpers.js";
@@ -42,6 +43,10 @@ describe.skipIf(skip !== "")(
         path: "srv.js",
         text: `require("http").createServer((q, r) => r.end("mcp " + q.url)).listen(18082, "127.0.0.1")`,
       });
+      const warnings: string[] = [];
+      server.client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
+        if (n.params.level === "warning") warnings.push((n.params.data as { message: string }).message);
+      });
       // The server inside, the proxy's answer to a name that resolves to this machine.
       const r = await server.ok("workspace_exec", {
         workspace_id: w.workspace_id,
@@ -56,6 +61,14 @@ describe.skipIf(skip !== "")(
       expect(blocks).toMatchObject({ network_policy: "egress", count: 1 });
       expect(blocks.blocks[0]).toMatchObject({ kind: "network", target: "localhost:9", count: 1 });
       expect(blocks.blocks[0].reason).toMatch(/loopback/);
+      // A person watching the host is told, with the command that would approve it.
+      expect(warnings).toContainEqual(
+        expect.stringMatching(
+          new RegExp(
+            `network policy egress refused localhost:9 .*pyro workspace network approve ${w.workspace_id} localhost:9`,
+          ),
+        ),
+      );
       // Approval is the user's: no tool for it, and workspace_update does not take a policy.
       const tools = (await server.client.listTools()).tools.map((t) => t.name);
       expect(tools).toContain("workspace_network_blocks");

@@ -84,7 +84,9 @@ describe("MCP host features (in-process, fake backend)", () => {
       expect.stringMatching(/^info workspace ws_\w+ \(loud\): sandbox started on bwrap$/),
       expect.stringMatching(/^info workspace ws_\w+ \(loud\) deleted$/),
     ]);
-    await expect(f.client.setLoggingLevel("loud" as never)).rejects.toThrow(/-32602.*unknown logging level 'loud'/);
+    await expect(f.client.setLoggingLevel("loud" as never)).rejects.toThrow(
+      /-32602.*unknown logging level 'loud'/,
+    );
   });
 
   it("never sends a workspace's secret values in a log message", async () => {
@@ -165,9 +167,16 @@ describe("MCP host features (in-process, fake backend)", () => {
       "pyro://workspaces/{workspace_id}/files/{+path}",
     ]);
     await expect(f.client.readResource({ uri: "pyro://workspaces/ws_nope/diff" })).rejects.toThrow(/ws_nope/);
-    await expect(
-      f.client.readResource({ uri: `pyro://workspaces/${w.workspace_id}/files/../../etc/passwd` }),
-    ).rejects.toThrow();
+    // The file tools' rules: nothing outside /workspace, answered as not found with the code.
+    for (const path of ["../../etc/passwd", "%2E%2E/%2E%2E/etc/passwd"]) {
+      const err = await f.client
+        .readResource({ uri: `pyro://workspaces/${w.workspace_id}/files/${path}` })
+        .then(
+          () => undefined,
+          (e: unknown) => e as { code: number; data: { code: string } },
+        );
+      expect(err, path).toMatchObject({ code: -32002, data: { code: "path_outside_workspace" } });
+    }
   });
 
   it("paginates resources/list", async () => {
@@ -231,6 +240,53 @@ describe("MCP host features (in-process, fake backend)", () => {
     expect(await complete(prompt("review-eval"), "snapshot", "")).toEqual([]);
     expect(await complete(prompt("repro-fix"), "command", "np")).toEqual([]);
     await expect(complete(prompt("nope"), "x", "")).rejects.toThrow(/no prompt/);
+  });
+});
+
+describe("log messages of environment builds and reaped workspaces", () => {
+  it("tells a watcher about a build and about an expired workspace it reaps", async () => {
+    const fx = await mcpFixture({ profile: "workspace-full", builderDelayMs: 50 });
+    try {
+      const seen: { level: string; data: any }[] = [];
+      let changed = 0;
+      fx.client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
+        seen.push(n.params as { level: string; data: any });
+      });
+      fx.client.setNotificationHandler(ResourceListChangedNotificationSchema, () => {
+        changed += 1;
+      });
+      await fx.client.setLoggingLevel("info");
+      const w = await fx.ok("workspace_create", { name: "brief", ttl_seconds: 1 });
+      const env = seen
+        .filter((l) => l.data.kind === "environment")
+        .map((l) => `${l.level} ${l.data.message}`);
+      expect(env[0]).toBe("notice environment debian:12: building (this can take a minute)");
+      expect(env.at(-1)).toMatch(/^notice environment debian:12: built in \d+\.\d s$/);
+      // A cached environment says nothing.
+      seen.length = 0;
+      await fx.ok("workspace_create", { name: "second" });
+      expect(seen.filter((l) => l.data.kind === "environment")).toEqual([]);
+
+      await new Promise((r) => setTimeout(r, 1100));
+      changed = 0;
+      seen.length = 0;
+      const list = await fx.ok("workspace_list");
+      expect(list.workspaces.map((x: { name: string }) => x.name)).toEqual(["second"]);
+      await new Promise((r) => setTimeout(r, 20));
+      expect(seen).toContainEqual({
+        level: "notice",
+        logger: "pyro",
+        data: expect.objectContaining({
+          kind: "workspace",
+          message: expect.stringMatching(
+            new RegExp(`^workspace ${w.workspace_id} \\(brief\\) reaped: it expired at `),
+          ),
+        }),
+      });
+      expect(changed).toBeGreaterThanOrEqual(1);
+    } finally {
+      await fx.cleanup();
+    }
   });
 });
 
