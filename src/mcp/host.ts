@@ -464,8 +464,12 @@ function asMcpError(err: unknown, uri: string): McpError {
   if (err instanceof McpError) return err;
   const e = toPyroError(err);
   const j = e.toJSON("tool");
-  const notFound = ["workspace_not_found", "not_found", "path_outside_workspace"].includes(e.code);
-  return new McpError(notFound ? RESOURCE_NOT_FOUND : ErrorCode.InternalError, `${uri}: ${j.message}`, {
+  const code = ["workspace_not_found", "not_found"].includes(e.code)
+    ? RESOURCE_NOT_FOUND
+    : ["invalid_argument", "path_outside_workspace"].includes(e.code)
+      ? ErrorCode.InvalidParams
+      : ErrorCode.InternalError;
+  return new McpError(code, `${uri}: ${j.message}`, {
     uri,
     code: j.code,
     ...(j.hint ? { hint: j.hint } : {}),

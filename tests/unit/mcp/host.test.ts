@@ -167,7 +167,7 @@ describe("MCP host features (in-process, fake backend)", () => {
       "pyro://workspaces/{workspace_id}/files/{+path}",
     ]);
     await expect(f.client.readResource({ uri: "pyro://workspaces/ws_nope/diff" })).rejects.toThrow(/ws_nope/);
-    // The file tools' rules: nothing outside /workspace, answered as not found with the code.
+    // The file tools' rules: nothing outside /workspace, refused as invalid params with the code.
     for (const path of ["../../etc/passwd", "%2E%2E/%2E%2E/etc/passwd"]) {
       const err = await f.client
         .readResource({ uri: `pyro://workspaces/${w.workspace_id}/files/${path}` })
@@ -175,7 +175,7 @@ describe("MCP host features (in-process, fake backend)", () => {
           () => undefined,
           (e: unknown) => e as { code: number; data: { code: string } },
         );
-      expect(err, path).toMatchObject({ code: -32002, data: { code: "path_outside_workspace" } });
+      expect(err, path).toMatchObject({ code: -32602, data: { code: "path_outside_workspace" } });
     }
   });
 
