@@ -128,10 +128,17 @@ export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer
     ...(options.pageSize !== undefined ? { pageSize: options.pageSize } : {}),
     log,
   });
+  // Stop listening to the engine when the connection closes (an HTTP session ending) or
+  // the server is closed (a caller may replace onclose, as the stdio command does).
   const prevClose = server.server.onclose;
   server.server.onclose = () => {
     host.close();
     prevClose?.();
+  };
+  const closeServer = server.close.bind(server);
+  server.close = async () => {
+    host.close();
+    await closeServer();
   };
 
   const c: CallContext = {

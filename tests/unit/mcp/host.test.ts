@@ -284,9 +284,12 @@ describe("log messages of environment builds and reaped workspaces", () => {
         }),
       });
       expect(changed).toBeGreaterThanOrEqual(1);
+      expect(fx.pyro.engine.events.listening).toBe(true);
     } finally {
       await fx.cleanup();
     }
+    // A closed server no longer listens to the engine.
+    expect(fx.pyro.engine.events.listening).toBe(false);
   });
 });
 
