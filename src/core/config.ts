@@ -61,6 +61,12 @@ export const CONFIG_VARS = {
     description: "Debian mirror for environment builds (debootstrap). SDK option `mirror`.",
     default: "the mirror of the host's apt sources, else http://deb.debian.org/debian",
   }),
+  PYRO_REGISTRY_AUTH: declare({
+    schema: optionalString,
+    description:
+      "Credentials for OCI registries (`pyro env pull`): `HOST=USER:PASSWORD` entries separated by commas, or one `USER:PASSWORD` for every registry. Never stored or logged.",
+    default: "the `auths` of `$DOCKER_CONFIG/config.json` (default `~/.docker/config.json`), else anonymous",
+  }),
   PYRO_SECRET_KEY_FILE: declare({
     schema: optionalString,
     description:
@@ -171,6 +177,8 @@ export interface PyroConfig {
   debianMirror: string | undefined;
   /** PYRO_FIRECRACKER_BIN. */
   firecrackerBin: string | undefined;
+  /** PYRO_REGISTRY_AUTH (a secret: never logged). */
+  registryAuth: string | undefined;
 }
 
 export interface ConfigOptions extends PathOptions {
@@ -186,6 +194,7 @@ export function loadConfig(options: ConfigOptions = {}): PyroConfig {
     backend: configValue(env, "PYRO_BACKEND"),
     debianMirror: options.mirror ?? configValue(env, "PYRO_DEBIAN_MIRROR"),
     firecrackerBin: configValue(env, "PYRO_FIRECRACKER_BIN"),
+    registryAuth: configValue(env, "PYRO_REGISTRY_AUTH"),
   };
 }
 

@@ -71,7 +71,11 @@ export class Engine {
     const mirror = this.config.debianMirror;
     const builders = options.builders ?? [
       new DebootstrapBuilder({ debCacheDir: this.paths.debCacheDir, ...(mirror ? { mirror } : {}) }),
-      new OciBuilder({ storeDir: join(this.paths.environmentsDir, OCI_DIR), env: this.env }),
+      new OciBuilder({
+        storeDir: join(this.paths.environmentsDir, OCI_DIR),
+        env: this.env,
+        registryAuth: this.config.registryAuth,
+      }),
       new RecipeBuilder((spec, ctx) => runRecipe(this, spec, ctx)),
     ];
     this.environments = new ObservedEnvironmentCache(this.paths.environmentsDir, builders, () =>

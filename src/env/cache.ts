@@ -166,7 +166,7 @@ export class EnvironmentCache {
     for (const d of await this.dirNames()) {
       if (d.startsWith(".") || !d.includes("@")) continue;
       const m = await this.readManifest(join(this.root, d));
-      if (!m || officialNames.has(m.name) || others.has(m.name)) continue;
+      if (!m?.source || officialNames.has(m.name) || others.has(m.name)) continue;
       others.set(m.name, await this.infoOf(this.specOf(m)));
     }
     return [...official, ...[...others.values()].sort((a, b) => a.name.localeCompare(b.name))];
@@ -332,7 +332,7 @@ export class EnvironmentCache {
       if (d.startsWith(BUILDING_PREFIX)) {
         const pid = Number(d.slice(BUILDING_PREFIX.length).split("-")[1]);
         if (!pidAlive(pid)) reason = "partial";
-      } else if (current.has(d) || (manifest && manifest.source.kind !== "debootstrap")) {
+      } else if (current.has(d) || (manifest?.source && manifest.source.kind !== "debootstrap")) {
         if (options.all) reason = "all";
       } else if (d.includes("@")) {
         reason = "stale";
@@ -379,6 +379,7 @@ export interface PullOptions {
 }
 
 function kindOf(spec: EnvironmentSpec): EnvironmentKind {
+  if (OFFICIAL_ENVIRONMENTS.some((e) => e.name === spec.name)) return "official";
   if (spec.source.kind === "oci") return "pulled";
   if (spec.source.kind === "recipe") return "built";
   return "official";

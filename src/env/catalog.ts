@@ -54,12 +54,34 @@ export const RECIPE_VERSION = 1;
 const BOOKWORM = { kind: "debootstrap", suite: "bookworm", variant: "minbase", arch: "amd64" } as const;
 const DEFAULT_TOOLS = ["ca-certificates", "curl", "git", "make", "python3"];
 
+const DEBIAN_12: EnvironmentSpec = {
+  name: "debian:12",
+  description: "Debian 12 minbase plus git, ca-certificates, curl, python3 and make",
+  source: { ...BOOKWORM, include: DEFAULT_TOOLS },
+};
+
+/**
+ * Toolchain environments: built-in recipes over debian:12 (Debian's own packages,
+ * installed in a sandbox with network egress; src/core/recipes.ts). Their key pins
+ * debian:12's recipe, so a new debian:12 recipe rebuilds them.
+ */
+function toolchain(name: string, description: string, apt: string[]): EnvironmentSpec {
+  return {
+    name,
+    description,
+    source: {
+      kind: "recipe",
+      from: DEBIAN_12.name,
+      base_key: recipeKey(DEBIAN_12),
+      apt: [...apt].sort(),
+      run: [],
+      copy: [],
+    },
+  };
+}
+
 export const OFFICIAL_ENVIRONMENTS: readonly EnvironmentSpec[] = [
-  {
-    name: "debian:12",
-    description: "Debian 12 minbase plus git, ca-certificates, curl, python3 and make",
-    source: { ...BOOKWORM, include: DEFAULT_TOOLS },
-  },
+  DEBIAN_12,
   {
     name: "debian:12-base",
     description: "Debian 12 minbase only",
@@ -70,26 +92,39 @@ export const OFFICIAL_ENVIRONMENTS: readonly EnvironmentSpec[] = [
     description: "debian:12 plus build-essential",
     source: { ...BOOKWORM, include: [...DEFAULT_TOOLS, "build-essential"].sort() },
   },
+  toolchain("debian:12-node", "debian:12 plus Debian's nodejs and npm", ["nodejs", "npm"]),
+  toolchain("debian:12-python", "debian:12 plus python3-pip and python3-venv", [
+    "python3-pip",
+    "python3-venv",
+  ]),
 ];
 
 export const DEFAULT_ENVIRONMENT = "debian:12";
 
 /**
  * The spec for an environment name: an official environment, or any OCI image
- * reference (`python:3.12` is `docker.io/library/python:3.12`), named by its
- * normalized reference so every spelling shares one cache entry.
+ * reference with a '/' or a digest (`library/python:3.12` is
+ * `docker.io/library/python:3.12`), named by its normalized reference so every
+ * spelling shares one cache entry.
  */
 export function findEnvironment(name: string): EnvironmentSpec {
   const spec = OFFICIAL_ENVIRONMENTS.find((e) => e.name === name);
   if (spec) return spec;
-  let reference: string;
-  try {
-    reference = formatReference(parseReference(name));
-  } catch {
+  let reference: string | null = null;
+  // A bare `name:tag` is an environment name, never silently a Docker Hub image: a typo of
+  // an official name must not become a registry pull. Images have a '/' or a digest.
+  if (name.includes("/") || name.includes("@")) {
+    try {
+      reference = formatReference(parseReference(name));
+    } catch {
+      reference = null;
+    }
+  }
+  if (reference === null) {
     throw new PyroError(
       "environment_not_found",
       `unknown environment '${name}'`,
-      `use an official environment (${OFFICIAL_ENVIRONMENTS.map((e) => e.name).join(", ")}) or an image reference such as docker.io/library/python:3.12`,
+      `use an official environment (${OFFICIAL_ENVIRONMENTS.map((e) => e.name).join(", ")}), one built with \`pyro env build\`, or an image reference such as docker.io/library/python:3.12`,
     );
   }
   return { name: reference, description: `OCI image ${reference}`, source: { kind: "oci", reference } };

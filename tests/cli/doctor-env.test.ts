@@ -60,6 +60,8 @@ describe("pyro doctor", () => {
       "debian:12",
       "debian:12-base",
       "debian:12-build",
+      "debian:12-node",
+      "debian:12-python",
     ]);
     expect(report).not.toHaveProperty("environment");
   });
@@ -97,7 +99,7 @@ describe("pyro env", () => {
     const r = await cli(["env", "list", "--json"], env);
     expect(r.code).toBe(0);
     const body = r.json();
-    expect(body.count).toBe(3);
+    expect(body.count).toBe(5);
     expect(body.environments[0]).toMatchObject({
       name: "debian:12",
       status: "missing",
@@ -119,7 +121,9 @@ describe("pyro env", () => {
     const r = await cli(["env", "pull", "alpine:3", "--json"], env);
     expect(r.code).toBe(1);
     expect(r.json().error.code).toBe("environment_not_found");
-    expect(r.json().error.hint).toBe("known environments: debian:12, debian:12-base, debian:12-build");
+    expect(r.json().error.hint).toContain(
+      "use an official environment (debian:12, debian:12-base, debian:12-build, debian:12-node, debian:12-python)",
+    );
     const human = await cli(["env", "pull", "alpine:3"], env);
     expect(human.stdout).toBe("");
     expect(human.stderr.trim().split("\n")).toHaveLength(1);
@@ -128,7 +132,7 @@ describe("pyro env", () => {
   it("prune on an empty cache removes nothing", async () => {
     const r = await cli(["env", "prune", "--json"], env);
     expect(r.code).toBe(0);
-    expect(r.json()).toEqual({ removed: [], freed_bytes: 0 });
+    expect(r.json()).toEqual({ removed: [], freed_bytes: 0, kept_in_use: [] });
   });
 
   it("rejects unknown commands and options as usage errors (exit 2)", async () => {

@@ -19,8 +19,12 @@ export interface Credentials {
  * `PYRO_REGISTRY_AUTH` is `HOST=USER:PASSWORD` entries separated by commas (a bare
  * `USER:PASSWORD` applies to every registry).
  */
-export async function findCredentials(registry: string, env: NodeJS.ProcessEnv): Promise<Credentials | null> {
-  const fromEnv = env.PYRO_REGISTRY_AUTH;
+export async function findCredentials(
+  registry: string,
+  env: NodeJS.ProcessEnv,
+  registryAuth: string | undefined,
+): Promise<Credentials | null> {
+  const fromEnv = registryAuth;
   if (fromEnv) {
     for (const item of fromEnv.split(",")) {
       const eq = item.indexOf("=");

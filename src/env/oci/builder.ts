@@ -43,6 +43,8 @@ export class OciBuilder implements Builder {
       /** Root of the layer store (`<environments>/.oci`). */
       storeDir: string;
       env: NodeJS.ProcessEnv;
+      /** PYRO_REGISTRY_AUTH (core/config.ts). */
+      registryAuth?: string | undefined;
     },
   ) {}
 
@@ -55,6 +57,7 @@ export class OciBuilder implements Builder {
     const ref = parseReference(spec.source.reference);
     const client = new RegistryClient(ref, {
       env: this.options.env,
+      registryAuth: this.options.registryAuth,
       ...(ctx.insecureRegistry ? { insecure: true } : {}),
       ...(ctx.signal ? { signal: ctx.signal } : {}),
     });

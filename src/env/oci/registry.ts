@@ -49,7 +49,10 @@ export interface ResolvedImage {
 }
 
 export interface RegistryOptions {
+  /** For DOCKER_CONFIG and HOME (the Docker client's config.json). */
   env: NodeJS.ProcessEnv;
+  /** PYRO_REGISTRY_AUTH, read by core/config.ts. */
+  registryAuth?: string | undefined;
   /** Plain HTTP (loopback registries only). */
   insecure?: boolean;
   signal?: AbortSignal;
@@ -135,7 +138,11 @@ export class RegistryClient {
 
   private async creds(): Promise<Credentials | null> {
     if (this.credentials === undefined)
-      this.credentials = await findCredentials(this.ref.registry, this.options.env);
+      this.credentials = await findCredentials(
+        this.ref.registry,
+        this.options.env,
+        this.options.registryAuth,
+      );
     return this.credentials;
   }
 

@@ -48,7 +48,9 @@ describe.skipIf(skip !== null)(`OCI pull from a real registry${skip ? ` (skipped
     const root = await mkdtemp(join(work, "envs-"));
     return {
       root,
-      cache: new EnvironmentCache(root, [new OciBuilder({ storeDir: join(root, ".oci"), env })]),
+      cache: new EnvironmentCache(root, [
+        new OciBuilder({ storeDir: join(root, ".oci"), env, registryAuth: env.PYRO_REGISTRY_AUTH }),
+      ]),
     };
   }
 

@@ -8,12 +8,36 @@ import {
 import { PyroError } from "../../../src/errors.js";
 
 describe("environment catalog", () => {
-  it("lists exactly the three official environments of the contract", () => {
+  it("lists exactly the official environments of the contract (§3 and the §10 toolchains)", () => {
     expect(OFFICIAL_ENVIRONMENTS.map((e) => e.name)).toEqual([
       "debian:12",
       "debian:12-base",
       "debian:12-build",
+      "debian:12-node",
+      "debian:12-python",
     ]);
+  });
+
+  it("makes the toolchain environments recipes over debian:12 pinned to its recipe key", () => {
+    const node = findEnvironment("debian:12-node").source;
+    const python = findEnvironment("debian:12-python").source;
+    if (node.kind !== "recipe" || python.kind !== "recipe") throw new Error("kind");
+    expect(node).toMatchObject({ from: "debian:12", base_key: recipeKey(findEnvironment("debian:12")) });
+    expect(node.apt).toEqual(["nodejs", "npm"]);
+    expect(python.apt).toEqual(["python3-pip", "python3-venv"]);
+  });
+
+  it("takes any OCI reference as an environment, normalized (Docker Hub shorthand included)", () => {
+    expect(findEnvironment("library/python:3.12")).toMatchObject({
+      name: "docker.io/library/python:3.12",
+      source: { kind: "oci", reference: "docker.io/library/python:3.12" },
+    });
+    expect(findEnvironment("localhost:5000/team/img").name).toBe("localhost:5000/team/img:latest");
+    const d = `sha256:${"a".repeat(64)}`;
+    expect(findEnvironment(`ghcr.io/org/img@${d}`).name).toBe(`ghcr.io/org/img@${d}`);
+    expect(() => findEnvironment("Not A/Ref!")).toThrow(PyroError);
+    // A bare name:tag is never silently a Docker Hub pull (a misspelt official name).
+    expect(() => findEnvironment("debain:12")).toThrow(/unknown environment/);
   });
 
   it("gives debian:12 the contract's tools and debian:12-build build-essential on top", () => {
@@ -28,9 +52,9 @@ describe("environment catalog", () => {
     expect(base.variant).toBe("minbase");
   });
 
-  it("rejects an unknown name with environment_not_found and a hint listing the known ones", () => {
+  it("rejects a name that is neither official nor an image reference with environment_not_found and a hint listing the known ones", () => {
     try {
-      findEnvironment("ubuntu:24.04");
+      findEnvironment("Debian 12");
       expect.unreachable();
     } catch (err) {
       expect(err).toBeInstanceOf(PyroError);
@@ -41,7 +65,7 @@ describe("environment catalog", () => {
 
   it("keys recipes by content: stable, distinct per environment, changed by any package change", () => {
     const keys = OFFICIAL_ENVIRONMENTS.map(recipeKey);
-    expect(new Set(keys).size).toBe(3);
+    expect(new Set(keys).size).toBe(OFFICIAL_ENVIRONMENTS.length);
     expect(recipeKey(findEnvironment("debian:12"))).toBe(keys[0]);
     const spec = findEnvironment("debian:12");
     if (spec.source.kind !== "debootstrap") throw new Error("kind");
