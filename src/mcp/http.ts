@@ -48,13 +48,30 @@ export function parseHttpAddress(spec: string): HttpAddress {
 export interface HttpEndpoint {
   /** The MCP endpoint, e.g. http://127.0.0.1:8765/mcp. */
   url: string;
+  /** Sessions open now. */
+  sessionCount(): number;
   close(): Promise<void>;
 }
 
 interface Session {
   transport: StreamableHTTPServerTransport;
   server: McpServer;
+  /** When a request of this session last ended (or began). */
+  lastSeen: number;
+  /** Requests (and SSE streams) of this session still open. */
+  open: number;
 }
+
+export interface HttpOptions {
+  /** A session with nothing open for this long is closed (its client went away without DELETE). */
+  sessionIdleMs?: number;
+  /** At most this many sessions; a new one evicts the longest idle, or is refused when all are busy. */
+  maxSessions?: number;
+}
+
+/** Defaults: an idle session lives 30 minutes; 64 sessions at once. */
+export const SESSION_IDLE_MS = 30 * 60 * 1000;
+export const MAX_SESSIONS = 64;
 
 /**
  * Serves MCP over Streamable HTTP at `/mcp` on a loopback address. Every session
@@ -62,9 +79,42 @@ interface Session {
  * client; sessions are stateful, so a client's cancel notification reaches the request
  * it cancels. Requests whose Host or Origin is not loopback are refused (DNS rebinding).
  */
-export async function serveHttp(newServer: () => McpServer, address: HttpAddress): Promise<HttpEndpoint> {
+export async function serveHttp(
+  newServer: () => McpServer,
+  address: HttpAddress,
+  options: HttpOptions = {},
+): Promise<HttpEndpoint> {
   const sessions = new Map<string, Session>();
   let allowedHosts: string[] = [];
+  const idleMs = options.sessionIdleMs ?? SESSION_IDLE_MS;
+  const maxSessions = options.maxSessions ?? MAX_SESSIONS;
+
+  const end = async (id: string, session: Session): Promise<void> => {
+    sessions.delete(id);
+    await session.server.close().catch(() => {});
+    await session.transport.close().catch(() => {});
+  };
+  const idle = (session: Session, now: number) => session.open === 0 && now - session.lastSeen >= idleMs;
+  // Clients that vanish without DELETE leave sessions (a server and its listeners each):
+  // swept once they have had nothing open for idleMs.
+  const sweeper = setInterval(
+    () => {
+      const now = Date.now();
+      for (const [id, session] of [...sessions]) if (idle(session, now)) void end(id, session);
+    },
+    Math.max(10, Math.min(60_000, Math.floor(idleMs / 2))),
+  );
+  sweeper.unref();
+
+  /** Counts a request as open on its session until its response closes. */
+  const track = (session: Session, res: ServerResponse): void => {
+    session.open++;
+    session.lastSeen = Date.now();
+    res.once("close", () => {
+      session.open--;
+      session.lastSeen = Date.now();
+    });
+  };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? "/", "http://loopback");
@@ -80,16 +130,27 @@ export async function serveHttp(newServer: () => McpServer, address: HttpAddress
     if (typeof sessionId === "string") {
       const session = sessions.get(sessionId);
       if (!session) return reply(res, 404, "unknown or expired session; initialize again");
+      track(session, res);
       return session.transport.handleRequest(req, res, body);
     }
     if (req.method !== "POST" || !isInitializeRequest(body)) {
       return reply(res, 400, "no mcp-session-id header: the first request of a session must be initialize");
     }
+    if (sessions.size >= maxSessions) {
+      // Make room: the session idle longest goes; when every one is busy, the new one waits.
+      const oldest = [...sessions]
+        .filter(([, s]) => s.open === 0)
+        .sort(([, a], [, b]) => a.lastSeen - b.lastSeen)[0];
+      if (!oldest) return reply(res, 503, `all ${maxSessions} sessions are busy; retry shortly`);
+      await end(oldest[0], oldest[1]);
+    }
     const server = newServer();
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       onsessioninitialized: (id) => {
-        sessions.set(id, { transport, server });
+        const session: Session = { transport, server, lastSeen: Date.now(), open: 0 };
+        sessions.set(id, session);
+        track(session, res);
       },
     });
     transport.onclose = () => {
@@ -125,12 +186,10 @@ export async function serveHttp(newServer: () => McpServer, address: HttpAddress
   allowedHosts = [`${hostPart}:${port}`, `localhost:${port}`];
   return {
     url: `http://${hostPart}:${port}/mcp`,
+    sessionCount: () => sessions.size,
     close: async () => {
-      for (const { transport, server } of [...sessions.values()]) {
-        await server.close().catch(() => {});
-        await transport.close().catch(() => {});
-      }
-      sessions.clear();
+      clearInterval(sweeper);
+      for (const [id, session] of [...sessions]) await end(id, session);
       const closed = new Promise<void>((resolve) => http.close(() => resolve()));
       http.closeAllConnections();
       await closed;

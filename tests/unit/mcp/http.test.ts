@@ -98,3 +98,86 @@ describe("Streamable HTTP transport", () => {
     expect(await send("/mcp", { host: `127.0.0.1:${port}` }, deep)).toBe(400);
   });
 });
+
+describe("Streamable HTTP sessions whose clients vanish", () => {
+  let t: Awaited<ReturnType<typeof fakePyro>>;
+  beforeAll(async () => {
+    t = await fakePyro();
+  });
+  afterAll(async () => {
+    await t.cleanup();
+  });
+
+  /** A raw POST to the endpoint: status and the session id the server gave. */
+  const post = (url: string, body: unknown, session?: string) =>
+    fetch(url, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        accept: "application/json, text/event-stream",
+        ...(session ? { "mcp-session-id": session, "mcp-protocol-version": "2025-06-18" } : {}),
+      },
+      body: JSON.stringify(body),
+    }).then(async (r) => {
+      await r.text();
+      return { status: r.status, session: r.headers.get("mcp-session-id") ?? "" };
+    });
+  const initialize = (url: string) =>
+    post(url, {
+      jsonrpc: "2.0",
+      id: 1,
+      method: "initialize",
+      params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "gone", version: "0" } },
+    });
+  const ping = (url: string, session: string) =>
+    post(url, { jsonrpc: "2.0", id: 2, method: "ping" }, session);
+
+  it("closes a session that has had nothing open for the idle time, and keeps one in use", async () => {
+    const endpoint = await serveHttp(
+      () => createServer(t.pyro, {}),
+      { host: "127.0.0.1", port: 0 },
+      {
+        sessionIdleMs: 300,
+      },
+    );
+    try {
+      const gone = await initialize(endpoint.url);
+      expect(gone.status).toBe(200);
+      expect((await ping(endpoint.url, gone.session)).status).toBe(200);
+      // A client that stays: a ping every 100 ms keeps its session while the other one goes.
+      const kept = await initialize(endpoint.url);
+      expect(endpoint.sessionCount()).toBe(2);
+      for (let i = 0; i < 200 && endpoint.sessionCount() > 1; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        expect((await ping(endpoint.url, kept.session)).status).toBe(200);
+      }
+      expect(endpoint.sessionCount()).toBe(1);
+      expect((await ping(endpoint.url, gone.session)).status).toBe(404);
+      expect((await ping(endpoint.url, kept.session)).status).toBe(200);
+    } finally {
+      await endpoint.close();
+    }
+  });
+
+  it("at the session cap, a new session evicts the longest idle one", async () => {
+    const endpoint = await serveHttp(
+      () => createServer(t.pyro, {}),
+      { host: "127.0.0.1", port: 0 },
+      {
+        maxSessions: 2,
+      },
+    );
+    try {
+      const a = await initialize(endpoint.url);
+      const b = await initialize(endpoint.url);
+      expect((await ping(endpoint.url, b.session)).status).toBe(200);
+      const c = await initialize(endpoint.url);
+      expect(c.status).toBe(200);
+      expect((await ping(endpoint.url, a.session)).status).toBe(404);
+      expect((await ping(endpoint.url, b.session)).status).toBe(200);
+      expect((await ping(endpoint.url, c.session)).status).toBe(200);
+    } finally {
+      await endpoint.close();
+    }
+  });
+});
