@@ -16,7 +16,10 @@ export function renderWorkspace(w: WorkspaceView): string {
           `  published: ${w.published_ports.map((p) => `127.0.0.1:${p.host_port} -> ${p.guest_port}`).join(", ")}`,
         ]
       : []),
-    `  seed: ${w.workspace_seed.kind}${w.workspace_seed.source ? ` ${w.workspace_seed.source}` : ""} (${w.workspace_seed.file_count} files)`,
+    `  seed: ${w.workspace_seed.kind}${w.workspace_seed.source ? ` ${w.workspace_seed.source}` : ""}${w.workspace_seed.commit ? ` @ ${w.workspace_seed.commit.slice(0, 12)}` : ""} (${w.workspace_seed.file_count} files${seedSkipped(w.workspace_seed.skipped)})`,
+    ...(w.workspace_seed.repository
+      ? [`  commits go to: ${w.workspace_seed.repository} (pyro workspace commit)`]
+      : []),
     `  secrets: ${w.secrets.map((x) => `${x.name} (${x.kind})`).join(", ") || "-"}`,
     `  labels: ${
       Object.entries(w.labels)
@@ -182,4 +185,12 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
     .action(async (id: string, o: { json?: boolean }) => {
       ctx.exitCode = await act(ctx.io, o, () => ctx.engine().workspaces.start(id), renderWorkspace);
     });
+}
+
+/** "; left out: 3 ignored, 1 submodule" for a Git seed that skipped anything. */
+function seedSkipped(skipped: object | undefined): string {
+  const parts = Object.entries((skipped ?? {}) as Record<string, number>)
+    .filter(([, n]) => n > 0)
+    .map(([why, n]) => `${n} ${why}`);
+  return parts.length > 0 ? `; left out: ${parts.join(", ")}` : "";
 }
