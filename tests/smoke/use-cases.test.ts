@@ -36,8 +36,18 @@ for (const target of targets) {
       }
     }, 120_000);
     afterAll(async () => {
-      if (home) await rm(home, { recursive: true, force: true });
-    });
+      if (!home) return;
+      // A scenario that failed half-way leaves its workspaces running: end them before
+      // their home goes (a sandbox whose home was removed would run on, holding its disk).
+      const pyro = new Pyro({ home, environmentsDir: ENV_CACHE });
+      try {
+        for (const w of (await pyro.listWorkspaces()).workspaces)
+          await pyro.deleteWorkspace(w.workspace_id).catch(() => {});
+      } finally {
+        await pyro.close();
+      }
+      await rm(home, { recursive: true, force: true });
+    }, 300_000);
 
     for (const uc of USE_CASES) {
       it(`${target}: ${uc.name}`, { timeout: 600_000 }, async (t) => {
