@@ -77,7 +77,10 @@ export function launchArgv(
     // The disk: mount the image, then make the layer directories in it (a count, then paths).
     ...(disk
       ? [
-          `${tools.mount} -o loop,nosuid,nodev "$1" "$2"; shift 2`,
+          // A loop setup can fail transiently when launches race for free loop devices
+          // (LOOP_CTL_GET_FREE reserves nothing; seen once with three starts at once):
+          // try again for a second, and let the last try's error end the launch.
+          `i=0; until ${tools.mount} -o loop,nosuid,nodev "$1" "$2" 2>/dev/null; do i=$((i + 1)); if [ "$i" -ge 20 ]; then ${tools.mount} -o loop,nosuid,nodev "$1" "$2"; break; fi; sleep 0.05; done; shift 2`,
           'n=$1; shift; while [ "$n" -gt 0 ]; do mkdir -p "$1"; shift; n=$((n - 1)); done',
         ]
       : []),

@@ -135,3 +135,25 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
     expect(await agentPid()).toBe(before);
   });
 });
+
+describe.skipIf(skip !== "")(suiteTitle("concurrent starts on bwrap", skip), () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await openHarness("concurrent");
+  });
+  afterAll(async () => {
+    await h?.cleanup();
+  });
+
+  // Each start loop-mounts its disk image: concurrent launches must each get their own
+  // loop device (a development run saw "can't setup loop device" with three at once; the
+  // launch now retries the mount).
+  it("starts eight workspaces at once, each with its own disk image", { timeout: 240_000 }, async () => {
+    const made = await Promise.all(Array.from({ length: 8 }, () => h.create()));
+    const answers = await Promise.all(
+      made.map((w) => h.pyro.execWorkspace(w.workspace_id, "df -P /workspace | tail -1")),
+    );
+    for (const r of answers) expect(r.exit_code, r.stderr).toBe(0);
+    await Promise.all(made.map((w) => h.pyro.deleteWorkspace(w.workspace_id)));
+  });
+});
