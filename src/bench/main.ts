@@ -8,6 +8,7 @@ import { ensureDiskImage } from "../backends/disk-image.js";
 import { Pyro } from "../sdk/pyro.js";
 import { run } from "../util/run.js";
 import { commitRows } from "./commit.js";
+import { environmentRows } from "./environments.js";
 import { mcpRows } from "./mcp.js";
 import { networkRows } from "./network.js";
 import { qemuRows } from "./qemu.js";
@@ -20,7 +21,7 @@ const pexec = promisify(execFile);
 /**
  * `npm run bench`: every capability against a raw floor measured in the same run, as a
  * ratio (machines differ; ratios measured together travel). Prints a table, and the rows
- * as JSON with --json. --quick: fewer runs. --only=network: only the egress proxy rows; --only=services: only the service row; --only=shells: only the shell row; --only=commit: only the workspace commit row; --only=mcp: only the MCP rows.
+ * as JSON with --json. --quick: fewer runs. --only=network: only the egress proxy rows; --only=services: only the service row; --only=shells: only the shell row; --only=commit: only the workspace commit row; --only=environments: the image pull and create-from-image rows; --only=mcp: only the MCP rows.
  */
 async function main(): Promise<void> {
   const json = process.argv.includes("--json");
@@ -30,6 +31,8 @@ async function main(): Promise<void> {
   if (process.argv.includes("--only=shells")) return output(await shellRows({ quick, log }), {}, json);
   if (process.argv.includes("--only=mcp")) return output(await mcpRows({ quick, log }), {}, json);
   if (process.argv.includes("--only=commit")) return output(await commitRows({ quick, log }), {}, json);
+  if (process.argv.includes("--only=environments"))
+    return output(await environmentRows({ quick, log }), {}, json);
   if (process.argv.includes("--only=network")) {
     const extra: Record<string, unknown> = {};
     const rows = await networkRows({ quick, log, extra });
@@ -227,6 +230,7 @@ async function main(): Promise<void> {
     rows.push(...(await mcpRows({ quick, log })));
     log("bench: workspace commit");
     rows.push(...(await commitRows({ quick, log })));
+    rows.push(...(await environmentRows({ quick, log })));
   } finally {
     await pyro.close();
     await rm(home, { recursive: true, force: true });

@@ -23,6 +23,7 @@ import {
   chmodSync,
   chownSync,
   closeSync,
+  constants,
   fchmodSync,
   fchownSync,
   futimesSync,
@@ -50,6 +51,7 @@ const posix = path.posix;
 const WHITEOUT = ".wh.";
 const OPAQUE = ".wh..wh..opq";
 const MAX_SYMLINK_HOPS = 40;
+const CREATE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 
 export interface ApplyStats {
   entries: number;
@@ -166,6 +168,28 @@ export async function applyLayer(
   const asRoot = process.getuid?.() === 0;
   /** Paths this layer wrote: an opaque marker keeps them. */
   const mine = new Set<string>();
+  /**
+   * Parent directories already made and resolved in this layer, by entry path: most
+   * entries share their parent with the one before. Cleared whenever something that
+   * could change a resolution goes away or becomes a symlink.
+   */
+  const dirs = new Map<string, string>();
+  const parentOf = (parentParts: string[]): string => {
+    const key = parentParts.join("/");
+    let host = dirs.get(key);
+    if (host === undefined) {
+      ensureDir(root, parentParts);
+      host = resolveInRoot(root, [...parentParts, "."]);
+      dirs.set(key, host);
+    }
+    return host;
+  };
+  const remove = (p: string) => {
+    const st = lstatSyncSafe(p);
+    if (!st) return;
+    if (st.isDirectory() || st.isSymbolicLink()) dirs.clear();
+    removeAt(p);
+  };
   const dirTimes: { p: string; mtime: Date }[] = [];
   let failure: unknown = null;
   const parser = new tar.Parser({
@@ -201,11 +225,10 @@ export async function applyLayer(
     const parentParts = parts.slice(0, -1);
     if (base === OPAQUE) {
       stats.whiteouts++;
-      const dir = resolveInRoot(root, [...parentParts, "."]);
-      ensureDir(root, parentParts);
+      const dir = parentOf(parentParts);
       for (const child of readdirSync(dir)) {
         const p = path.join(dir, child);
-        if (!mine.has(p)) removeAt(p);
+        if (!mine.has(p)) remove(p);
       }
       e.resume();
       return;
@@ -214,12 +237,11 @@ export async function applyLayer(
       stats.whiteouts++;
       const name = base.slice(WHITEOUT.length);
       if (name === "" || name === "." || name === "..") throw unsafe(label, `bad whiteout '${e.path}'`);
-      removeAt(resolveInRoot(root, [...parentParts, name]));
+      remove(path.join(parentOf(parentParts), name));
       e.resume();
       return;
     }
-    ensureDir(root, parentParts);
-    const target = resolveInRoot(root, parts);
+    const target = path.join(parentOf(parentParts), base);
     if (!target.startsWith(root + path.sep))
       throw unsafe(label, `entry '${e.path}' resolves outside the root`);
     const mode = (e.mode ?? 0o644) & 0o7777;
@@ -227,7 +249,7 @@ export async function applyLayer(
     switch (e.type) {
       case "Directory": {
         const st = lstatSyncSafe(target);
-        if (st && !st.isDirectory()) removeAt(target);
+        if (st && !st.isDirectory()) remove(target);
         if (!st?.isDirectory()) mkdirSync(target);
         chmodSync(target, mode);
         owner(target, e, false);
@@ -239,8 +261,15 @@ export async function applyLayer(
       case "File":
       case "OldFile":
       case "ContiguousFile": {
-        removeAt(target);
-        const fd = openSync(target, "wx", 0o600);
+        // O_EXCL|O_NOFOLLOW: never through a symlink; only what already exists is removed first.
+        let fd: number;
+        try {
+          fd = openSync(target, CREATE, 0o600);
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+          remove(target);
+          fd = openSync(target, CREATE, 0o600);
+        }
         mine.add(target);
         stats.files++;
         let closed = false;
@@ -262,7 +291,9 @@ export async function applyLayer(
         e.on("end", () => {
           try {
             if (!failure) {
-              if (asRoot && e.uid !== undefined && e.gid !== undefined) fchownSync(fd, e.uid, e.gid);
+              // Files are made by this process (root: uid 0, gid 0); chown only when that differs.
+              if (asRoot && e.uid !== undefined && e.gid !== undefined && (e.uid !== 0 || e.gid !== 0))
+                fchownSync(fd, e.uid, e.gid);
               // After chown: chown clears setuid/setgid bits.
               fchmodSync(fd, mode);
               futimesSync(fd, mtime, mtime);
@@ -276,7 +307,8 @@ export async function applyLayer(
         return;
       }
       case "SymbolicLink": {
-        removeAt(target);
+        remove(target);
+        dirs.clear();
         if (!e.linkpath) throw unsafe(label, `symlink '${e.path}' has no target`);
         // The target means something inside the sandbox only; it is stored as written.
         symlinkSync(e.linkpath, target);
@@ -303,7 +335,7 @@ export async function applyLayer(
             `hard link '${e.path}' names '${e.linkpath}', which is not a file in the image`,
           );
         if (source !== target) {
-          removeAt(target);
+          remove(target);
           linkSync(source, target);
         }
         mine.add(target);

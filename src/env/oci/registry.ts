@@ -304,6 +304,7 @@ export class RegistryClient {
     const expected = checkDigest(d.digest);
     let reported = 0;
     let failures = 0;
+    let streamHash: StreamHash | null = null;
     let lastError: unknown = null;
     for (;;) {
       const have = await fileSize(partial);
@@ -350,23 +351,36 @@ export class RegistryClient {
         // The server ignored the range: start over from byte 0.
         await truncate(partial, 0);
       }
+      // A download from byte 0 in one piece is hashed as it arrives (no second read).
+      streamHash = (await fileSize(partial)) === 0 ? { hash: createHash("sha256"), bytes: 0 } : null;
       try {
-        await this.appendBody(res, partial, (n) => {
-          reported += n;
-          onBytes(n);
-        });
+        await this.appendBody(
+          res,
+          partial,
+          (n) => {
+            reported += n;
+            onBytes(n);
+          },
+          streamHash,
+        );
         if (d.size <= 0) break;
       } catch (err) {
         if (this.options.signal?.aborted) throw new PyroError("cancelled", "the pull was cancelled");
         lastError = err;
+        streamHash = null;
         // A connection that moved the download forward is worth retrying at once.
         failures = (await fileSize(partial)) > have ? 0 : failures + 1;
       }
     }
     const size = await fileSize(partial);
-    const hash = createHash("sha256");
-    for await (const chunk of createReadStream(partial)) hash.update(chunk as Buffer);
-    const digest = hash.digest("hex");
+    let digest: string;
+    if (streamHash && streamHash.bytes === size) digest = streamHash.hash.digest("hex");
+    else {
+      // Resumed (or restarted): hash what is on disk.
+      const hash = createHash("sha256");
+      for await (const chunk of createReadStream(partial)) hash.update(chunk as Buffer);
+      digest = hash.digest("hex");
+    }
     if (digest !== expected || (d.size > 0 && size !== d.size)) {
       await unlink(partial).catch(() => {});
       throw new PyroError(
@@ -378,7 +392,13 @@ export class RegistryClient {
     await rename(partial, dest);
   }
 
-  private async appendBody(res: Response, partial: string, onBytes: (n: number) => void): Promise<number> {
+  /** Appends the body to `partial`, feeding `sh` (a hash kept when the file started empty). */
+  private async appendBody(
+    res: Response,
+    partial: string,
+    onBytes: (n: number) => void,
+    sh: StreamHash | null,
+  ): Promise<number> {
     const out = createWriteStream(partial, { flags: "a" });
     let writeError: Error | null = null;
     out.on("error", (err) => {
@@ -401,6 +421,10 @@ export class RegistryClient {
         const buf = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
         if (!out.write(buf)) await new Promise<void>((r) => out.once("drain", () => r()));
         if (writeError) throw writeError;
+        if (sh) {
+          sh.hash.update(buf);
+          sh.bytes += buf.length;
+        }
         written += buf.length;
         onBytes(buf.length);
       }
@@ -412,6 +436,11 @@ export class RegistryClient {
     }
     return written;
   }
+}
+
+interface StreamHash {
+  hash: ReturnType<typeof createHash>;
+  bytes: number;
 }
 
 async function fileSize(path: string): Promise<number> {
