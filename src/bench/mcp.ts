@@ -10,7 +10,7 @@ import { createServer } from "../mcp/server.js";
 import { Pyro } from "../sdk/pyro.js";
 import { type BenchRow, median, row } from "./stats.js";
 
-const PYRO_BIN = fileURLToPath(new URL("../../bin/pyro.js", import.meta.url));
+const CLI_ENTRY = fileURLToPath(new URL("../../bin/pyro.js", import.meta.url));
 
 /**
  * MCP as a host drives it: `pyro mcp serve` over stdio (a child process, as chat hosts
@@ -47,7 +47,7 @@ export async function mcpRows(o: { quick: boolean; log: (s: string) => void }): 
     await stdio.connect(
       new StdioClientTransport({
         command: process.execPath,
-        args: [PYRO_BIN, "mcp", "serve", "--profile", "workspace-full"],
+        args: [CLI_ENTRY, "mcp", "serve", "--profile", "workspace-full"],
         env,
         cwd: home,
         stderr: "ignore",
