@@ -44,7 +44,7 @@ export async function pythonCheckout(dir: string): Promise<{ commit: string }> {
   git(dir, "init", "--quiet", "--initial-branch=main");
   git(dir, "add", ".");
   git(dir, "commit", "--quiet", "-m", "calc with a bug");
-  // Untracked: a Git seed copies tracked files only.
+  // Untracked and not ignored: a Git seed copies it too, as `git add -A` would see it.
   await writeFile(join(dir, "scratch.txt"), "not tracked\n");
   return { commit: git(dir, "rev-parse", "HEAD") };
 }

@@ -52,18 +52,21 @@ describe.skipIf(skip !== "")(
         execution_mode: "guest_agent",
         state: "running",
       });
-      // The checkout the server started in is the seed: its tracked files at HEAD's commit.
+      // The checkout the server started in is the seed: its tracked files at HEAD's commit,
+      // the untracked scratch.txt (not ignored) and the repository itself as .git.
       expect(w.workspace_seed).toMatchObject({
         kind: "git",
         source: checkout,
         commit,
-        file_count: Object.keys(PYTHON_PROJECT).length,
+        file_count: Object.keys(PYTHON_PROJECT).length + 1,
       });
       expect(w.default_seed).toEqual({ origin: "cwd", path: checkout });
       const files = await server.ok("workspace_file_list", { workspace_id: "repro" });
       expect(files.entries.map((e: { path: string }) => e.path).sort()).toEqual([
+        ".git",
         "README.md",
         "calc.py",
+        "scratch.txt",
         "test_calc.py",
       ]);
 
