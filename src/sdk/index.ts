@@ -10,10 +10,12 @@ export {
 export { ERROR_CODES, type ErrorCode, type ErrorObject, PyroError } from "../errors.js";
 export { Pyro, type PyroOptions } from "./pyro.js";
 export type {
+  BuildEnvironmentOptions,
   CommitOptions,
   CreateWorkspaceOptions,
   DemoOptions,
   DoctorOptions,
+  EnvironmentRecipe,
   ExecOptions,
   ExportOptions,
   ListFilesOptions,

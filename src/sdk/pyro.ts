@@ -13,6 +13,7 @@ import {
   writeFileToWorkspace,
 } from "../core/files.js";
 import { demo, prepare, runOnce } from "../core/oneshot.js";
+import { buildRecipe } from "../core/recipes.js";
 import { listServices, serviceLogs, serviceStatus, startService, stopService } from "../core/services.js";
 import {
   closeShell,
@@ -25,12 +26,15 @@ import {
 } from "../core/shells.js";
 import { createSnapshot, deleteSnapshot, listSnapshots, resetWorkspace } from "../core/snapshots.js";
 import { summarizeWorkspace } from "../core/summary.js";
+import { checkRecipe } from "../env/recipe.js";
 import { coreOptions } from "./case.js";
 import type {
+  BuildEnvironmentOptions,
   CommitOptions,
   CreateWorkspaceOptions,
   DemoOptions,
   DoctorOptions,
+  EnvironmentRecipe,
   ExecOptions,
   ExportOptions,
   ListFilesOptions,
@@ -51,6 +55,7 @@ import type {
   WriteShellOptions,
 } from "./schemas.js";
 import type {
+  BuildEnvironmentResult,
   CommitResult,
   DemoResult,
   DiffResult,
@@ -126,6 +131,18 @@ export class Pyro {
   async pullEnvironment(name: string, options: PullOptions = {}): Promise<PullResult> {
     checkArgs("pullEnvironment", [name, options]);
     return this.engine.environments.pull(name, coreOptions(options));
+  }
+  /**
+   * Builds an environment from a recipe in a sandbox with network egress (contract §10),
+   * or finds it cached (`cache_hit`). Relative copy sources are taken from the process's
+   * working directory.
+   */
+  async buildEnvironment(
+    recipe: EnvironmentRecipe,
+    options: BuildEnvironmentOptions = {},
+  ): Promise<BuildEnvironmentResult> {
+    checkArgs("buildEnvironment", [recipe, options]);
+    return buildRecipe(this.engine, checkRecipe(recipe, process.cwd()), coreOptions(options));
   }
   async inspectEnvironment(name: string): Promise<EnvironmentInfo> {
     checkArgs("inspectEnvironment", [name]);

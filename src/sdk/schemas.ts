@@ -51,8 +51,21 @@ export type DoctorOptions = CamelCased<Pick<NonNullable<Parameters<typeof doctor
 export type DemoOptions = CamelCased<NonNullable<Parameters<typeof demo>[1]>>;
 /** Options of `prepare`: `force` proves the loop again even when nothing changed. */
 export type PrepareOptions = CamelCased<NonNullable<Parameters<typeof prepare>[2]>>;
-/** Options of `pullEnvironment`. */
+/** Options of `pullEnvironment`: `insecureRegistry` allows plain HTTP to a loopback registry. */
 export interface PullOptions {
+  signal?: AbortSignal;
+  insecureRegistry?: boolean;
+}
+/** A recipe for `buildEnvironment` (contract §10): `copy` items are `SRC:DEST` or `{src, dest}`. */
+export interface EnvironmentRecipe {
+  name: string;
+  from: string;
+  apt?: string[];
+  run?: string[];
+  copy?: (string | { src: string; dest: string })[];
+}
+/** Options of `buildEnvironment`. */
+export interface BuildEnvironmentOptions {
   signal?: AbortSignal;
 }
 /** Options of `pruneEnvironments`: `all` removes every cached environment, not only stale ones. */
@@ -412,7 +425,29 @@ export const SIGNATURES = {
   doctor: [opt("options", options({ environment } satisfies Keys<DoctorOptions>))],
   pullEnvironment: [
     arg("name", environment),
-    opt("options", options({ signal } satisfies Keys<PullOptions>)),
+    opt("options", options({ signal, insecureRegistry: flag } satisfies Keys<PullOptions>)),
+  ],
+  buildEnvironment: [
+    arg(
+      "recipe",
+      z
+        .strictObject({
+          name: z.string().min(1),
+          from: environment,
+          apt: z.array(z.string().min(1)).optional(),
+          run: z.array(z.string().min(1)).optional(),
+          copy: z
+            .array(
+              z.union([
+                z.string().min(3),
+                z.strictObject({ src: z.string().min(1), dest: z.string().min(1) }),
+              ]),
+            )
+            .optional(),
+        })
+        .describe("a recipe {name, from, apt?, run?, copy?}"),
+    ),
+    opt("options", options({ signal } satisfies Keys<BuildEnvironmentOptions>)),
   ],
   inspectEnvironment: [arg("name", environment)],
   pruneEnvironments: [opt("options", options({ all: flag } satisfies Keys<PruneOptions>))],

@@ -17,6 +17,7 @@ import type {
   writeFileToWorkspace,
 } from "../core/files.js";
 import type { demo, runOnce } from "../core/oneshot.js";
+import type { buildRecipe } from "../core/recipes.js";
 import type { listServices, serviceLogs, startService, stopService } from "../core/services.js";
 import type {
   closeShell,
@@ -52,6 +53,8 @@ export interface EnvironmentList {
 }
 /** `pullEnvironment`: the cached environment, built or pulled when it was missing. */
 export type PullResult = Result<Engine["environments"]["pull"]>;
+/** `buildEnvironment`: the built (or cached: `cache_hit`) environment. */
+export type BuildEnvironmentResult = Result<typeof buildRecipe>;
 /** `pruneEnvironments`. */
 export type PruneResult = Result<Engine["environments"]["prune"]>;
 

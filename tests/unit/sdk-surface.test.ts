@@ -28,6 +28,7 @@ describe("public SDK surface", () => {
     expect(methods).toEqual(
       [
         "applyWorkspacePatch",
+        "buildEnvironment",
         "close",
         "commitWorkspace",
         "createSnapshot",

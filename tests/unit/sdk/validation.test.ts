@@ -91,6 +91,16 @@ const BAD_CALLS: [string, () => unknown[], string][] = [
     'pullEnvironment: options.signal must be an AbortSignal, got "later"',
   ],
   ["inspectEnvironment", () => [undefined], "inspectEnvironment: name must be a string, got undefined"],
+  [
+    "buildEnvironment",
+    () => [{ name: "x", from: "debian:12", apt: "jq" }],
+    "buildEnvironment: recipe.apt must be",
+  ],
+  [
+    "buildEnvironment",
+    () => [{ name: "x", from: "debian:12", run: ["true"], steps: [] }],
+    "buildEnvironment: recipe",
+  ],
   // `all: "no"` is truthy: before the check it pruned everything.
   [
     "pruneEnvironments",
