@@ -12,7 +12,7 @@
  * the VMs' ext4 disk) uses it as it uses the official ones.
  */
 import { randomBytes } from "node:crypto";
-import { cp, mkdir, mkdtemp, rm } from "node:fs/promises";
+import { cp, lstat, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 import type { BackendName } from "../backends/backend.js";
@@ -175,8 +175,6 @@ async function captureRoot(sandboxDir: string, base: string, dest: string): Prom
     legacy ? ":" : 'mount -o loop,ro "$1" "$2"',
     'mount -t overlay -o ro,lowerdir="$3":"$4" pyro-capture "$5"',
     'cp -a "$5"/. "$6"/',
-    // Mount points the backend makes at every start; nothing of the build's agent stays.
-    'rm -rf "$6"/run/pyro',
   ].join("\n");
   const r = await run(
     [
@@ -204,6 +202,11 @@ async function captureRoot(sandboxDir: string, base: string, dest: string): Prom
       `could not save the built environment: ${r.stderr.trim().split("\n").slice(-3).join(" | ")}`,
     );
   }
+  // Mount points the backend makes at every start: nothing of the build's agent stays.
+  // The tree is the sandbox's work: `run` is only entered when it is a real directory
+  // (a planted `/run -> /etc` must not aim this removal at the host).
+  const runDir = await lstat(join(dest, "run")).catch(() => null);
+  if (runDir?.isDirectory()) await rm(join(dest, "run", "pyro"), { recursive: true, force: true });
 }
 
 /** Single-quotes a string for sh. */

@@ -294,6 +294,33 @@ export function escapeSuite(backend: BackendName): void {
       expect(Number(limit)).toBe(1024 * 1024 * 1024);
     });
 
+    it.skipIf(backend !== "bwrap")(
+      `${backend}: a recipe build's steps cannot reach host files through the environment it saves`,
+      async () => {
+        const name = `escape-recipe-${randomBytes(4).toString("hex")}`;
+        const built = await ctx.pyro.buildEnvironment({
+          name,
+          from: "debian:12",
+          run: [
+            // Links to host paths, and writes through them, all inside the sandbox.
+            `ln -s / /etc/host-root && ln -s ${ctx.scratch} /etc/host-scratch`,
+            `mkdir -p ${ctx.scratch} && echo pwned > /etc/host-scratch/${ctx.markerText} || true`,
+            `ln -s ${ctx.canary} /etc/canary-link && echo overwritten > /etc/canary-link || true`,
+          ],
+        });
+        try {
+          // Saved as links, never followed by the host while saving.
+          expect((await lstat(join(built.rootfs, "etc/host-root"))).isSymbolicLink()).toBe(true);
+          expect(await readlink(join(built.rootfs, "etc/host-scratch"))).toBe(ctx.scratch);
+          expect(existsSync(join(ctx.scratch, ctx.markerText))).toBe(false);
+          expect(readFileSync(ctx.canary, "utf8")).toBe(ctx.canaryContent);
+        } finally {
+          await rm(built.path, { recursive: true, force: true });
+        }
+      },
+      300_000,
+    );
+
     // --- through pyro's file tools --------------------------------------------------------
     it(`${backend}: file tools refuse '..' out of /workspace, for reads and writes`, async () => {
       await expectRefused(ctx.pyro.readWorkspaceFile(ctx.a, "../../../../../../etc/hostname"));
