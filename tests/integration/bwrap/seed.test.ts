@@ -60,7 +60,7 @@ describe.skipIf(skip !== "")(suiteTitle("workspace seeding on bwrap", skip), () 
     await h.pyro.deleteWorkspace(id);
   });
 
-  it("seeds a Git checkout with its tracked files as they are in the working tree, and nothing untracked", async () => {
+  it("seeds a Git checkout as `git add -A` would see it: tracked files as in the working tree, untracked ones not ignored, and the repository as .git", async () => {
     const repo = join(host, "repo");
     await mkdir(repo);
     const git = (...args: string[]) =>
@@ -94,7 +94,7 @@ describe.skipIf(skip !== "")(suiteTitle("workspace seeding on bwrap", skip), () 
     await writeFile(join(repo, "tracked.txt"), "v2 from the working tree\n"); // modified, not committed
     await rm(join(repo, "removed.txt")); // tracked, deleted in the working tree
     await writeTree(repo, {
-      "untracked.txt": "must not be seeded\n",
+      "untracked.txt": "seeded: not ignored\n",
       "build.log": "ignored\n",
       "staged.txt": "added to the index\n",
     });
@@ -102,19 +102,32 @@ describe.skipIf(skip !== "")(suiteTitle("workspace seeding on bwrap", skip), () 
 
     const w = await h.create({ seedPath: repo });
     const id = w.workspace_id;
-    const seeded = { ".gitignore": 6, "src/lib.py": 10, "staged.txt": 19, "tracked.txt": 25 };
+    const seeded = {
+      ".gitignore": 6,
+      "src/lib.py": 10,
+      "staged.txt": 19,
+      "tracked.txt": 25,
+      "untracked.txt": 20,
+    };
     expect(w.workspace_seed).toEqual({
       kind: "git",
       source: repo,
+      repository: repo,
       commit: head,
       file_count: Object.keys(seeded).length,
       bytes: Object.values(seeded).reduce((a, b) => a + b, 0),
+      // build.log matches .gitignore; removed.txt is tracked but gone from the working tree.
+      skipped: { ignored: 1, missing: 1, excluded: 0, special: 0, submodules: 0 },
     });
     const files = await h.pyro.listWorkspaceFiles(id, "/workspace", { recursive: true });
-    expect(files.entries.filter((e) => e.artifact_type === "file").map((e) => e.path)).toEqual(
-      Object.keys(seeded),
-    );
-    expect(files.entries.map((e) => e.path)).not.toContain(".git");
+    expect(
+      files.entries
+        .filter((e) => e.artifact_type === "file" && !e.path.startsWith(".git/"))
+        .map((e) => e.path),
+    ).toEqual(Object.keys(seeded));
+    // The repository itself, at the seed commit: Git works inside.
+    const log = await h.pyro.execWorkspace(id, "git log --format=%H -1 && git status --porcelain");
+    expect(log.stdout.split("\n")[0]).toBe(head);
     expect((await h.pyro.readWorkspaceFile(id, "tracked.txt")).content).toBe("v2 from the working tree\n");
     expect((await h.pyro.diffWorkspace(id)).changed).toBe(false);
     await h.pyro.deleteWorkspace(id);
