@@ -43,6 +43,7 @@ export const TOOL_NAMES = [
   "shell_signal",
   "shell_close",
   "workspace_commit",
+  "environment_build",
 ] as const;
 export type ToolName = (typeof TOOL_NAMES)[number];
 
@@ -92,6 +93,7 @@ const FULL: readonly ToolName[] = [
   "shell_signal",
   "shell_close",
   "workspace_commit",
+  "environment_build",
 ];
 
 export interface ToolSet {

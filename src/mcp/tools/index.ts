@@ -2,6 +2,7 @@ import type { ToolName, ToolSet } from "../profiles.js";
 import type { ToolDefinition } from "../tool.js";
 import { workspaceCommit } from "./commit.js";
 import { workspaceDiskExport, workspaceDiskList, workspaceDiskRead } from "./disk.js";
+import { environmentBuild } from "./environments.js";
 import { vmRun, workspaceExec, workspaceLogs, workspaceSummary } from "./exec.js";
 import {
   workspaceDiff,
@@ -66,6 +67,7 @@ export function toolDefinitions(set: ToolSet): ToolDefinition[] {
     workspace_disk_read: workspaceDiskRead,
     workspace_disk_export: workspaceDiskExport,
     workspace_commit: workspaceCommit,
+    environment_build: environmentBuild,
   };
   return set.tools.map((name) => all[name]);
 }

@@ -58,6 +58,7 @@ export const PINNED: Record<string, string[]> = {
     "shell_signal",
     "shell_close",
     "workspace_commit",
+    "environment_build",
   ],
   "repro-fix": [
     "workspace_create",

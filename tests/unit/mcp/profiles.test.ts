@@ -38,7 +38,7 @@ describe("profiles and modes", () => {
   it("workspace-full is workspace-core plus snapshots, stop/start, network blocks, services, disk tools and shells, and is every tool there is", () => {
     const full = toolNames({ profile: "workspace-full" });
     expect(full.slice(0, 17)).toEqual(PINNED["workspace-core"]);
-    expect(full).toHaveLength(37);
+    expect(full).toHaveLength(38);
     expect(full.slice(28, 31)).toEqual([
       "workspace_disk_list",
       "workspace_disk_read",
@@ -51,7 +51,7 @@ describe("profiles and modes", () => {
       "shell_signal",
       "shell_close",
     ]);
-    expect(full.slice(36)).toEqual(["workspace_commit"]);
+    expect(full.slice(36)).toEqual(["workspace_commit", "environment_build"]);
     expect([...full].sort()).toEqual([...TOOL_NAMES].sort());
   });
 

@@ -4,6 +4,8 @@ import { mkdir, mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { entryDirName, recipeKey } from "../../../src/env/catalog.js";
+import { checkRecipe, recipeSource } from "../../../src/env/recipe.js";
 import { MODE_NAMES, PROFILE_NAMES, TOOL_NAMES, type ToolName, toolSet } from "../../../src/mcp/profiles.js";
 import type { ToolDefinition } from "../../../src/mcp/tool.js";
 import { toolDefinitions } from "../../../src/mcp/tools/index.js";
@@ -50,6 +52,7 @@ const DESTRUCTIVE: ToolName[] = [
   "shell_close",
 ];
 const IDEMPOTENT: ToolName[] = [
+  "environment_build",
   "workspace_disk_export",
   "workspace_update",
   "workspace_file_write",
@@ -62,7 +65,7 @@ const IDEMPOTENT: ToolName[] = [
   "workspace_start",
   "service_stop",
 ];
-const WITHOUT_WORKSPACE: ToolName[] = ["vm_run", "workspace_create", "workspace_list"];
+const WITHOUT_WORKSPACE: ToolName[] = ["vm_run", "workspace_create", "workspace_list", "environment_build"];
 
 let serial = 0;
 const uniqueName = () => `w${++serial}-${process.pid}`;
@@ -487,6 +490,43 @@ const HAPPY: Record<ToolName, (fx: McpFixture) => Promise<any>> = {
     expect((await fx.pyro.listShells(w.workspace_id)).count).toBe(0);
     return r;
   },
+  environment_build: async (fx) => {
+    // The fake backend cannot save a root layer: the recipe's entry is put in the cache as
+    // a finished build leaves it, and the tool must find it by the recipe's key.
+    const name = `mcp-env-${Date.now().toString(36)}`;
+    const base = await fx.pyro.pullEnvironment("debian:12");
+    const recipe = checkRecipe({ name, from: "debian:12", apt: ["jq"], run: ["true"] }, "/");
+    const spec = {
+      name,
+      description: "built from debian:12",
+      source: await recipeSource(recipe, base.recipe_key),
+    };
+    const key = recipeKey(spec);
+    const dir = join(fx.pyro.engine.environments.root, entryDirName(spec, key));
+    await mkdir(join(dir, "rootfs"), { recursive: true });
+    await writeFile(
+      join(dir, "manifest.json"),
+      JSON.stringify({
+        ...spec,
+        recipe_key: key,
+        source_detail: {},
+        built_at: new Date().toISOString(),
+        build_duration_ms: 1,
+        size_bytes: 1,
+        file_count: 0,
+      }),
+    );
+    const r = await fx.ok("environment_build", { name, from: "debian:12", apt: ["jq"], run: ["true"] });
+    expect(r).toMatchObject({ name, cache_hit: true, recipe_key: key });
+    // An official name is refused; host files (copy) are not an MCP argument.
+    expect(
+      (await fx.fails("environment_build", { name: "debian:12", from: "debian:12", run: ["true"] })).code,
+    ).toBe("invalid_argument");
+    expect(
+      (await fx.fails("environment_build", { name: "x", from: "debian:12", copy: ["/etc/passwd:/x"] })).code,
+    ).toBe("invalid_argument");
+    return r;
+  },
   workspace_commit: async (fx) => {
     // Outside the project: other tools' checks count the project's files.
     const repo = join(await mkdtemp(join(tmpdir(), "pyro-mcp-commit-")), "repo");
@@ -539,6 +579,7 @@ function malformed(tool: ToolName): { args: Record<string, unknown>; mentions: s
   if (tool === "vm_run") return { args: { command: 42 }, mentions: "command" };
   if (tool === "workspace_create") return { args: { name: 42 }, mentions: "name" };
   if (tool === "workspace_list") return { args: { bogus: true }, mentions: "bogus" };
+  if (tool === "environment_build") return { args: { name: 42, from: "debian:12" }, mentions: "name" };
   return { args: { workspace_id: 42 }, mentions: "workspace_id" };
 }
 
