@@ -67,6 +67,40 @@ describe.skipIf(skip !== null)(`a workspace on a pulled image${skip ? ` (skipped
     if (work) await rm(work, { recursive: true, force: true });
   });
 
+  const bwrap = targets.find((t) => t.backend === "bwrap");
+  it.skipIf(!bwrap || bwrap.skip !== "")(
+    "prune --all keeps an environment a workspace uses, removes it and its layers once no workspace does",
+    async () => {
+      // A cache of its own, so pruning it touches nothing shared.
+      const own = join(work, "prune-envs");
+      await mkdir(own);
+      const pyro = new Pyro({ home: await mkdtemp(join(work, "home-prune-")), environmentsDir: own });
+      try {
+        const pulled = await pyro.pullEnvironment(ref);
+        const ws = await pyro.createWorkspace({ environment: ref, backend: "bwrap" });
+        const kept = await pyro.pruneEnvironments({ all: true });
+        expect(kept.kept_in_use).toEqual([pulled.name]);
+        expect(kept.removed.map((r) => r.path)).not.toContain(pulled.path);
+        expect((await readdir(join(own, ".oci/blobs/sha256"))).length).toBeGreaterThan(0);
+        expect(
+          (await pyro.listEnvironments()).environments.find((e) => e.name === pulled.name),
+        ).toMatchObject({
+          kind: "pulled",
+          status: "cached",
+        });
+        await pyro.deleteWorkspace(ws.workspace_id);
+        const gone = await pyro.pruneEnvironments({ all: true });
+        expect(gone.kept_in_use).toEqual([]);
+        expect(gone.removed.map((r) => r.path)).toContain(pulled.path);
+        expect(gone.removed.some((r) => r.reason === "unused_layer")).toBe(true);
+        expect(await readdir(join(own, ".oci/blobs/sha256"))).toEqual([]);
+      } finally {
+        await pyro.close();
+      }
+    },
+    120_000,
+  );
+
   for (const t of targets) {
     it.skipIf(t.skip !== "")(
       `runs commands in the image on ${t.label}${t.skip ? ` (skipped: ${t.skip})` : ""}`,
