@@ -1,5 +1,10 @@
 import { randomUUID } from "node:crypto";
-import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from "node:http";
+import {
+  createServer as createHttpServer,
+  type Server as HttpServer,
+  type IncomingMessage,
+  type ServerResponse,
+} from "node:http";
 import type { AddressInfo } from "node:net";
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
@@ -74,6 +79,89 @@ export const SESSION_IDLE_MS = 30 * 60 * 1000;
 export const MAX_SESSIONS = 64;
 
 /**
+ * The sessions of one HTTP endpoint. Clients that vanish without DELETE leave sessions (a
+ * server and its listeners each): swept once they have had nothing open for `idleMs`; at
+ * `maxSessions`, a new session evicts the one idle longest.
+ */
+class SessionTable {
+  private readonly sessions = new Map<string, Session>();
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor(
+    private readonly idleMs: number,
+    readonly maxSessions: number,
+  ) {
+    this.sweeper = setInterval(
+      () => {
+        const now = Date.now();
+        for (const [id, session] of [...this.sessions])
+          if (this.idle(session, now)) void this.end(id, session);
+      },
+      Math.max(10, Math.min(60_000, Math.floor(idleMs / 2))),
+    );
+    this.sweeper.unref();
+  }
+
+  get size(): number {
+    return this.sessions.size;
+  }
+
+  get(id: string): Session | undefined {
+    return this.sessions.get(id);
+  }
+
+  /** A session initialized by the request answered on `res`. */
+  add(id: string, session: Session, res: ServerResponse): void {
+    this.sessions.set(id, session);
+    this.track(session, res);
+  }
+
+  delete(id: string): void {
+    this.sessions.delete(id);
+  }
+
+  /** Counts a request as open on its session until its response closes. */
+  track(session: Session, res: ServerResponse): void {
+    session.open++;
+    session.lastSeen = Date.now();
+    res.once("close", () => {
+      session.open--;
+      session.lastSeen = Date.now();
+    });
+  }
+
+  /**
+   * Makes room for a new session: at the cap, the session idle longest goes. False when
+   * every session is busy (the new one has to wait).
+   */
+  async makeRoom(): Promise<boolean> {
+    if (this.sessions.size < this.maxSessions) return true;
+    const oldest = [...this.sessions]
+      .filter(([, s]) => s.open === 0)
+      .sort(([, a], [, b]) => a.lastSeen - b.lastSeen)[0];
+    if (!oldest) return false;
+    await this.end(oldest[0], oldest[1]);
+    return true;
+  }
+
+  /** Stops sweeping and ends every session. */
+  async close(): Promise<void> {
+    clearInterval(this.sweeper);
+    for (const [id, session] of [...this.sessions]) await this.end(id, session);
+  }
+
+  private idle(session: Session, now: number): boolean {
+    return session.open === 0 && now - session.lastSeen >= this.idleMs;
+  }
+
+  private async end(id: string, session: Session): Promise<void> {
+    this.sessions.delete(id);
+    await session.server.close().catch(() => {});
+    await session.transport.close().catch(() => {});
+  }
+}
+
+/**
  * Serves MCP over Streamable HTTP at `/mcp` on a loopback address. Every session
  * (initialize request) gets its own McpServer from `newServer`, all sharing one SDK
  * client; sessions are stateful, so a client's cancel notification reaches the request
@@ -84,37 +172,11 @@ export async function serveHttp(
   address: HttpAddress,
   options: HttpOptions = {},
 ): Promise<HttpEndpoint> {
-  const sessions = new Map<string, Session>();
-  let allowedHosts: string[] = [];
-  const idleMs = options.sessionIdleMs ?? SESSION_IDLE_MS;
-  const maxSessions = options.maxSessions ?? MAX_SESSIONS;
-
-  const end = async (id: string, session: Session): Promise<void> => {
-    sessions.delete(id);
-    await session.server.close().catch(() => {});
-    await session.transport.close().catch(() => {});
-  };
-  const idle = (session: Session, now: number) => session.open === 0 && now - session.lastSeen >= idleMs;
-  // Clients that vanish without DELETE leave sessions (a server and its listeners each):
-  // swept once they have had nothing open for idleMs.
-  const sweeper = setInterval(
-    () => {
-      const now = Date.now();
-      for (const [id, session] of [...sessions]) if (idle(session, now)) void end(id, session);
-    },
-    Math.max(10, Math.min(60_000, Math.floor(idleMs / 2))),
+  const sessions = new SessionTable(
+    options.sessionIdleMs ?? SESSION_IDLE_MS,
+    options.maxSessions ?? MAX_SESSIONS,
   );
-  sweeper.unref();
-
-  /** Counts a request as open on its session until its response closes. */
-  const track = (session: Session, res: ServerResponse): void => {
-    session.open++;
-    session.lastSeen = Date.now();
-    res.once("close", () => {
-      session.open--;
-      session.lastSeen = Date.now();
-    });
-  };
+  let allowedHosts: string[] = [];
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? "/", "http://loopback");
@@ -130,27 +192,19 @@ export async function serveHttp(
     if (typeof sessionId === "string") {
       const session = sessions.get(sessionId);
       if (!session) return reply(res, 404, "unknown or expired session; initialize again");
-      track(session, res);
+      sessions.track(session, res);
       return session.transport.handleRequest(req, res, body);
     }
     if (req.method !== "POST" || !isInitializeRequest(body)) {
       return reply(res, 400, "no mcp-session-id header: the first request of a session must be initialize");
     }
-    if (sessions.size >= maxSessions) {
-      // Make room: the session idle longest goes; when every one is busy, the new one waits.
-      const oldest = [...sessions]
-        .filter(([, s]) => s.open === 0)
-        .sort(([, a], [, b]) => a.lastSeen - b.lastSeen)[0];
-      if (!oldest) return reply(res, 503, `all ${maxSessions} sessions are busy; retry shortly`);
-      await end(oldest[0], oldest[1]);
-    }
+    if (!(await sessions.makeRoom()))
+      return reply(res, 503, `all ${sessions.maxSessions} sessions are busy; retry shortly`);
     const server = newServer();
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       onsessioninitialized: (id) => {
-        const session: Session = { transport, server, lastSeen: Date.now(), open: 0 };
-        sessions.set(id, session);
-        track(session, res);
+        sessions.add(id, { transport, server, lastSeen: Date.now(), open: 0 }, res);
       },
     });
     transport.onclose = () => {
@@ -167,7 +221,25 @@ export async function serveHttp(
       else res.end();
     });
   });
-  await new Promise<void>((resolve, reject) => {
+  await listen(http, address);
+  const port = (http.address() as AddressInfo).port;
+  const hostPart = address.host === "::1" ? "[::1]" : address.host;
+  allowedHosts = [`${hostPart}:${port}`, `localhost:${port}`];
+  return {
+    url: `http://${hostPart}:${port}/mcp`,
+    sessionCount: () => sessions.size,
+    close: async () => {
+      await sessions.close();
+      const closed = new Promise<void>((resolve) => http.close(() => resolve()));
+      http.closeAllConnections();
+      await closed;
+    },
+  };
+}
+
+/** Listens on the address; a port in use is a `conflict`. */
+function listen(http: HttpServer, address: HttpAddress): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
     http.once("error", (err: NodeJS.ErrnoException) =>
       reject(
         err.code === "EADDRINUSE"
@@ -181,20 +253,6 @@ export async function serveHttp(
     );
     http.listen(address.port, address.host, () => resolve());
   });
-  const port = (http.address() as AddressInfo).port;
-  const hostPart = address.host === "::1" ? "[::1]" : address.host;
-  allowedHosts = [`${hostPart}:${port}`, `localhost:${port}`];
-  return {
-    url: `http://${hostPart}:${port}/mcp`,
-    sessionCount: () => sessions.size,
-    close: async () => {
-      clearInterval(sweeper);
-      for (const [id, session] of [...sessions]) await end(id, session);
-      const closed = new Promise<void>((resolve) => http.close(() => resolve()));
-      http.closeAllConnections();
-      await closed;
-    },
-  };
 }
 
 function isLoopbackOrigin(origin: string): boolean {

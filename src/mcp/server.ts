@@ -72,13 +72,7 @@ export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer
   const byName = new Map<string, ToolDefinition>(tools.map((t) => [t.name, t]));
   const seed = options.seed ?? NO_SEED;
   const env: DescribeEnv = { available: new Set(set.tools), defaultSeed: seed.describe() };
-  const baseDir = options.baseDir ?? process.cwd();
-  const hostPaths = new HostPaths({
-    base: baseDir,
-    project: [baseDir, seed.root()],
-    allowed: options.allowHostPaths ?? [],
-  });
-  const hostPath = hostPaths.resolve.bind(hostPaths);
+  const hostPath = hostPathResolver(options, seed);
   const log = options.log ?? (() => {});
 
   const server = new McpServer(
@@ -87,59 +81,15 @@ export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer
   );
 
   // Registered first: host.ts then replaces the McpServer's tools/list with a paginated one.
-  for (const tool of tools) {
-    server.registerTool(
-      tool.name,
-      {
-        title: tool.title,
-        description: describe(tool, env),
-        inputSchema: tool.input,
-        outputSchema: advertisedOutput(tool.output),
-        annotations: { title: tool.title, ...tool.annotations },
-      },
-      // Used only if the override below were missing; the same wrapper either way.
-      ((args: unknown, extra: Extra) => tracked(tool, args, extra)) as never,
-    );
-  }
-
-  // tools/list as the McpServer would list them, built once, paginated by host.ts.
-  let listed: Tool[] | undefined;
-  const listTools = (): Tool[] => {
-    listed ??= tools.map((tool) => ({
-      name: tool.name,
-      title: tool.title,
-      description: describe(tool, env),
-      inputSchema: toJsonSchemaCompat(tool.input, {
-        strictUnions: true,
-        pipeStrategy: "input",
-      }) as Tool["inputSchema"],
-      outputSchema: toJsonSchemaCompat(advertisedOutput(tool.output), {
-        strictUnions: true,
-        pipeStrategy: "output",
-      }) as Tool["outputSchema"],
-      annotations: { title: tool.title, ...tool.annotations },
-    }));
-    return listed;
-  };
+  registerTools(server, tools, env, (tool, args, extra) => tracked(tool, args, extra));
   const host = registerHostFeatures(server, {
     pyro,
     available: env.available,
-    tools: listTools,
+    tools: toolLister(tools, env),
     ...(options.pageSize !== undefined ? { pageSize: options.pageSize } : {}),
     log,
   });
-  // Stop listening to the engine when the connection closes (an HTTP session ending) or
-  // the server is closed (a caller may replace onclose, as the stdio command does).
-  const prevClose = server.server.onclose;
-  server.server.onclose = () => {
-    host.close();
-    prevClose?.();
-  };
-  const closeServer = server.close.bind(server);
-  server.close = async () => {
-    host.close();
-    await closeServer();
-  };
+  closeHostWithServer(server, host);
 
   const c: CallContext = {
     pyro,
@@ -174,6 +124,76 @@ export function createServer(pyro: Pyro, options: ServerOptions = {}): McpServer
     return tracked(tool, request.params.arguments, extra);
   });
   return server;
+}
+
+type CallFn = (tool: ToolDefinition, args: unknown, extra: Extra) => Promise<CallToolResult>;
+
+/** Registers every tool on the McpServer (which then lists them and declares `tools`). */
+function registerTools(server: McpServer, tools: readonly ToolDefinition[], env: DescribeEnv, call: CallFn) {
+  for (const tool of tools) {
+    server.registerTool(
+      tool.name,
+      {
+        title: tool.title,
+        description: describe(tool, env),
+        inputSchema: tool.input,
+        outputSchema: advertisedOutput(tool.output),
+        annotations: { title: tool.title, ...tool.annotations },
+      },
+      // Used only if createServer's tools/call override were missing; the same wrapper either way.
+      ((args: unknown, extra: Extra) => call(tool, args, extra)) as never,
+    );
+  }
+}
+
+/** tools/list as the McpServer would list them, built once on first use, paginated by host.ts. */
+function toolLister(tools: readonly ToolDefinition[], env: DescribeEnv): () => Tool[] {
+  let listed: Tool[] | undefined;
+  return (): Tool[] => {
+    listed ??= tools.map((tool) => ({
+      name: tool.name,
+      title: tool.title,
+      description: describe(tool, env),
+      inputSchema: toJsonSchemaCompat(tool.input, {
+        strictUnions: true,
+        pipeStrategy: "input",
+      }) as Tool["inputSchema"],
+      outputSchema: toJsonSchemaCompat(advertisedOutput(tool.output), {
+        strictUnions: true,
+        pipeStrategy: "output",
+      }) as Tool["outputSchema"],
+      annotations: { title: tool.title, ...tool.annotations },
+    }));
+    return listed;
+  };
+}
+
+/**
+ * Stops listening to the engine when the connection closes (an HTTP session ending) or
+ * the server is closed (a caller may replace onclose, as the stdio command does).
+ */
+function closeHostWithServer(server: McpServer, host: HostHooks): void {
+  const prevClose = server.server.onclose;
+  server.server.onclose = () => {
+    host.close();
+    prevClose?.();
+  };
+  const closeServer = server.close.bind(server);
+  server.close = async () => {
+    host.close();
+    await closeServer();
+  };
+}
+
+/** Resolves host paths of tool arguments against the project (see host-paths.ts). */
+function hostPathResolver(options: ServerOptions, seed: DefaultSeed): ToolContext["hostPath"] {
+  const baseDir = options.baseDir ?? process.cwd();
+  const hostPaths = new HostPaths({
+    base: baseDir,
+    project: [baseDir, seed.root()],
+    allowed: options.allowHostPaths ?? [],
+  });
+  return hostPaths.resolve.bind(hostPaths);
 }
 
 /** What every call of one server shares. */
