@@ -25,8 +25,7 @@ const CLI_ENTRY = fileURLToPath(new URL("../../bin/pyro.js", import.meta.url));
 export async function mcpRows(o: { quick: boolean; log: (s: string) => void }): Promise<BenchRow[]> {
   const home = await mkdtemp(join(tmpdir(), "pyro-bench-mcp-"));
   const pyro = new Pyro({ home });
-  let stdio: Client | undefined;
-  let local: Client | undefined;
+  let clients: Clients | undefined;
   try {
     try {
       await pyro.engine.chooseBackend("bwrap", false);
@@ -37,13 +36,62 @@ export async function mcpRows(o: { quick: boolean; log: (s: string) => void }): 
     const runs = o.quick ? 10 : 40;
     const w = await pyro.createWorkspace({ backend: "bwrap" });
     const id = w.workspace_id;
+    clients = await connectClients(pyro, home);
+    const { stdio, local } = clients;
+    // Raw requests: the server and the transport, not the SDK client's schema compilation
+    // (Client.listTools compiles every output schema with Ajv: ~70 ms here, on any transport).
+    const exec = (command: string) =>
+      stdio.request(
+        {
+          method: "tools/call",
+          params: { name: "workspace_exec", arguments: { workspace_id: id, command } },
+        },
+        CallToolResultSchema,
+      );
+    // Warm every path once (module loads, the agent connection, schema compilation).
+    await stdio.listTools();
+    await local.listTools();
+    await exec("true");
+    await pyro.execWorkspace(id, "true");
 
-    const env = Object.fromEntries(
-      Object.entries({ ...process.env, PYRO_HOME: home, PYRO_DEBUG: "" }).filter(
-        (e): e is [string, string] => e[1] !== undefined,
+    const rows = [
+      await listRow(stdio, local, runs),
+      await execRow(exec, () => pyro.execWorkspace(id, "true"), runs),
+      await bigOutputRow(
+        exec,
+        () => pyro.execWorkspace(id, "seq 1 1400000", { maxOutputBytes: 16 * 1024 }),
+        runs,
       ),
-    );
-    stdio = new Client({ name: "pyro-bench", version: "0" });
+    ];
+    await pyro.deleteWorkspace(id);
+    for (const r of rows)
+      o.log(`bench: ${r.name} ${r.value_ms.toFixed(1)} ms vs ${r.floor_ms.toFixed(1)} ms`);
+    return rows;
+  } finally {
+    await clients?.stdio.close().catch(() => {});
+    await clients?.local.close().catch(() => {});
+    await pyro.close();
+    await rm(home, { recursive: true, force: true });
+  }
+}
+
+interface Clients {
+  /** `pyro mcp serve` as a child process over stdio. */
+  stdio: Client;
+  /** The same server in-process, on an in-memory transport. */
+  local: Client;
+}
+
+/** Both clients connected; on a failure, whichever was made is closed. */
+async function connectClients(pyro: Pyro, home: string): Promise<Clients> {
+  const env = Object.fromEntries(
+    Object.entries({ ...process.env, PYRO_HOME: home, PYRO_DEBUG: "" }).filter(
+      (e): e is [string, string] => e[1] !== undefined,
+    ),
+  );
+  const stdio = new Client({ name: "pyro-bench", version: "0" });
+  let local: Client | undefined;
+  try {
     await stdio.connect(
       new StdioClientTransport({
         command: process.execPath,
@@ -57,82 +105,78 @@ export async function mcpRows(o: { quick: boolean; log: (s: string) => void }): 
     const [a, b] = InMemoryTransport.createLinkedPair();
     local = new Client({ name: "pyro-bench-local", version: "0" });
     await Promise.all([server.connect(b), local.connect(a)]);
-
-    const time = async (f: () => Promise<unknown>) => {
-      const t = performance.now();
-      await f();
-      return performance.now() - t;
-    };
-    const stdioClient = stdio;
-    const localClient = local;
-    // Raw requests: the server and the transport, not the SDK client's schema compilation
-    // (Client.listTools compiles every output schema with Ajv: ~70 ms here, on any transport).
-    const exec = (command: string) =>
-      stdioClient.request(
-        {
-          method: "tools/call",
-          params: { name: "workspace_exec", arguments: { workspace_id: id, command } },
-        },
-        CallToolResultSchema,
-      );
-    const listOver = (c: Client) => c.request({ method: "tools/list" }, ListToolsResultSchema);
-    // Warm every path once (module loads, the agent connection, schema compilation).
-    await stdioClient.listTools();
-    await localClient.listTools();
-    await exec("true");
-    await pyro.execWorkspace(id, "true");
-
-    const list: number[] = [];
-    const listFloor: number[] = [];
-    const trip: number[] = [];
-    const tripFloor: number[] = [];
-    for (let i = 0; i < runs; i++) {
-      list.push(await time(() => listOver(stdioClient)));
-      listFloor.push(await time(() => listOver(localClient)));
-    }
-    for (let i = 0; i < runs; i++) {
-      trip.push(await time(() => exec("true")));
-      tripFloor.push(await time(() => pyro.execWorkspace(id, "true")));
-    }
-    const big: number[] = [];
-    const bigFloor: number[] = [];
-    for (let i = 0; i < Math.max(3, runs / 8); i++) {
-      big.push(await time(() => exec("seq 1 1400000")));
-      bigFloor.push(await time(() => pyro.execWorkspace(id, "seq 1 1400000", { maxOutputBytes: 16 * 1024 })));
-    }
-    await pyro.deleteWorkspace(id);
-    const rows = [
-      row(
-        "MCP stdio: tools/list (workspace-full, 36 tools)",
-        median(list),
-        "same server, in-memory transport",
-        median(listFloor),
-        { max: 10 },
-      ),
-      row(
-        "MCP stdio: workspace_exec true, bwrap",
-        median(trip),
-        "SDK execWorkspace true (in-process)",
-        median(tripFloor),
-        {
-          max: 2,
-        },
-      ),
-      row(
-        "MCP stdio: workspace_exec of 10 MB output (fitted)",
-        median(big),
-        "SDK execWorkspace, same command and cap",
-        median(bigFloor),
-        { max: 1.5 },
-      ),
-    ];
-    for (const r of rows)
-      o.log(`bench: ${r.name} ${r.value_ms.toFixed(1)} ms vs ${r.floor_ms.toFixed(1)} ms`);
-    return rows;
-  } finally {
-    await stdio?.close().catch(() => {});
+    return { stdio, local };
+  } catch (err) {
+    await stdio.close().catch(() => {});
     await local?.close().catch(() => {});
-    await pyro.close();
-    await rm(home, { recursive: true, force: true });
+    throw err;
   }
+}
+
+async function time(f: () => Promise<unknown>): Promise<number> {
+  const t = performance.now();
+  await f();
+  return performance.now() - t;
+}
+
+/** tools/list over stdio against the same server in-memory, alternating. */
+async function listRow(stdio: Client, local: Client, runs: number): Promise<BenchRow> {
+  const listOver = (c: Client) => c.request({ method: "tools/list" }, ListToolsResultSchema);
+  const list: number[] = [];
+  const listFloor: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    list.push(await time(() => listOver(stdio)));
+    listFloor.push(await time(() => listOver(local)));
+  }
+  return row(
+    "MCP stdio: tools/list (workspace-full, 36 tools)",
+    median(list),
+    "same server, in-memory transport",
+    median(listFloor),
+    { max: 10 },
+  );
+}
+
+/** workspace_exec of `true` over stdio against the SDK's exec in-process, alternating. */
+async function execRow(
+  exec: (command: string) => Promise<unknown>,
+  floor: () => Promise<unknown>,
+  runs: number,
+): Promise<BenchRow> {
+  const trip: number[] = [];
+  const tripFloor: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    trip.push(await time(() => exec("true")));
+    tripFloor.push(await time(floor));
+  }
+  return row(
+    "MCP stdio: workspace_exec true, bwrap",
+    median(trip),
+    "SDK execWorkspace true (in-process)",
+    median(tripFloor),
+    {
+      max: 2,
+    },
+  );
+}
+
+/** A 10 MB output over stdio (fitted under the result bound) against the SDK with the same cap. */
+async function bigOutputRow(
+  exec: (command: string) => Promise<unknown>,
+  floor: () => Promise<unknown>,
+  runs: number,
+): Promise<BenchRow> {
+  const big: number[] = [];
+  const bigFloor: number[] = [];
+  for (let i = 0; i < Math.max(3, runs / 8); i++) {
+    big.push(await time(() => exec("seq 1 1400000")));
+    bigFloor.push(await time(floor));
+  }
+  return row(
+    "MCP stdio: workspace_exec of 10 MB output (fitted)",
+    median(big),
+    "SDK execWorkspace, same command and cap",
+    median(bigFloor),
+    { max: 1.5 },
+  );
 }

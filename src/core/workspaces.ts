@@ -14,6 +14,8 @@ import type {
   PublishedPort,
   WorkspacePatch,
   WorkspaceRow,
+  WorkspaceSeed,
+  WorkspaceSpec,
   WorkspaceState,
 } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
@@ -336,16 +338,7 @@ export class Workspaces {
         network_policy: policy,
         ttl_seconds: options.ttl_seconds === undefined ? DEFAULTS.ttl_seconds : options.ttl_seconds,
         workspace_seed: seed,
-        spec: {
-          vcpus: options.vcpus ?? DEFAULTS.vcpus,
-          memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
-          pids_max: DEFAULTS.pids_max,
-          disk_mib: diskMib,
-          // An image's config `Env` (PATH, LANG, its tool versions) is the base; the caller's wins.
-          env: { ...env.image_env, ...(options.env ?? {}) },
-          timeout_seconds: DEFAULTS.timeout_seconds,
-          ...(ports.length > 0 ? { published_ports: ports } : {}),
-        },
+        spec: createSpec(options, diskMib, ports, env.image_env),
         runtime: { rootfs: env.rootfs, env_key: env.recipe_key, owner: await currentOwner() },
         current_snapshot: "baseline",
         secret_refs: secrets.refs,
@@ -366,25 +359,36 @@ export class Workspaces {
         options.signal ? { signal: options.signal } : {},
       );
       const w = this.setState(id, "running", { runtime: { sandbox: state, owner: null } });
-      this.store.recordEvent(id, "create", {
-        environment,
-        backend: backend.name,
-        seed: seed.kind,
-        source: seed.source,
-      });
-      this.emit({
-        level: "notice",
-        kind: "workspace",
-        message: `workspace ${label(w)} created: ${environment} on ${backend.name}, sandbox started`,
-        workspace_id: id,
-        workspaces_changed: true,
-        data: { environment, backend: backend.name },
-      });
+      this.recordCreated(w, environment, backend, seed);
       return workspaceView(w, backend.executionMode);
     } catch (err) {
       await this.rollbackCreate(id, created, backend);
       throw err;
     }
+  }
+
+  /** The create's event in the workspace's history, and the engine event hosts see. */
+  private recordCreated(
+    w: WorkspaceRow,
+    environment: string,
+    backend: WorkspaceBackend,
+    seed: WorkspaceSeed,
+  ): void {
+    const id = w.workspace_id;
+    this.store.recordEvent(id, "create", {
+      environment,
+      backend: backend.name,
+      seed: seed.kind,
+      source: seed.source,
+    });
+    this.emit({
+      level: "notice",
+      kind: "workspace",
+      message: `workspace ${label(w)} created: ${environment} on ${backend.name}, sandbox started`,
+      workspace_id: id,
+      workspaces_changed: true,
+      data: { environment, backend: backend.name },
+    });
   }
 
   /** What a create is refused for before anything is made: limits, seed, policy, name. */
@@ -948,6 +952,25 @@ function validateName(name: string): void {
       "use 1-63 letters, digits, '.', '_' or '-', not shaped like an id",
     );
   }
+}
+
+/** The spec of a new workspace: the caller's options over the defaults. */
+function createSpec(
+  options: CreateOptions,
+  diskMib: number,
+  ports: PublishedPort[],
+  imageEnv: Record<string, string>,
+): WorkspaceSpec {
+  return {
+    vcpus: options.vcpus ?? DEFAULTS.vcpus,
+    memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
+    pids_max: DEFAULTS.pids_max,
+    disk_mib: diskMib,
+    // An image's config `Env` (PATH, LANG, its tool versions) is the base; the caller's wins.
+    env: { ...imageEnv, ...(options.env ?? {}) },
+    timeout_seconds: DEFAULTS.timeout_seconds,
+    ...(ports.length > 0 ? { published_ports: ports } : {}),
+  };
 }
 
 /** How events name a workspace: its id, and its name when it has one. */
