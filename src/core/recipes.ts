@@ -50,7 +50,7 @@ export async function buildRecipe(
   const base = await engine.environments.pull(recipe.from, options);
   const baseKey = `${base.recipe_key}${base.digest ? `@${base.digest}` : ""}`;
   const source = await recipeSource(recipe, baseKey);
-  recipe.copy.forEach((c, i) => sourcesOf(engine).set(source.copy[i]?.sha256 ?? "", c.src));
+  for (const [i, c] of recipe.copy.entries()) sourcesOf(engine).set(source.copy[i]?.sha256 ?? "", c.src);
   const spec: EnvironmentSpec = {
     name: recipe.name,
     description: `built from ${recipe.from}`,
