@@ -16,7 +16,6 @@ import { EnvironmentCache } from "../../../src/env/cache.js";
 import { OciBuilder } from "../../../src/env/oci/builder.js";
 import { PyroError } from "../../../src/errors.js";
 import {
-  type Front,
   getBlob,
   getManifest,
   pushBlob,
