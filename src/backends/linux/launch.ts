@@ -23,26 +23,41 @@ export interface Disk {
   mkdirs: readonly string[];
 }
 
-/** The shell and mount command of the launch step. Both must handle descriptors above 9. */
+/**
+ * The shell and mount commands of the launch step. Both must handle descriptors above 9.
+ * `loopMount` mounts the disk image: always util-linux's, whose loop setup survives
+ * concurrent launches (busybox 1.35's spins at full CPU when launches race for the same
+ * free loop device: eight starts at once left four spinning until their timeout).
+ */
 export interface LaunchTools {
   shell: string[];
   mount: string;
+  loopMount: string;
 }
 
 /** Portable: bash and util-linux mount (dash cannot name descriptors above 9). */
-export const BASH_TOOLS: LaunchTools = { shell: ["/bin/bash"], mount: "mount" };
+export const BASH_TOOLS: LaunchTools = { shell: ["/bin/bash"], mount: "mount", loopMount: "mount" };
 
 /** Faster where busybox-static is installed (setup installs it): ~3 ms less per launch. */
-export const BUSYBOX_TOOLS: LaunchTools = { shell: ["/bin/busybox", "sh"], mount: "/bin/busybox mount" };
+export const BUSYBOX_TOOLS: LaunchTools = {
+  shell: ["/bin/busybox", "sh"],
+  mount: "/bin/busybox mount",
+  // By path: busybox's shell runs its own applet for a bare `mount`.
+  loopMount: "/usr/bin/mount",
+};
 
 export async function detectLaunchTools(): Promise<LaunchTools> {
   const { access, constants } = await import("node:fs/promises");
-  try {
-    await access("/bin/busybox", constants.X_OK);
-    return BUSYBOX_TOOLS;
-  } catch {
-    return BASH_TOOLS;
-  }
+  const usable = (path: string) =>
+    access(path, constants.X_OK).then(
+      () => true,
+      () => false,
+    );
+  if (!(await usable("/bin/busybox"))) return BASH_TOOLS;
+  // util-linux's mount for the image, by path (merged /usr or not).
+  if (await usable("/usr/bin/mount")) return BUSYBOX_TOOLS;
+  if (await usable("/bin/mount")) return { ...BUSYBOX_TOOLS, loopMount: "/bin/mount" };
+  return BASH_TOOLS;
 }
 
 /**
@@ -77,10 +92,7 @@ export function launchArgv(
     // The disk: mount the image, then make the layer directories in it (a count, then paths).
     ...(disk
       ? [
-          // A loop setup can fail transiently when launches race for free loop devices
-          // (LOOP_CTL_GET_FREE reserves nothing; seen once with three starts at once):
-          // try again for a second, and let the last try's error end the launch.
-          `i=0; until ${tools.mount} -o loop,nosuid,nodev "$1" "$2" 2>/dev/null; do i=$((i + 1)); if [ "$i" -ge 20 ]; then ${tools.mount} -o loop,nosuid,nodev "$1" "$2"; break; fi; sleep 0.05; done; shift 2`,
+          `${tools.loopMount} -o loop,nosuid,nodev "$1" "$2"; shift 2`,
           'n=$1; shift; while [ "$n" -gt 0 ]; do mkdir -p "$1"; shift; n=$((n - 1)); done',
         ]
       : []),

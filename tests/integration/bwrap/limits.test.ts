@@ -145,9 +145,9 @@ describe.skipIf(skip !== "")(suiteTitle("concurrent starts on bwrap", skip), () 
     await h?.cleanup();
   });
 
-  // Each start loop-mounts its disk image: concurrent launches must each get their own
-  // loop device (a development run saw "can't setup loop device" with three at once; the
-  // launch now retries the mount).
+  // Each start loop-mounts its disk image. With busybox's mount, launches racing for the
+  // same free loop device spun at full CPU (four of eight stuck until their 20 s timeout,
+  // or "can't setup loop device"); util-linux's mount sets them up one by one.
   it("starts eight workspaces at once, each with its own disk image", { timeout: 240_000 }, async () => {
     const made = await Promise.all(Array.from({ length: 8 }, () => h.create()));
     const answers = await Promise.all(
