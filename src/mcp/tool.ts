@@ -84,13 +84,20 @@ export function sentences(...parts: string[]): string {
   return parts.filter((p) => p !== "").join(" ");
 }
 
-/** Annotation presets; `openWorldHint` is false everywhere: workspaces have no network by default. */
+/**
+ * Annotation presets. `openWorldHint` is false unless a tool always reaches outside
+ * (`openWorld`: an environment build fetches packages): workspaces have no network by default.
+ */
 export const READ_ONLY: ToolAnnotations = { readOnlyHint: true, openWorldHint: false };
-export function mutating(o: { destructive: boolean; idempotent: boolean }): ToolAnnotations {
+export function mutating(o: {
+  destructive: boolean;
+  idempotent: boolean;
+  openWorld?: boolean;
+}): ToolAnnotations {
   return {
     readOnlyHint: false,
     destructiveHint: o.destructive,
     idempotentHint: o.idempotent,
-    openWorldHint: false,
+    openWorldHint: o.openWorld ?? false,
   };
 }

@@ -42,7 +42,7 @@ export const environmentBuild = defineTool({
     size_bytes: z.number(),
     duration_ms: z.number(),
   }),
-  annotations: mutating({ destructive: false, idempotent: true }),
+  annotations: mutating({ destructive: false, idempotent: true, openWorld: true }),
   long: "building the environment",
   async run(a, ctx) {
     return ctx.pyro.buildEnvironment(

@@ -615,7 +615,8 @@ for (const sel of selections) {
         expect(t.title).toBeTruthy();
         expect(t.annotations).toMatchObject({
           readOnlyHint: READ_ONLY.includes(name),
-          openWorldHint: false,
+          // Only an environment build always reaches outside (it fetches packages).
+          openWorldHint: name === "environment_build",
           ...(READ_ONLY.includes(name)
             ? {}
             : { destructiveHint: DESTRUCTIVE.includes(name), idempotentHint: IDEMPOTENT.includes(name) }),
