@@ -47,7 +47,7 @@ export interface DiskView {
  * Mount options for a writable-layer image the host's kernel wrote (bwrap's disk.img):
  * read-only, journal not replayed (it was unmounted cleanly when its sandbox ended).
  */
-export const HOST_IMAGE_OPTIONS = "ro,loop,noload,nosuid,nodev,noexec";
+export const HOST_IMAGE_OPTIONS = "ro,loop,noload,nosuid,nodev,noexec,nosymfollow";
 
 /**
  * The mount script, run as `sh -c SCRIPT pyro-disk MNT IMAGE OPTS UPPER LOWER -- CMD...`
@@ -58,7 +58,14 @@ export const DISK_VIEW_SCRIPT = [
   "set -eu",
   "M=$1 image=$2 opts=$3 upper=$4 lower=$5; shift 6",
   'mount -t tmpfs -o mode=0700,size=1m pyro-disk "$M"',
-  'if [ -n "$image" ]; then mkdir "$M/img"; mount -o "$opts" "$image" "$M/img"; upper="$M/img/$upper"; fi',
+  // The image's contents may be guest-written (a VM's state disk): no component of the
+  // upper layer's path may be a symlink (this shell's / is the host's), and the image is
+  // mounted nosymfollow besides.
+  'if [ -n "$image" ]; then mkdir "$M/img"; mount -o "$opts" "$image" "$M/img"; p="$M/img"; rest=$upper',
+  '  while [ -n "$rest" ]; do c=${rest%%/*}; if [ "$c" = "$rest" ]; then rest=; else rest=${rest#*/}; fi; p="$p/$c"',
+  '    if [ -L "$p" ]; then echo "pyro-disk: a symlink in the path of the writable layer ($c)" >&2; exit 3; fi; done',
+  '  upper=$p; fi',
+  'if [ -n "$upper" ] && [ -e "$upper" ] && [ ! -d "$upper" ]; then echo "pyro-disk: the writable layer is not a directory" >&2; exit 3; fi',
   'mkdir "$M/lower" "$M/ws"',
   'mount --bind "$lower" "$M/lower"',
   'if [ -n "$upper" ] && [ -d "$upper" ]; then',

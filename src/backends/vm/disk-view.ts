@@ -25,8 +25,11 @@ import { sweepStale } from "../disk-reader.js";
 /** Prefix of a reader's scratch directory in the workspace's sandbox directory: `<prefix><pid>-<random>`. */
 const SCRATCH_PREFIX = ".disk-view-";
 
-/** Mount options of the checked copy: read-only, journal already replayed by e2fsck. */
-const COPY_OPTIONS = "ro,loop,noload,nosuid,nodev,noexec";
+/**
+ * Mount options of the checked copy: read-only, journal already replayed by e2fsck; the
+ * guest wrote it, so no symlink on it is followed by the host-side mount script.
+ */
+const COPY_OPTIONS = "ro,loop,noload,nosuid,nodev,noexec,nosymfollow";
 
 export async function vmDiskView(
   spec: SandboxSpec,
