@@ -38,7 +38,6 @@ import {
   rmSync,
   symlinkSync,
   unlinkSync,
-  utimesSync,
   writeSync,
 } from "node:fs";
 import path from "node:path";
@@ -190,7 +189,8 @@ export async function applyLayer(
     if (st.isDirectory() || st.isSymbolicLink()) dirs.clear();
     removeAt(p);
   };
-  const dirTimes: { p: string; mtime: Date }[] = [];
+  /** Directories to date once the layer is written, by entry path (resolved again then). */
+  const dirTimes: { parts: string[]; mtime: Date }[] = [];
   let failure: unknown = null;
   const parser = new tar.Parser({
     strict: true,
@@ -253,7 +253,7 @@ export async function applyLayer(
         if (!st?.isDirectory()) mkdirSync(target);
         chmodSync(target, mode);
         owner(target, e, false);
-        dirTimes.push({ p: target, mtime });
+        dirTimes.push({ parts, mtime });
         mine.add(target);
         e.resume();
         return;
@@ -366,10 +366,14 @@ export async function applyLayer(
     );
   }
   if (failure) throw failure;
-  // Directory times last: writing children changes them.
+  // Directory times last: writing children changes them. Each path is resolved again in
+  // the root (a later entry may have made it, or a parent of it, a symlink to a host
+  // path) and dated only if it is still a directory, without following the last part.
   for (const d of dirTimes.reverse()) {
+    const p = resolveInRoot(root, d.parts);
+    if (!p.startsWith(root + path.sep) || !lstatSyncSafe(p)?.isDirectory()) continue;
     try {
-      utimesSync(d.p, d.mtime, d.mtime);
+      lutimesSync(p, d.mtime, d.mtime);
     } catch {
       // removed by a later entry
     }

@@ -1,0 +1,47 @@
+import { execFileSync } from "node:child_process";
+import { createReadStream } from "node:fs";
+import { lstat, mkdir, mkdtemp, rm, stat, utimes } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { applyLayer } from "../../../src/env/oci/apply.js";
+
+/** Layers are hostile: applying one writes nothing outside its root, timestamps included. */
+describe("applyLayer and directory times", () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), "pyro-oci-apply-"));
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("does not date a host directory that a later entry put a symlink in front of", async () => {
+    const victim = join(dir, "victim");
+    await mkdir(join(victim, "x"), { recursive: true });
+    const fixed = new Date("2020-02-02T00:00:00Z");
+    await utimes(victim, fixed, fixed);
+    await utimes(join(victim, "x"), fixed, fixed);
+    const layer = join(dir, "layer.tar");
+    // Directories a, b and b/x dated 2001, then a -> the victim and b -> the victim's parent.
+    execFileSync("python3", [
+      "-c",
+      `import tarfile, sys
+t = tarfile.open(sys.argv[1], "w")
+for name in ("a", "b", "b/x"):
+    d = tarfile.TarInfo(name); d.type = tarfile.DIRTYPE; d.mode = 0o755; d.mtime = 1000000000; t.addfile(d)
+for name, target in (("a", sys.argv[2]), ("b", sys.argv[3])):
+    s = tarfile.TarInfo(name); s.type = tarfile.SYMTYPE; s.linkname = target; t.addfile(s)
+t.close()`,
+      layer,
+      victim,
+      victim,
+    ]);
+    const root = join(dir, "root");
+    await mkdir(root);
+    await applyLayer(root, createReadStream(layer), "test");
+    expect((await lstat(join(root, "a"))).isSymbolicLink()).toBe(true);
+    expect((await stat(victim)).mtime.toISOString()).toBe(fixed.toISOString());
+    expect((await stat(join(victim, "x"))).mtime.toISOString()).toBe(fixed.toISOString());
+  });
+});
