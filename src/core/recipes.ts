@@ -12,7 +12,7 @@
  * the VMs' ext4 disk) uses it as it uses the official ones.
  */
 import { randomBytes } from "node:crypto";
-import { cp, lstat, mkdir, mkdtemp, rm } from "node:fs/promises";
+import { lstat, mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 import type { BackendName } from "../backends/backend.js";
@@ -20,7 +20,7 @@ import { isLegacyLayout, sandboxLayout } from "../backends/linux/layout.js";
 import type { BuildContext, BuildOutput } from "../env/builder.js";
 import type { PullOptions, PullResult } from "../env/cache.js";
 import type { EnvironmentSpec } from "../env/catalog.js";
-import { type CheckedRecipe, readRecipeFile, recipeSource } from "../env/recipe.js";
+import { type CheckedRecipe, copySource, readRecipeFile, recipeSource } from "../env/recipe.js";
 import { PyroError } from "../errors.js";
 import { run } from "../util/run.js";
 import type { Engine } from "./engine.js";
@@ -77,11 +77,7 @@ export async function runRecipe(
   for (const [i, c] of src.copy.entries()) {
     const from = sourcesOf(engine).get(c.sha256);
     if (!from) throw new PyroError("internal", `the source of copy ${c.dest} is not known to this build`);
-    await cp(from, join(seed, `copy-${i}`), {
-      recursive: true,
-      preserveTimestamps: true,
-      verbatimSymlinks: true,
-    });
+    await copySource(from, join(seed, `copy-${i}`));
     steps.push({
       label: `copy → ${c.dest}`,
       command: `mkdir -p "$(dirname ${shq(c.dest)})" && rm -rf ${shq(c.dest)} && cp -a /workspace/copy-${i} ${shq(c.dest)}`,

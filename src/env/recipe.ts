@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
-import { lstat, readdir, readFile, readlink } from "node:fs/promises";
-import { isAbsolute, join, relative, resolve } from "node:path";
+import { cp, lstat, readdir, readFile, readlink, realpath } from "node:fs/promises";
+import { isAbsolute, join, relative, resolve, sep } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { PyroError } from "../errors.js";
 import type { BuildContext, Builder, BuildOutput } from "./builder.js";
@@ -85,12 +85,47 @@ export function checkRecipe(input: RecipeInput, baseDir: string, confine = false
   return { name: input.name, from: input.from.trim(), apt: apt.sort(), run, copy };
 }
 
+/**
+ * Refuses `path` unless it is really inside `repo`: no component between the repository
+ * and the path (the path itself included) may be a symbolic link, and its real path must
+ * lie under the repository's real path. A repository is untrusted content: a link in it
+ * (`link -> /etc`) must not turn a copy of `link/hostname` into a read of the host.
+ * Returns false when the path does not exist.
+ */
+export async function insideRepo(repo: string, path: string, what: string): Promise<boolean> {
+  const base = resolve(repo);
+  const rel = relative(base, resolve(path));
+  if (rel.startsWith("..") || isAbsolute(rel)) throw outside(what);
+  let p = base;
+  for (const part of rel === "" ? [] : rel.split(sep)) {
+    p = join(p, part);
+    const st = await lstat(p).catch(() => null);
+    if (!st) return false;
+    if (st.isSymbolicLink()) {
+      throw bad(
+        `${what} goes through the symbolic link '${relative(base, p)}'`,
+        "a repository's recipe copies real files and directories of the repository only, never through a link",
+      );
+    }
+  }
+  const [realBase, realPath] = await Promise.all([realpath(base), realpath(p)]);
+  const realRel = relative(realBase, realPath);
+  if (realRel.startsWith("..") || isAbsolute(realRel)) throw outside(what);
+  return true;
+}
+
+function outside(what: string): PyroError {
+  return bad(`${what} is outside the repository`, "recipe files copy paths inside their repository only");
+}
+
 /** Reads `.pyro/environment.toml` of a repository, or null when there is none. */
 export async function readRecipeFile(repo: string, name: string): Promise<CheckedRecipe | null> {
   let text: string;
   try {
+    if (!(await insideRepo(repo, join(repo, RECIPE_FILE), RECIPE_FILE))) return null;
     text = await readFile(join(repo, RECIPE_FILE), "utf8");
-  } catch {
+  } catch (err) {
+    if (err instanceof PyroError) throw err;
     return null;
   }
   let data: Record<string, unknown>;
@@ -109,17 +144,25 @@ export async function readRecipeFile(repo: string, name: string): Promise<Checke
     if (Array.isArray(v)) return v;
     throw bad(`${RECIPE_FILE}: '${k}' must be a string or a list`);
   };
-  return checkRecipe(
+  const copy = list("copy") as RecipeInput["copy"] & object[];
+  const recipe = checkRecipe(
     {
       name: typeof data.name === "string" ? data.name : name,
       from: typeof data.from === "string" ? data.from : "",
       apt: list("apt") as string[],
       run: list("run") as string[],
-      copy: list("copy") as RecipeInput["copy"] & object[],
+      copy,
     },
     repo,
     true,
   );
+  for (const [i, c] of recipe.copy.entries()) {
+    const entry = copy[i];
+    const what = `${RECIPE_FILE}: copy '${typeof entry === "string" ? entry : `${entry?.src}:${entry?.dest}`}'`;
+    if (!(await insideRepo(repo, c.src, what)))
+      throw bad(`${what}: the source does not exist`, "fix the file");
+  }
+  return recipe;
 }
 
 /** A content hash of a host file or directory tree (paths, modes, link targets, bytes). */
@@ -137,6 +180,22 @@ export async function hashTree(path: string): Promise<string> {
   };
   await walk(path, ".");
   return h.digest("hex");
+}
+
+/**
+ * Copies a copy step's source to `dest` (files, directories, modes, times). Symbolic
+ * links are copied as links with their target text as written, never followed, whether
+ * the source is a link or a link sits inside a copied directory: a link in a tree cannot
+ * pull a host file into the environment (inside the sandbox it resolves against the
+ * sandbox's own root). `hashTree` hashes the same way.
+ */
+export async function copySource(src: string, dest: string): Promise<void> {
+  await cp(src, dest, {
+    recursive: true,
+    dereference: false,
+    preserveTimestamps: true,
+    verbatimSymlinks: true,
+  });
 }
 
 /** The source of a recipe over a pulled base (`base_key` pins the base's content). */
