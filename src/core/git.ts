@@ -13,13 +13,13 @@ const COMMIT = /^[0-9a-f]{7,40}$/;
 /** The top directory (absolute) of the Git checkout containing `dir`, or null (also without git). */
 export async function gitToplevel(dir: string): Promise<string | null> {
   if (!(await which("git"))) return null;
-  const r = await run(["git", "-C", dir, "rev-parse", "--show-toplevel"], { timeoutMs: 10_000 });
+  const r = await run([...SAFE_GIT, "-C", dir, "rev-parse", "--show-toplevel"], { timeoutMs: 10_000 });
   return r.exitCode === 0 && r.stdout.trim() !== "" ? resolve(r.stdout.trim()) : null;
 }
 
 /** HEAD's commit of a checkout, or undefined. */
 export async function headCommit(dir: string): Promise<string | undefined> {
-  const head = await run(["git", "-C", dir, "rev-parse", "HEAD"], { timeoutMs: 10_000 });
+  const head = await run([...SAFE_GIT, "-C", dir, "rev-parse", "HEAD"], { timeoutMs: 10_000 });
   return head.exitCode === 0 ? head.stdout.trim() : undefined;
 }
 
@@ -45,7 +45,7 @@ export async function cloneRepo(
   const env = { ...process.env, GIT_TERMINAL_PROMPT: "0" };
   const signal = options.signal ? { signal: options.signal } : {};
   const isCommit = ref !== undefined && COMMIT.test(ref);
-  const argv = ["git", "clone", "--quiet", "--no-hardlinks"];
+  const argv: string[] = [...SAFE_GIT, "clone", "--quiet", "--no-hardlinks"];
   if (!isCommit) argv.push("--depth", "1", ...(ref ? ["--branch", ref] : []));
   argv.push("--", url, dest);
   const r = await run(argv, { timeoutMs: 10 * 60_000, env, ...signal });
@@ -56,7 +56,7 @@ export async function cloneRepo(
       options.hint,
     );
   if (isCommit) {
-    const co = await run(["git", "-C", dest, "checkout", "--quiet", "--detach", ref], {
+    const co = await run([...SAFE_GIT, "-C", dest, "checkout", "--quiet", "--detach", ref], {
       timeoutMs: 60_000,
       env,
       ...signal,
@@ -102,7 +102,7 @@ export async function copyRepository(checkout: string, dest: string, signal?: Ab
       );
     return r.stdout.trim();
   };
-  const gitDir = ["git", `--git-dir=${dest}`];
+  const gitDir = [...SAFE_GIT, `--git-dir=${dest}`];
   await must([...SAFE_GIT, "clone", "--quiet", "--bare", "--no-hardlinks", "--", checkout, dest], "clone");
   await must([...gitDir, "config", "core.bare", "false"], "config");
   await run([...gitDir, "remote", "remove", "origin"], opts);

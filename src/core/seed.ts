@@ -18,7 +18,7 @@ import { PyroError } from "../errors.js";
 import type { SeedSkipped, WorkspaceSeed } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
 import { run } from "../util/run.js";
-import { cloneRepo, copyRepository, gitToplevel, headCommit } from "./git.js";
+import { cloneRepo, copyRepository, gitToplevel, headCommit, SAFE_GIT } from "./git.js";
 
 export interface SeedSource {
   seed_path?: string | undefined;
@@ -121,7 +121,7 @@ async function gitLines(
   args: string[],
   signal: AbortSignal | undefined,
 ): Promise<string[]> {
-  const r = await run(["git", "-C", checkout, ...args], {
+  const r = await run([...SAFE_GIT, "-C", checkout, ...args], {
     timeoutMs: 5 * 60_000,
     maxCapture: 256 * 1024 * 1024,
     ...(signal ? { signal } : {}),

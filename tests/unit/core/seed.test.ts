@@ -76,6 +76,36 @@ describe("seeding", () => {
     expect(await readFile(join(dir, "kept", "tracked.txt"), "utf8")).toBe("v1");
   });
 
+  it("runs nothing the seed's own Git config names (core.fsmonitor, hooks) while reading it", async () => {
+    const repo = join(dir, "hostile");
+    const git = (...a: string[]) =>
+      execFileSync("git", ["-C", repo, ...a], {
+        encoding: "utf8",
+        env: {
+          ...process.env,
+          GIT_AUTHOR_NAME: "t",
+          GIT_AUTHOR_EMAIL: "t@t",
+          GIT_COMMITTER_NAME: "t",
+          GIT_COMMITTER_EMAIL: "t@t",
+        },
+      });
+    execFileSync("git", ["init", "-q", "-b", "main", repo]);
+    await writeFile(join(repo, "a.txt"), "a");
+    git("add", ".");
+    git("commit", "-qm", "init");
+    // A seed directory whose .git came from somewhere untrusted (an archive, an export).
+    const marker = join(dir, "PWNED");
+    git("config", "core.fsmonitor", `touch ${marker}`);
+    await mkdir(join(repo, ".git", "hooks"), { recursive: true });
+    await writeFile(join(repo, ".git", "hooks", "post-checkout"), `#!/bin/sh\ntouch ${marker}\n`, {
+      mode: 0o755,
+    });
+    await writeFile(join(repo, "untracked.txt"), "u");
+    const seed = await seedInto(join(dir, "dest-hostile"), { seed_path: repo });
+    expect(seed).toMatchObject({ kind: "git", file_count: 2 });
+    expect(await readdir(dir)).not.toContain("PWNED");
+  });
+
   it("copies a plain directory whole, and an absent seed gives an empty workspace", async () => {
     const src = join(dir, "plain");
     await (await import("node:fs/promises")).mkdir(join(src, "sub"), { recursive: true });
