@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
-import { join } from "node:path";
+import { chmod, mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { PyroError } from "../errors.js";
 import { atomicWriteFile, fsyncDir, makeDirs, pidAlive, treeSize } from "../util/fs.js";
 import { acquireLock } from "../util/lock.js";
@@ -90,12 +90,32 @@ const LOCK_DIR = ".locks";
  * leaves at most a `.building-*` directory that the next pull or prune removes.
  */
 export class EnvironmentCache {
+  private rootReady = false;
+
   constructor(
     readonly root: string,
     private readonly builders: readonly Builder[],
     /** Root filesystems that workspaces use (prune never removes those). */
     private readonly inUse: () => Promise<Set<string>> | Set<string> = () => new Set(),
   ) {}
+
+  /**
+   * Creates the cache root owner-only (0700), or makes an existing one (of this user)
+   * owner-only. Image layers keep their setuid-root files: a root other users can
+   * traverse would let any local user run them. Once per process.
+   */
+  async ensureRoot(): Promise<void> {
+    if (this.rootReady) return;
+    await makeDirs(dirname(this.root));
+    await mkdir(this.root, { mode: 0o700 }).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== "EEXIST") throw err;
+    });
+    const st = await stat(this.root);
+    if (!st.isDirectory())
+      throw new PyroError("invalid_argument", `the environment cache ${this.root} is not a directory`);
+    if ((st.mode & 0o077) !== 0 && st.uid === process.getuid?.()) await chmod(this.root, 0o700);
+    this.rootReady = true;
+  }
 
   entryPath(spec: EnvironmentSpec): string {
     return join(this.root, entryDirName(spec, recipeKey(spec)));
@@ -192,6 +212,7 @@ export class EnvironmentCache {
     const started = performance.now();
     const key = recipeKey(spec);
     const final = this.entryPath(spec);
+    await this.ensureRoot();
     const existing = await this.readManifest(final);
     if (existing) return this.pullResult(spec, final, existing, false, started);
 
@@ -218,7 +239,8 @@ export class EnvironmentCache {
         `${BUILDING_PREFIX}${key}-${process.pid}-${randomBytes(3).toString("hex")}`,
       );
       const rootfs = join(tmp, "rootfs");
-      await mkdir(rootfs, { recursive: true });
+      await mkdir(tmp, { mode: 0o700 });
+      await mkdir(rootfs);
       try {
         const out = await builder.build(spec, {
           rootfs,

@@ -77,9 +77,9 @@ export class OciBuilder implements Builder {
         done_count: applied,
         total_count: layers.length,
       });
-    await mkdir(join(this.options.storeDir, "blobs", "sha256"), { recursive: true });
-    await mkdir(join(this.options.storeDir, "partial"), { recursive: true });
-    await mkdir(join(this.options.storeDir, "locks"), { recursive: true });
+    await mkdir(join(this.options.storeDir, "blobs", "sha256"), { recursive: true, mode: 0o700 });
+    await mkdir(join(this.options.storeDir, "partial"), { recursive: true, mode: 0o700 });
+    await mkdir(join(this.options.storeDir, "locks"), { recursive: true, mode: 0o700 });
     await this.sweepPartials();
 
     // Downloads run ahead (PARALLEL at a time); layers apply strictly in order.

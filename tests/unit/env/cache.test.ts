@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { EnvironmentCache } from "../../../src/env/cache.js";
 import { entryDirName, findEnvironment, recipeKey } from "../../../src/env/catalog.js";
@@ -116,5 +116,27 @@ describe("environment cache", () => {
     expect(r.built).toBe(true);
     expect((await readdir(root)).filter((d) => d.startsWith(".building-"))).toEqual([]);
     expect(await readdir(join(r.rootfs, "etc"))).toEqual(["os-release"]);
+  });
+
+  it("keeps the cache owner-only: a new root, a build directory and an existing 0755 root are 0700", async () => {
+    // Image layers keep setuid-root files: other local users must not reach them.
+    const builder = new FakeBuilder();
+    let buildDirMode = -1;
+    const spy = {
+      kind: builder.kind,
+      build: async (spec: Parameters<FakeBuilder["build"]>[0], ctx: Parameters<FakeBuilder["build"]>[1]) => {
+        buildDirMode = (await stat(dirname(ctx.rootfs))).mode & 0o777;
+        return builder.build(spec, ctx);
+      },
+    };
+    const fresh = join(root, "new", "environments");
+    await new EnvironmentCache(fresh, [spy]).pull("debian:12");
+    expect((await stat(fresh)).mode & 0o777).toBe(0o700);
+    expect(buildDirMode).toBe(0o700);
+    const old = join(root, "old");
+    await mkdir(old, { mode: 0o755 });
+    await chmod(old, 0o755);
+    await new EnvironmentCache(old, [new FakeBuilder()]).pull("debian:12");
+    expect((await stat(old)).mode & 0o777).toBe(0o700);
   });
 });
