@@ -174,10 +174,29 @@ async function seedFromGitCheckout(
   for (const path of untracked) files.add(path);
   let bytes = 0;
   let count = 0;
+  // The file list comes from the checkout's index, which need not match its working tree
+  // (an untrusted .git): a listed path under a symlinked directory would be read through
+  // the link, outside the checkout. Parents must resolve inside it.
+  const top = await realpath(checkout);
+  const parents = new Map<string, boolean>();
+  const insideParent = async (from: string): Promise<boolean> => {
+    const dir = dirname(from);
+    let ok = parents.get(dir);
+    if (ok === undefined) {
+      const real = await realpath(dir).catch(() => null);
+      ok = real !== null && (real === top || real.startsWith(`${top}/`));
+      parents.set(dir, ok);
+    }
+    return ok;
+  };
   for (const rel of files) {
     const from = join(checkout, rel);
     if (!keep(from)) {
       skipped.excluded++;
+      continue;
+    }
+    if (!(await insideParent(from))) {
+      skipped.special++;
       continue;
     }
     const st = await lstat(from).catch(() => null);

@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { lstat, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -104,6 +104,39 @@ describe("seeding", () => {
     const seed = await seedInto(join(dir, "dest-hostile"), { seed_path: repo });
     expect(seed).toMatchObject({ kind: "git", file_count: 2 });
     expect(await readdir(dir)).not.toContain("PWNED");
+  });
+
+  it("does not read a listed file through a directory that became a symlink out of the checkout", async () => {
+    const repo = join(dir, "swapped");
+    const git = (...a: string[]) =>
+      execFileSync("git", ["-C", repo, ...a], {
+        encoding: "utf8",
+        env: {
+          ...process.env,
+          GIT_AUTHOR_NAME: "t",
+          GIT_AUTHOR_EMAIL: "t@t",
+          GIT_COMMITTER_NAME: "t",
+          GIT_COMMITTER_EMAIL: "t@t",
+        },
+      });
+    execFileSync("git", ["init", "-q", "-b", "main", repo]);
+    await mkdir(join(repo, "d"));
+    await writeFile(join(repo, "d", "secret.txt"), "committed");
+    await writeFile(join(repo, "ok.txt"), "ok");
+    git("add", ".");
+    git("commit", "-qm", "init");
+    // The index still lists d/secret.txt; the working tree's d now leads outside.
+    const outside = join(dir, "host-secrets");
+    await mkdir(outside);
+    await writeFile(join(outside, "secret.txt"), "a host file");
+    await rm(join(repo, "d"), { recursive: true });
+    await symlink(outside, join(repo, "d"));
+    const dest = join(dir, "dest-swapped");
+    await seedInto(dest, { seed_path: repo });
+    expect(await readFile(join(dest, "ok.txt"), "utf8")).toBe("ok");
+    // d is seeded as what it is now, a link (whose target the sandbox cannot see): never a
+    // directory holding the host file's bytes.
+    expect((await lstat(join(dest, "d"))).isSymbolicLink()).toBe(true);
   });
 
   it("copies a plain directory whole, and an absent seed gives an empty workspace", async () => {
