@@ -61,6 +61,14 @@ export interface ApplyStats {
 }
 
 /** Refusal of a layer whose names try to leave the root. */
+function tooBig(layer: string, why: string): PyroError {
+  return new PyroError(
+    "build_failed",
+    `refused layer ${layer}: ${why}`,
+    "the layer is larger than pyro unpacks (a decompression bomb, or a broken image); nothing was kept",
+  );
+}
+
 function unsafe(layer: string, why: string): PyroError {
   return new PyroError(
     "build_failed",
@@ -153,6 +161,15 @@ function removeAt(p: string): void {
   else unlinkSync(p);
 }
 
+/** Bounds of one layer's unpacked contents (a registry is hostile: a small gzip can expand without end). */
+export interface LayerLimits {
+  bytes: number;
+  entries: number;
+}
+
+/** 64 GiB of file contents and 4 million entries per layer: far past real images, short of a full disk. */
+export const LAYER_LIMITS: LayerLimits = { bytes: 64 * 1024 ** 3, entries: 4_000_000 };
+
 /**
  * Applies one uncompressed layer tar from `input` onto `root`. `label` names the layer in
  * errors. Throws (leaving a partial tree for the caller to discard) on any refusal.
@@ -162,6 +179,7 @@ export async function applyLayer(
   input: Readable,
   label: string,
   onBytes?: (n: number) => void,
+  limits: LayerLimits = LAYER_LIMITS,
 ): Promise<ApplyStats> {
   const stats: ApplyStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, skipped: 0 };
   const asRoot = process.getuid?.() === 0;
@@ -215,7 +233,7 @@ export async function applyLayer(
   };
 
   const handle = (e: tar.ReadEntry) => {
-    stats.entries++;
+    if (++stats.entries > limits.entries) throw tooBig(label, `it holds more than ${limits.entries} entries`);
     const parts = entryComponents(e.path, label);
     if (parts.length === 0) {
       e.resume();
@@ -281,6 +299,8 @@ export async function applyLayer(
         e.on("data", (chunk: Buffer) => {
           if (failure) return;
           try {
+            if (stats.bytes + chunk.length > limits.bytes)
+              throw tooBig(label, `it unpacks to more than ${limits.bytes} bytes`);
             writeSync(fd, chunk);
             stats.bytes += chunk.length;
             onBytes?.(chunk.length);

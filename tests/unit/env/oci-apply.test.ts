@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { applyLayer } from "../../../src/env/oci/apply.js";
+import type { PyroError } from "../../../src/errors.js";
 
 /** Layers are hostile: applying one writes nothing outside its root, timestamps included. */
 describe("applyLayer and directory times", () => {
@@ -43,5 +44,33 @@ t.close()`,
     expect((await lstat(join(root, "a"))).isSymbolicLink()).toBe(true);
     expect((await stat(victim)).mtime.toISOString()).toBe(fixed.toISOString());
     expect((await stat(join(victim, "x"))).mtime.toISOString()).toBe(fixed.toISOString());
+  });
+
+  it("refuses a layer past its bounds (bytes or entries) with build_failed", async () => {
+    const layer = join(dir, "big.tar");
+    execFileSync("python3", [
+      "-c",
+      `import tarfile, sys, io
+t = tarfile.open(sys.argv[1], "w")
+for i in range(5):
+    data = b"x" * 4096
+    f = tarfile.TarInfo(f"f{i}"); f.size = len(data); t.addfile(f, io.BytesIO(data))
+t.close()`,
+      layer,
+    ]);
+    for (const [limits, why] of [
+      [{ bytes: 10_000, entries: 100 }, /more than 10000 bytes/],
+      [{ bytes: 1e9, entries: 3 }, /more than 3 entries/],
+    ] as const) {
+      const root = await mkdtemp(join(dir, "root-"));
+      const err = await applyLayer(root, createReadStream(layer), "big", undefined, limits).then(
+        () => null,
+        (e: PyroError) => e,
+      );
+      expect(err?.code).toBe("build_failed");
+      expect(err?.message).toMatch(why);
+    }
+    const ok = await mkdtemp(join(dir, "root-"));
+    expect((await applyLayer(ok, createReadStream(layer), "big")).files).toBe(5);
   });
 });
