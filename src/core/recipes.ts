@@ -27,6 +27,8 @@ import type { Engine } from "./engine.js";
 import { execInWorkspace } from "./exec.js";
 
 const STEP_TIMEOUT_S = 1800;
+/** How captureRoot mounts a build workspace's disk image (written by the sandbox). */
+const CAPTURE_DISK_OPTIONS = "loop,ro,noload,nosuid,nodev,noexec,nosymfollow";
 const OUTPUT_TAIL_LINES = 25;
 
 /** Host paths of copy sources by content hash, per engine, for the builds about to run. */
@@ -160,7 +162,7 @@ async function buildBackend(engine: Engine): Promise<BackendName> {
  * `dest`: the layer lives in the workspace's disk image, loop-mounted read-only in a
  * private mount namespace that dies with the command.
  */
-async function captureRoot(sandboxDir: string, base: string, dest: string): Promise<void> {
+export async function captureRoot(sandboxDir: string, base: string, dest: string): Promise<void> {
   const legacy = await isLegacyLayout(sandboxDir);
   const l = sandboxLayout(sandboxDir, legacy);
   const mnt = join(sandboxDir, "capture");
@@ -168,8 +170,11 @@ async function captureRoot(sandboxDir: string, base: string, dest: string): Prom
   await mkdir(join(mnt, "merged"), { recursive: true });
   const script = [
     "set -e",
-    legacy ? ":" : 'mount -o loop,ro "$1" "$2"',
-    'mount -t overlay -o ro,lowerdir="$3":"$4" pyro-capture "$5"',
+    // The image was written by the build's sandbox: no journal replay, no setuid, no
+    // devices, no execution, and no symbolic link followed on the way to its root layer
+    // (a planted `root/upper -> /etc` would make the host's /etc the environment).
+    legacy ? ":" : `mount -o ${CAPTURE_DISK_OPTIONS} "$1" "$2"`,
+    'mount -t overlay -o ro,nosuid,nodev,lowerdir="$3":"$4" pyro-capture "$5"',
     'cp -a "$5"/. "$6"/',
   ].join("\n");
   const r = await run(
