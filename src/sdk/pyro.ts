@@ -26,7 +26,7 @@ import {
 } from "../core/shells.js";
 import { createSnapshot, deleteSnapshot, listSnapshots, resetWorkspace } from "../core/snapshots.js";
 import { summarizeWorkspace } from "../core/summary.js";
-import { checkRecipe } from "../env/recipe.js";
+import { checkRecipe } from "../core/vocabulary.js";
 import { coreOptions } from "./case.js";
 import type {
   BuildEnvironmentOptions,

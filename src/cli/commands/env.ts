@@ -1,8 +1,7 @@
 import { createInterface } from "node:readline/promises";
 import type { Command } from "commander";
 import { buildRecipe } from "../../core/recipes.js";
-import type { EnvironmentSource } from "../../env/catalog.js";
-import { checkRecipe } from "../../env/recipe.js";
+import { checkRecipe, type EnvironmentSource } from "../../core/vocabulary.js";
 import { formatBytes } from "../../util/fs.js";
 import type { CliContext } from "../main.js";
 import { act, table } from "../output.js";
