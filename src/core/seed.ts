@@ -132,46 +132,16 @@ async function gitLines(
 }
 
 /**
- * A Git checkout: its tracked files and its untracked files that are not ignored (as
- * `git add -A` would see them, working-tree content), plus the repository itself at
- * `/workspace/.git` (repository.ts), so Git works inside. `skipped` counts the rest.
+ * Copies the listed paths of a checkout (files as they are in the working tree, symlinks
+ * as links) into `dest`, counting what it leaves out in `skipped`.
  */
-async function seedFromGitCheckout(
-  dest: string,
+async function copyListed(
   checkout: string,
-  reported: string,
-  signal?: AbortSignal,
-  ref?: string,
-  keep: (path: string) => boolean = () => true,
-): Promise<WorkspaceSeed> {
-  const [staged, untracked, ignored] = await Promise.all([
-    gitLines(checkout, ["ls-files", "-z", "--stage"], signal),
-    gitLines(checkout, ["ls-files", "-z", "--others", "--exclude-standard"], signal),
-    gitLines(
-      checkout,
-      ["ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"],
-      signal,
-    ),
-  ]);
-  const skipped: SeedSkipped = {
-    ignored: ignored.length,
-    submodules: 0,
-    missing: 0,
-    excluded: 0,
-    special: 0,
-  };
-  const files = new Set<string>();
-  for (const line of staged) {
-    // "<mode> <object> <stage>\t<path>"; a conflicted file has several stages.
-    const tab = line.indexOf("\t");
-    const path = line.slice(tab + 1);
-    if (line.startsWith("160000 ")) {
-      if (!files.has(path)) skipped.submodules++;
-      continue;
-    }
-    files.add(path);
-  }
-  for (const path of untracked) files.add(path);
+  dest: string,
+  files: Iterable<string>,
+  keep: (path: string) => boolean,
+  skipped: SeedSkipped,
+): Promise<{ count: number; bytes: number }> {
   let bytes = 0;
   let count = 0;
   // The file list comes from the checkout's index, which need not match its working tree
@@ -219,6 +189,51 @@ async function seedFromGitCheckout(
     }
     count++;
   }
+  return { count, bytes };
+}
+
+/**
+ * A Git checkout: its tracked files and its untracked files that are not ignored (as
+ * `git add -A` would see them, working-tree content), plus the repository itself at
+ * `/workspace/.git` (repository.ts), so Git works inside. `skipped` counts the rest.
+ */
+async function seedFromGitCheckout(
+  dest: string,
+  checkout: string,
+  reported: string,
+  signal?: AbortSignal,
+  ref?: string,
+  keep: (path: string) => boolean = () => true,
+): Promise<WorkspaceSeed> {
+  const [staged, untracked, ignored] = await Promise.all([
+    gitLines(checkout, ["ls-files", "-z", "--stage"], signal),
+    gitLines(checkout, ["ls-files", "-z", "--others", "--exclude-standard"], signal),
+    gitLines(
+      checkout,
+      ["ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"],
+      signal,
+    ),
+  ]);
+  const skipped: SeedSkipped = {
+    ignored: ignored.length,
+    submodules: 0,
+    missing: 0,
+    excluded: 0,
+    special: 0,
+  };
+  const files = new Set<string>();
+  for (const line of staged) {
+    // "<mode> <object> <stage>\t<path>"; a conflicted file has several stages.
+    const tab = line.indexOf("\t");
+    const path = line.slice(tab + 1);
+    if (line.startsWith("160000 ")) {
+      if (!files.has(path)) skipped.submodules++;
+      continue;
+    }
+    files.add(path);
+  }
+  for (const path of untracked) files.add(path);
+  const { count, bytes } = await copyListed(checkout, dest, files, keep, skipped);
   const seed: WorkspaceSeed = { kind: "git", source: reported, file_count: count, bytes };
   const commit = await headCommit(checkout);
   if (commit) seed.commit = commit;
