@@ -34,6 +34,10 @@ const LONG_FUNCTIONS: Record<string, string> = {
   "core/summary.ts:summarizeWorkspace": "one object literal of the summary's sections",
   "core/untrusted-tar.ts:extractUntrusted":
     "the one rule for writing sandbox archives on the host, kept in one place on purpose",
+  "env/oci/apply.ts:applyLayer":
+    "the one rule for writing registry layers on the host (whiteouts, links, times, bounds), kept in one place on purpose",
+  "env/oci/apply.ts:handle": "applyLayer's per-entry step: one case per tar entry type, each with its containment check",
+  "bench/environments.ts:environmentRows": "the environment bench rows, run in order",
 };
 
 const LONG_FILES: Record<string, string> = {
@@ -42,6 +46,7 @@ const LONG_FILES: Record<string, string> = {
   "backends/linux/cgroups.ts": "cgroup v1 and v2 detection, limits and teardown",
   "sdk/schemas.ts": "the SDK's argument table: one schema per argument of every method",
   "sdk/pyro.ts": "the SDK class: one short method per operation, each an argument check and a core call",
+  "env/oci/apply.ts": "layer application: its containment helpers sit with the one function that uses them",
 };
 
 const SRC = join(REPO_ROOT, "src");
