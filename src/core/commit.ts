@@ -18,6 +18,7 @@
  *   other branches are not touched. The workspace's own `.git` (which the guest
  *   controls: config, hooks, alternates) is never read.
  */
+import { createWriteStream } from "node:fs";
 import { mkdir, mkdtemp, open, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -35,7 +36,15 @@ export interface CommitOptions {
   /** Move the branch when it exists (never the branch checked out in a work tree). */
   force?: boolean | undefined;
   signal?: AbortSignal | undefined;
+  /** The most bytes the sandbox's tar of the changed files may have (default COMMIT_ARCHIVE_MAX_BYTES). */
+  maxArchiveBytes?: number | undefined;
 }
+
+/**
+ * The largest tar of changed files a commit takes from the sandbox (it lands in the
+ * host's temporary directory): a workspace cannot fill the host's disk through a commit.
+ */
+export const COMMIT_ARCHIVE_MAX_BYTES = 4 * 1024 ** 3;
 
 type Status = "added" | "modified" | "deleted";
 
@@ -102,16 +111,16 @@ async function readChanged(
         return;
       }
       taken.set(name, { mode: (entry.mode ?? 0o644) & 0o100 ? "100755" : "100644", file });
-      const chunks: Buffer[] = [];
-      entry.on("data", (c: Buffer) => chunks.push(c));
+      // Streamed to its scratch file: a large file is never held in memory whole.
+      const out = createWriteStream(file, { mode: 0o600, flags: "wx" });
       writes.push(
         new Promise<void>((resolve, reject) => {
-          entry.on("end", () => {
-            writeFile(file, Buffer.concat(chunks), { mode: 0o600 }).then(resolve, reject);
-          });
+          out.on("finish", resolve);
+          out.on("error", reject);
           entry.on("error", reject);
         }),
       );
+      entry.pipe(out);
     },
   });
   await Promise.all(writes);
@@ -187,7 +196,13 @@ async function lookUp(git: HostGit, p: Omit<Preflight, "seedTree" | "old">, forc
  * The changed paths (the agent's diff against the baseline) and the contents of those not
  * deleted (a tar of exactly them, read into numbered files under `scratch`).
  */
-async function takeChanges(ws: Workspaces, id: string, scratch: string, signal: AbortSignal | undefined) {
+async function takeChanges(
+  ws: Workspaces,
+  id: string,
+  scratch: string,
+  signal: AbortSignal | undefined,
+  maxBytes: number,
+) {
   return ws.withAgent(id, "files", async (agent, w, journal) => {
     await ws.exposeSnapshot(w, "baseline", agent);
     const d = await agent.request("diff", { base: ws.agentSnapshotPath(w, "baseline"), patch: false });
@@ -197,21 +212,42 @@ async function takeChanges(ws: Workspaces, id: string, scratch: string, signal: 
     if (wanted.length > 0) {
       const archive = join(scratch, "changed.tar");
       const fh = await open(archive, "wx", 0o600);
+      // Past maxBytes the request is cancelled (the agent stops sending) and nothing more is written.
+      const tooLarge = new AbortController();
+      let received = 0;
+      let pending = Promise.resolve();
       try {
-        let pending = Promise.resolve();
-        await agent.request(
-          "tar_out",
-          { path: ".", paths: wanted },
-          {
-            onData: (c: Buffer) => {
-              pending = pending.then(() => fh.write(c).then(() => {}));
+        await agent
+          .request(
+            "tar_out",
+            { path: ".", paths: wanted },
+            {
+              onData: (c: Buffer) => {
+                if (tooLarge.signal.aborted) return;
+                received += c.length;
+                if (received > maxBytes) {
+                  tooLarge.abort();
+                  return;
+                }
+                pending = pending.then(() => fh.write(c).then(() => {}));
+              },
+              timeoutMs: 30 * 60_000,
+              signal: signal ? AbortSignal.any([signal, tooLarge.signal]) : tooLarge.signal,
             },
-            timeoutMs: 30 * 60_000,
-            ...(signal ? { signal } : {}),
-          },
-        );
+          )
+          .catch((err: unknown) => {
+            if (tooLarge.signal.aborted && !signal?.aborted)
+              throw new PyroError(
+                "conflict",
+                `the workspace's changed files come to more than ${formatLimit(maxBytes)}, the most a commit takes`,
+                "leave large build outputs out (.gitignore) and commit again; workspace export copies large trees",
+              );
+            throw err;
+          });
         await pending;
       } finally {
+        // Writes still queued when the request failed finish before the file closes.
+        await pending.catch(() => {});
         await fh.close();
       }
       await mkdir(join(scratch, "blobs"), { mode: 0o700 });
@@ -226,6 +262,10 @@ async function takeChanges(ws: Workspaces, id: string, scratch: string, signal: 
       );
     return { entries: d.entries, taken, journal };
   });
+}
+
+function formatLimit(bytes: number): string {
+  return bytes >= 1024 ** 3 ? `${(bytes / 1024 ** 3).toFixed(0)} GiB` : `${bytes} bytes`;
 }
 
 /** The tree of the seed commit with the changes applied, built on a temporary index. */
@@ -270,7 +310,13 @@ export async function commitWorkspace(ws: Workspaces, idOrName: string, options:
   try {
     const git = new HostGit(p.gitDir, scratch, options.signal);
     const { seedTree, old } = await lookUp(git, p, options.force === true);
-    const changes = await takeChanges(ws, w.workspace_id, scratch, options.signal);
+    const changes = await takeChanges(
+      ws,
+      w.workspace_id,
+      scratch,
+      options.signal,
+      options.maxArchiveBytes ?? COMMIT_ARCHIVE_MAX_BYTES,
+    );
     const tree = await buildTree(git, scratch, seed.commit, changes.entries, changes.taken);
     if (tree === seedTree)
       throw new PyroError(

@@ -13,6 +13,8 @@ export const MEDIA = {
 } as const;
 const ACCEPT = [MEDIA.ociIndex, MEDIA.dockerList, MEDIA.ociManifest, MEDIA.dockerManifest].join(", ");
 const MAX_MANIFEST = 4 * 1024 * 1024;
+/** An image config is JSON of a few KiB; anything near this is not one. */
+const MAX_CONFIG = 8 * 1024 * 1024;
 /** A stalled transfer (no byte for this long) is dropped and resumed. */
 const IDLE_MS = 60_000;
 const REQUEST_MS = 60_000;
@@ -214,8 +216,7 @@ export class RegistryClient {
         `registry ${this.ref.registry} answered ${res.status} for the manifest`,
       );
     }
-    const bytes = Buffer.from(await res.arrayBuffer());
-    if (bytes.length > MAX_MANIFEST) throw new PyroError("build_failed", "the manifest is larger than 4 MiB");
+    const bytes = await readCapped(res, MAX_MANIFEST, "the manifest");
     const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
     if (tagOrDigest.startsWith("sha256:") && digest !== tagOrDigest) {
       throw new PyroError("build_failed", `the manifest's content does not match its digest ${tagOrDigest}`);
@@ -274,6 +275,7 @@ export class RegistryClient {
       throw new PyroError("build_failed", "the image manifest has no config or no layers");
     }
     for (const d of [manifest.config, ...manifest.layers]) checkDigest(d.digest);
+    for (const d of manifest.layers) checkSize(d);
     const res = await this.request(`blobs/${manifest.config.digest}`);
     if (!res.ok) {
       await res.body?.cancel();
@@ -282,7 +284,7 @@ export class RegistryClient {
         `registry ${this.ref.registry} answered ${res.status} for the image config`,
       );
     }
-    const bytes = Buffer.from(await res.arrayBuffer());
+    const bytes = await readCapped(res, MAX_CONFIG, "the image config");
     if (`sha256:${createHash("sha256").update(bytes).digest("hex")}` !== manifest.config.digest) {
       throw new PyroError(
         "build_failed",
@@ -302,6 +304,7 @@ export class RegistryClient {
    */
   async download(d: Descriptor, partial: string, dest: string, onBytes: (n: number) => void): Promise<void> {
     const expected = checkDigest(d.digest);
+    checkSize(d);
     let reported = 0;
     let failures = 0;
     let streamHash: StreamHash | null = null;
@@ -312,7 +315,7 @@ export class RegistryClient {
         onBytes(have - reported);
         reported = have;
       }
-      if (d.size > 0 && have >= d.size) break;
+      if (have >= d.size) break;
       if (failures >= RESUME_ATTEMPTS) {
         throw new PyroError(
           "build_failed",
@@ -357,15 +360,19 @@ export class RegistryClient {
         await this.appendBody(
           res,
           partial,
+          d.size - (await fileSize(partial)),
           (n) => {
             reported += n;
             onBytes(n);
           },
           streamHash,
         );
-        if (d.size <= 0) break;
       } catch (err) {
         if (this.options.signal?.aborted) throw new PyroError("cancelled", "the pull was cancelled");
+        if (err instanceof PyroError) {
+          await unlink(partial).catch(() => {});
+          throw err;
+        }
         lastError = err;
         streamHash = null;
         // A connection that moved the download forward is worth retrying at once.
@@ -381,7 +388,7 @@ export class RegistryClient {
       for await (const chunk of createReadStream(partial)) hash.update(chunk as Buffer);
       digest = hash.digest("hex");
     }
-    if (digest !== expected || (d.size > 0 && size !== d.size)) {
+    if (digest !== expected || size !== d.size) {
       await unlink(partial).catch(() => {});
       throw new PyroError(
         "build_failed",
@@ -392,10 +399,15 @@ export class RegistryClient {
     await rename(partial, dest);
   }
 
-  /** Appends the body to `partial`, feeding `sh` (a hash kept when the file started empty). */
+  /**
+   * Appends the body to `partial`, feeding `sh` (a hash kept when the file started
+   * empty). At most `limit` bytes (what the descriptor's size leaves): a longer body is
+   * refused, never written past the size.
+   */
   private async appendBody(
     res: Response,
     partial: string,
+    limit: number,
     onBytes: (n: number) => void,
     sh: StreamHash | null,
   ): Promise<number> {
@@ -419,6 +431,14 @@ export class RegistryClient {
         if (done) break;
         armIdle();
         const buf = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+        if (written + buf.length > limit) {
+          await reader.cancel().catch(() => {});
+          throw new PyroError(
+            "build_failed",
+            `the registry sent more bytes for a layer than its manifest's size`,
+            "the registry served corrupt or tampered content; nothing was kept",
+          );
+        }
         if (!out.write(buf)) await new Promise<void>((r) => out.once("drain", () => r()));
         if (writeError) throw writeError;
         if (sh) {
@@ -448,6 +468,50 @@ async function fileSize(path: string): Promise<number> {
     (s) => s.size,
     () => 0,
   );
+}
+
+/** A layer's size must be known and positive: the download stops there. */
+function checkSize(d: Descriptor): void {
+  if (!Number.isSafeInteger(d.size) || d.size <= 0) {
+    throw new PyroError(
+      "build_failed",
+      `layer ${String(d.digest)} has no valid size (${String(d.size)}) in the manifest`,
+      "pyro downloads a layer only up to the size its manifest gives",
+    );
+  }
+}
+
+/**
+ * Reads a response body of at most `max` bytes: a larger `content-length` is refused
+ * before reading, and a body that runs past `max` is cut off and refused.
+ */
+async function readCapped(res: Response, max: number, what: string): Promise<Buffer> {
+  const tooLarge = () =>
+    new PyroError(
+      "build_failed",
+      `${what} is larger than ${max / 1024 / 1024} MiB`,
+      "check the image reference",
+    );
+  const length = Number(res.headers.get("content-length") ?? "");
+  if (Number.isFinite(length) && length > max) {
+    await res.body?.cancel().catch(() => {});
+    throw tooLarge();
+  }
+  if (!res.body) return Buffer.alloc(0);
+  const chunks: Buffer[] = [];
+  let total = 0;
+  const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > max) {
+      await reader.cancel().catch(() => {});
+      throw tooLarge();
+    }
+    chunks.push(Buffer.from(value.buffer, value.byteOffset, value.byteLength));
+  }
+  return Buffer.concat(chunks, total);
 }
 
 function checkDigest(digest: string): string {

@@ -3,7 +3,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { checkGitPath } from "../../../src/core/commit.js";
+import { checkGitPath, commitWorkspace } from "../../../src/core/commit.js";
 import { fakePyro } from "../../helpers/engine.js";
 import { git, makeRepo, notFromGit, roundTrip } from "../../helpers/git-roundtrip.js";
 
@@ -50,6 +50,33 @@ describe("workspace commit (fake backend, real Git repositories)", () => {
     // The kept clone outlives the workspace: its branches are the user's.
     expect(git(c.repository, "rev-parse", "pyro/from-url").trim()).toBe(c.commit);
     execFileSync("git", ["-C", c.repository, "fsck", "--no-progress"]);
+  });
+
+  it("caps the tar of changed files a commit takes from the sandbox (F6), and streams large files whole", async () => {
+    const repo = join(dir, "capped");
+    await makeRepo(repo);
+    const w = await t.pyro.createWorkspace({ seedPath: repo, name: "capped" });
+    const big = Buffer.alloc(3 * 1024 * 1024, 0x61);
+    big.write("end", big.length - 3);
+    await t.pyro.writeWorkspaceFile(w.workspace_id, "big.bin", big.toString("latin1"));
+    const ws = t.pyro.engine.workspaces;
+    const err = await commitWorkspace(ws, w.workspace_id, {
+      branch: "pyro/capped",
+      maxArchiveBytes: 1024 * 1024,
+    }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: "conflict" });
+    expect((err as Error).message).toContain("more than 1048576 bytes");
+    expect(() => git(repo, "rev-parse", "--verify", "-q", "pyro/capped")).toThrow();
+    // Under the cap the same change commits, byte for byte.
+    const c = await commitWorkspace(ws, w.workspace_id, {
+      branch: "pyro/capped",
+      maxArchiveBytes: 8 * 1024 * 1024,
+    });
+    const blob = execFileSync("git", ["-C", repo, "cat-file", "blob", `${c.commit}:big.bin`], {
+      maxBuffer: 64 * 1024 * 1024,
+    });
+    expect(blob.equals(Buffer.from(big.toString("latin1"), "latin1"))).toBe(true);
+    await t.pyro.deleteWorkspace(w.workspace_id);
   });
 
   it("refuses paths a hostile agent could report: .., empty parts, .git in any case", () => {
