@@ -89,6 +89,11 @@ async function readChanged(
   const taken = new Map<string, Taken>();
   const problems: string[] = [];
   const writes: Promise<void>[] = [];
+  // Failures are collected by Promise.all after the parse; none is unhandled meanwhile.
+  const track = (p: Promise<void>) => {
+    p.catch(() => {});
+    writes.push(p);
+  };
   await tar.t({
     file: archive,
     onReadEntry: (entry) => {
@@ -101,7 +106,7 @@ async function readChanged(
       const file = join(scratch, String(taken.size));
       if (entry.type === "SymbolicLink") {
         taken.set(name, { mode: "120000", file });
-        writes.push(writeFile(file, entry.linkpath ?? "", { mode: 0o600 }));
+        track(writeFile(file, entry.linkpath ?? "", { mode: 0o600 }));
         entry.resume();
         return;
       }
@@ -113,10 +118,15 @@ async function readChanged(
       taken.set(name, { mode: (entry.mode ?? 0o644) & 0o100 ? "100755" : "100644", file });
       // Streamed to its scratch file: a large file is never held in memory whole.
       const out = createWriteStream(file, { mode: 0o600, flags: "wx" });
-      writes.push(
+      track(
         new Promise<void>((resolve, reject) => {
           out.on("finish", resolve);
-          out.on("error", reject);
+          out.on("error", (err) => {
+            // Keep the parser going (it waits for the entry to drain); the error fails the commit.
+            entry.unpipe(out);
+            entry.resume();
+            reject(err);
+          });
           entry.on("error", reject);
         }),
       );
