@@ -3,6 +3,7 @@ import { createReadStream, createWriteStream } from "node:fs";
 import { rename, stat, truncate, unlink } from "node:fs/promises";
 import { PyroError } from "../../errors.js";
 import { type Credentials, findCredentials, parseChallenge } from "./auth.js";
+import { checkSize, MAX_CONFIG, MAX_MANIFEST, readCapped } from "./bounds.js";
 import { apiHost, formatReference, type ImageReference, isLoopbackRegistry } from "./reference.js";
 
 export const MEDIA = {
@@ -12,9 +13,6 @@ export const MEDIA = {
   dockerManifest: "application/vnd.docker.distribution.manifest.v2+json",
 } as const;
 const ACCEPT = [MEDIA.ociIndex, MEDIA.dockerList, MEDIA.ociManifest, MEDIA.dockerManifest].join(", ");
-const MAX_MANIFEST = 4 * 1024 * 1024;
-/** An image config is JSON of a few KiB; anything near this is not one. */
-const MAX_CONFIG = 8 * 1024 * 1024;
 /** A stalled transfer (no byte for this long) is dropped and resumed. */
 const IDLE_MS = 60_000;
 const REQUEST_MS = 60_000;
@@ -468,50 +466,6 @@ async function fileSize(path: string): Promise<number> {
     (s) => s.size,
     () => 0,
   );
-}
-
-/** A layer's size must be known and positive: the download stops there. */
-function checkSize(d: Descriptor): void {
-  if (!Number.isSafeInteger(d.size) || d.size <= 0) {
-    throw new PyroError(
-      "build_failed",
-      `layer ${String(d.digest)} has no valid size (${String(d.size)}) in the manifest`,
-      "pyro downloads a layer only up to the size its manifest gives",
-    );
-  }
-}
-
-/**
- * Reads a response body of at most `max` bytes: a larger `content-length` is refused
- * before reading, and a body that runs past `max` is cut off and refused.
- */
-async function readCapped(res: Response, max: number, what: string): Promise<Buffer> {
-  const tooLarge = () =>
-    new PyroError(
-      "build_failed",
-      `${what} is larger than ${max / 1024 / 1024} MiB`,
-      "check the image reference",
-    );
-  const length = Number(res.headers.get("content-length") ?? "");
-  if (Number.isFinite(length) && length > max) {
-    await res.body?.cancel().catch(() => {});
-    throw tooLarge();
-  }
-  if (!res.body) return Buffer.alloc(0);
-  const chunks: Buffer[] = [];
-  let total = 0;
-  const reader = (res.body as ReadableStream<Uint8Array>).getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > max) {
-      await reader.cancel().catch(() => {});
-      throw tooLarge();
-    }
-    chunks.push(Buffer.from(value.buffer, value.byteOffset, value.byteLength));
-  }
-  return Buffer.concat(chunks, total);
 }
 
 function checkDigest(digest: string): string {
