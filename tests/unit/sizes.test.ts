@@ -36,7 +36,8 @@ const LONG_FUNCTIONS: Record<string, string> = {
     "the one rule for writing sandbox archives on the host, kept in one place on purpose",
   "env/oci/apply.ts:applyLayer":
     "the one rule for writing registry layers on the host (whiteouts, links, times, bounds), kept in one place on purpose",
-  "env/oci/apply.ts:handle": "applyLayer's per-entry step: one case per tar entry type, each with its containment check",
+  "env/oci/apply.ts:handle":
+    "applyLayer's per-entry step: one case per tar entry type, each with its containment check",
   "bench/environments.ts:environmentRows": "the environment bench rows, run in order",
   "env/oci/registry.ts:download":
     "a resumable, verified blob download: its retry loop, Range requests and size and digest checks kept together",
@@ -49,8 +50,10 @@ const LONG_FILES: Record<string, string> = {
   "sdk/schemas.ts": "the SDK's argument table: one schema per argument of every method",
   "sdk/pyro.ts": "the SDK class: one short method per operation, each an argument check and a core call",
   "env/oci/apply.ts": "layer application: its containment helpers sit with the one function that uses them",
-  "env/oci/registry.ts": "the registry client: one class for authenticated requests, manifests and blob downloads",
-  "env/cache.ts": "the environment cache: locks, atomic builds, listing and pruning over one directory layout",
+  "env/oci/registry.ts":
+    "the registry client: one class for authenticated requests, manifests and blob downloads",
+  "env/cache.ts":
+    "the environment cache: locks, atomic builds, listing and pruning over one directory layout",
 };
 
 const SRC = join(REPO_ROOT, "src");

@@ -64,7 +64,7 @@ export const DISK_VIEW_SCRIPT = [
   'if [ -n "$image" ]; then mkdir "$M/img"; mount -o "$opts" "$image" "$M/img"; p="$M/img"; rest=$upper',
   '  while [ -n "$rest" ]; do c=${rest%%/*}; if [ "$c" = "$rest" ]; then rest=; else rest=${rest#*/}; fi; p="$p/$c"',
   '    if [ -L "$p" ]; then echo "pyro-disk: a symlink in the path of the writable layer ($c)" >&2; exit 3; fi; done',
-  '  upper=$p; fi',
+  "  upper=$p; fi",
   'if [ -n "$upper" ] && [ -e "$upper" ] && [ ! -d "$upper" ]; then echo "pyro-disk: the writable layer is not a directory" >&2; exit 3; fi',
   'mkdir "$M/lower" "$M/ws"',
   'mount --bind "$lower" "$M/lower"',

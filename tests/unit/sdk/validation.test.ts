@@ -288,7 +288,11 @@ const BAD_CALLS: [string, () => unknown[], string][] = [
   ],
   ["diffWorkspace", () => [id, "cp1"], 'diffWorkspace: options must be an object or undefined, got "cp1"'],
   ["commitWorkspace", () => [id, { branch: 7 }], "commitWorkspace: options.branch must be a string, got 7"],
-  ["commitWorkspace", () => [id, { force: "yes" }], 'commitWorkspace: options.force must be true or false, got "yes"'],
+  [
+    "commitWorkspace",
+    () => [id, { force: "yes" }],
+    'commitWorkspace: options.force must be true or false, got "yes"',
+  ],
   [
     "exportWorkspace",
     () => [id, "app.py", { outputPath: "x" }],

@@ -14,7 +14,10 @@ import { info, ping } from "./system.js";
 /** A handler whose module is imported on the first call. */
 function lazy<O extends OpName>(load: () => Promise<OpHandler<O>>): OpHandler<O> {
   let loaded: Promise<OpHandler<O>> | undefined;
-  return async (args, ctx) => (await (loaded ??= load()))(args, ctx);
+  return async (args, ctx) => {
+    loaded ??= load();
+    return (await loaded)(args, ctx);
+  };
 }
 
 const diffOps = () => import("./diff.js");
