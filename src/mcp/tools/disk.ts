@@ -1,15 +1,13 @@
-import { z } from "zod";
 import { refuseOverwrite } from "../host-paths.js";
-import { fileEntry, hostPathArg, hostPathNote, workspaceIdArg, workspacePathArg } from "../schemas.js";
 import { defineTool, mutating, READ_ONLY } from "../tool.js";
 import { defined } from "./common.js";
+import { EXPORT_SHAPE, FILE_LIST_SHAPE, FILE_READ_SHAPE, renderFileList, renderFileRead } from "./files.js";
 
 /**
  * The disk tools: a stopped workspace's files, read without starting it (core/disk.ts).
  * Same arguments, results and path refusals as the file tools; `conflict` while it runs.
  */
 
-const count = z.number().int().min(0);
 const STOPPED_ONLY =
   "Only for a STOPPED workspace (workspace_stop): it is not started, nothing in it runs or changes. On a running one it answers conflict: use the file tools there.";
 
@@ -18,89 +16,30 @@ export const workspaceDiskList = defineTool({
   title: "List a stopped workspace's files",
   description: `List the entries of a directory of a stopped workspace (default /workspace): path, artifact_type (file, directory, symlink), size_bytes and link_target, as workspace_file_list does. recursive: true walks the whole tree. ${STOPPED_ONLY}`,
   next: [["workspace_disk_read", "read a file"]],
-  input: z.strictObject({
-    workspace_id: workspaceIdArg,
-    path: workspacePathArg.optional().describe("Directory inside the workspace (default /workspace)."),
-    recursive: z.boolean().optional().describe("List the whole tree below path (default false)."),
-  }),
-  output: z.looseObject({
-    workspace_id: z.string(),
-    path: z.string(),
-    entries: z.array(fileEntry),
-    truncated: z.boolean(),
-  }),
+  ...FILE_LIST_SHAPE,
   annotations: READ_ONLY,
   long: "reading the stopped workspace's disk",
   run: (a, ctx) =>
     ctx.pyro.listWorkspaceDisk(a.workspace_id, a.path ?? "/workspace", { recursive: a.recursive === true }),
-  render: (r) =>
-    [
-      `${r.path}: ${r.entries.length} entr${r.entries.length === 1 ? "y" : "ies"}${r.truncated ? " (listing truncated)" : ""}`,
-      ...r.entries.map((e) => {
-        if (e.artifact_type === "directory") return `${e.path}/`;
-        if (e.artifact_type === "symlink") return `${e.path} -> ${e.link_target ?? "?"}`;
-        return `${e.path} (${e.size_bytes} bytes)`;
-      }),
-    ].join("\n"),
+  render: renderFileList,
 });
 
 export const workspaceDiskRead = defineTool({
   name: "workspace_disk_read",
   title: "Read a stopped workspace's file",
   description: `Read a file of a stopped workspace, as workspace_file_read does: text as is (encoding utf8), anything else base64. content_only: true makes the text part of the result the bare content. Reads over max_bytes (default 1 MiB) are cut (truncated: true). ${STOPPED_ONLY}`,
-  input: z.strictObject({
-    workspace_id: workspaceIdArg,
-    path: workspacePathArg,
-    content_only: z
-      .boolean()
-      .optional()
-      .describe("Return only the file content as text, without a header line (default false)."),
-    max_bytes: z
-      .number()
-      .int()
-      .min(0)
-      .max(16 * 1024 * 1024)
-      .optional()
-      .describe("Read at most this many bytes (default 1 MiB)."),
-  }),
-  output: z.looseObject({
-    workspace_id: z.string(),
-    path: z.string(),
-    content: z.string(),
-    encoding: z.enum(["utf8", "base64", "stream"]),
-    size_bytes: count,
-    truncated: z.boolean(),
-  }),
+  ...FILE_READ_SHAPE,
   annotations: READ_ONLY,
   long: "reading the stopped workspace's disk",
   run: (a, ctx) => ctx.pyro.readWorkspaceDisk(a.workspace_id, a.path, defined({ maxBytes: a.max_bytes })),
-  render: (r, a) =>
-    a.content_only
-      ? r.content
-      : `${r.path} (${r.size_bytes} bytes, ${r.encoding}${r.truncated ? ", truncated" : ""}):\n${r.content}`,
+  render: renderFileRead,
 });
 
 export const workspaceDiskExport = defineTool({
   name: "workspace_disk_export",
   title: "Export from a stopped workspace",
   description: `Copy a file or directory of a stopped workspace to a path on the host, as workspace_export does (inside the server's project directory or a directory the user allowed; an existing file is replaced only with overwrite: true; a directory needs a new or empty output_path). ${STOPPED_ONLY}`,
-  input: z.strictObject({
-    workspace_id: workspaceIdArg,
-    path: workspacePathArg.describe("File or directory inside the workspace to export."),
-    output_path: hostPathArg.describe(`Where to write it on the host. ${hostPathNote}`),
-    overwrite: z
-      .boolean()
-      .optional()
-      .describe("Replace an existing file at output_path (default false: an existing one is a conflict)."),
-  }),
-  output: z.looseObject({
-    workspace_id: z.string(),
-    path: z.string(),
-    output_path: z.string(),
-    artifact_type: z.enum(["file", "directory"]),
-    bytes: count,
-    entries: count,
-  }),
+  ...EXPORT_SHAPE,
   // It writes on the host, never in the workspace.
   annotations: mutating({ destructive: true, idempotent: true }),
   long: "exporting from the stopped workspace's disk",

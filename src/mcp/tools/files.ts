@@ -17,12 +17,8 @@ import { defined } from "./common.js";
 
 const count = z.number().int().min(0);
 
-export const workspaceFileList = defineTool({
-  name: "workspace_file_list",
-  title: "List files",
-  description:
-    "List the entries of a directory in the workspace (default /workspace): path, artifact_type (file, directory, symlink), size_bytes and link_target. recursive: true walks the whole tree. Use it to find your way around before reading files.",
-  next: [["workspace_file_read", "read a file"]],
+/** Arguments and result of a directory listing: workspace_file_list and workspace_disk_list. */
+export const FILE_LIST_SHAPE = {
   input: z.strictObject({
     workspace_id: workspaceIdArg,
     path: workspacePathArg.optional().describe("Directory inside the workspace (default /workspace)."),
@@ -34,29 +30,10 @@ export const workspaceFileList = defineTool({
     entries: z.array(fileEntry),
     truncated: z.boolean(),
   }),
-  annotations: READ_ONLY,
-  run: (a, ctx) =>
-    ctx.pyro.listWorkspaceFiles(a.workspace_id, a.path ?? "/workspace", { recursive: a.recursive === true }),
-  render: (r) =>
-    [
-      `${r.path}: ${r.entries.length} entr${r.entries.length === 1 ? "y" : "ies"}${r.truncated ? " (listing truncated)" : ""}`,
-      ...r.entries.map((e) => {
-        if (e.artifact_type === "directory") return `${e.path}/`;
-        if (e.artifact_type === "symlink") return `${e.path} -> ${e.link_target ?? "?"}`;
-        return `${e.path} (${e.size_bytes} bytes)`;
-      }),
-    ].join("\n"),
-});
+};
 
-export const workspaceFileRead = defineTool({
-  name: "workspace_file_read",
-  title: "Read a file",
-  description:
-    "Read a file from the workspace. Text comes back as is (encoding utf8), anything else base64 (encoding base64). content_only: true makes the text part of the result the bare content, with no header. Reads over max_bytes (default 1 MiB) are cut (truncated: true).",
-  next: [
-    ["workspace_patch_apply", "change it"],
-    ["workspace_file_write", "replace it"],
-  ],
+/** Arguments and result of a file read: workspace_file_read and workspace_disk_read. */
+export const FILE_READ_SHAPE = {
   input: z.strictObject({
     workspace_id: workspaceIdArg,
     path: workspacePathArg,
@@ -80,12 +57,75 @@ export const workspaceFileRead = defineTool({
     size_bytes: count,
     truncated: z.boolean(),
   }),
+};
+
+/** Arguments and result of an export to the host: workspace_export and workspace_disk_export. */
+export const EXPORT_SHAPE = {
+  input: z.strictObject({
+    workspace_id: workspaceIdArg,
+    path: workspacePathArg.describe("File or directory inside the workspace to export."),
+    output_path: hostPathArg.describe(`Where to write it on the host. ${hostPathNote}`),
+    overwrite: z
+      .boolean()
+      .optional()
+      .describe("Replace an existing file at output_path (default false: an existing one is a conflict)."),
+  }),
+  output: z.looseObject({
+    workspace_id: z.string(),
+    path: z.string(),
+    output_path: z.string(),
+    artifact_type: z.enum(["file", "directory"]),
+    bytes: count,
+    entries: count,
+  }),
+};
+
+type FileList = z.infer<(typeof FILE_LIST_SHAPE)["output"]>;
+type FileRead = z.infer<(typeof FILE_READ_SHAPE)["output"]>;
+
+export function renderFileList(r: FileList): string {
+  return [
+    `${r.path}: ${r.entries.length} entr${r.entries.length === 1 ? "y" : "ies"}${r.truncated ? " (listing truncated)" : ""}`,
+    ...r.entries.map((e) => {
+      if (e.artifact_type === "directory") return `${e.path}/`;
+      if (e.artifact_type === "symlink") return `${e.path} -> ${e.link_target ?? "?"}`;
+      return `${e.path} (${e.size_bytes} bytes)`;
+    }),
+  ].join("\n");
+}
+
+export function renderFileRead(r: FileRead, a: { content_only?: boolean | undefined }): string {
+  return a.content_only
+    ? r.content
+    : `${r.path} (${r.size_bytes} bytes, ${r.encoding}${r.truncated ? ", truncated" : ""}):\n${r.content}`;
+}
+
+export const workspaceFileList = defineTool({
+  name: "workspace_file_list",
+  title: "List files",
+  description:
+    "List the entries of a directory in the workspace (default /workspace): path, artifact_type (file, directory, symlink), size_bytes and link_target. recursive: true walks the whole tree. Use it to find your way around before reading files.",
+  next: [["workspace_file_read", "read a file"]],
+  ...FILE_LIST_SHAPE,
+  annotations: READ_ONLY,
+  run: (a, ctx) =>
+    ctx.pyro.listWorkspaceFiles(a.workspace_id, a.path ?? "/workspace", { recursive: a.recursive === true }),
+  render: renderFileList,
+});
+
+export const workspaceFileRead = defineTool({
+  name: "workspace_file_read",
+  title: "Read a file",
+  description:
+    "Read a file from the workspace. Text comes back as is (encoding utf8), anything else base64 (encoding base64). content_only: true makes the text part of the result the bare content, with no header. Reads over max_bytes (default 1 MiB) are cut (truncated: true).",
+  next: [
+    ["workspace_patch_apply", "change it"],
+    ["workspace_file_write", "replace it"],
+  ],
+  ...FILE_READ_SHAPE,
   annotations: READ_ONLY,
   run: (a, ctx) => ctx.pyro.readWorkspaceFile(a.workspace_id, a.path, defined({ maxBytes: a.max_bytes })),
-  render: (r, a) =>
-    a.content_only
-      ? r.content
-      : `${r.path} (${r.size_bytes} bytes, ${r.encoding}${r.truncated ? ", truncated" : ""}):\n${r.content}`,
+  render: renderFileRead,
 });
 
 export const workspaceFileWrite = defineTool({
@@ -171,23 +211,7 @@ export const workspaceExport = defineTool({
   title: "Export to the host",
   description:
     "Copy a file or directory out of the workspace to a path on the host, inside the server's project directory (or a directory the user allowed). An existing file at output_path is replaced only with overwrite: true; a directory needs a new or empty output_path. The only way results leave a workspace. Exports are recorded in workspace_summary.",
-  input: z.strictObject({
-    workspace_id: workspaceIdArg,
-    path: workspacePathArg.describe("File or directory inside the workspace to export."),
-    output_path: hostPathArg.describe(`Where to write it on the host. ${hostPathNote}`),
-    overwrite: z
-      .boolean()
-      .optional()
-      .describe("Replace an existing file at output_path (default false: an existing one is a conflict)."),
-  }),
-  output: z.looseObject({
-    workspace_id: z.string(),
-    path: z.string(),
-    output_path: z.string(),
-    artifact_type: z.enum(["file", "directory"]),
-    bytes: count,
-    entries: count,
-  }),
+  ...EXPORT_SHAPE,
   annotations: mutating({ destructive: true, idempotent: true }),
   long: "exporting",
   async run(a, ctx) {
