@@ -5,7 +5,7 @@ import { PyroError, toPyroError } from "../errors.js";
 import type { WorkspaceRow } from "../state/types.js";
 import { acquireLock } from "../util/lock.js";
 import { secretRedactor } from "./secrets.js";
-import { ExportWriter } from "./transfer.js";
+import { exportThrough } from "./transfer.js";
 import { sandboxState, type Workspaces } from "./workspaces.js";
 
 /**
@@ -146,30 +146,12 @@ export async function exportDisk(
   return withDisk(
     ws,
     idOrName,
-    async (agent, w) => {
-      const writer = new ExportWriter(output);
-      await writer.begin();
-      try {
-        const r = await agent.request(
-          "tar_out",
-          { path },
-          { onData: (c: Buffer) => writer.write(c), timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
-        );
-        // Sizes are what the host wrote, never what the reader claimed.
-        const got = await writer.commit(r.artifact_type);
-        return {
-          workspace_id: w.workspace_id,
-          path,
-          output_path: output,
-          artifact_type: r.artifact_type,
-          bytes: got.bytes,
-          entries: got.entries,
-        };
-      } catch (err) {
-        await writer.abort();
-        throw err;
-      }
-    },
+    async (agent, w) => ({
+      workspace_id: w.workspace_id,
+      path,
+      output_path: output,
+      ...(await exportThrough(agent, path, output, signal)),
+    }),
     signal,
   );
 }

@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { ACTIONS, PyroError } from "../errors.js";
-import { ExportWriter, packHostPath } from "./transfer.js";
+import { exportThrough, packHostPath } from "./transfer.js";
 import type { Workspaces } from "./workspaces.js";
 
 /** File operations through the agent; each mutating one becomes a review event. */
@@ -90,36 +90,16 @@ export async function exportFromWorkspace(
 ) {
   const output = resolve(outputPath);
   return ws.withAgent(idOrName, "files", async (agent, w, journal) => {
-    const writer = new ExportWriter(output);
-    await writer.begin();
-    try {
-      const r = await agent.request(
-        "tar_out",
-        { path },
-        { onData: (c: Buffer) => writer.write(c), timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
-      );
-      // Sizes are what the host wrote, never what the agent claimed.
-      const got = await writer.commit(r.artifact_type);
-      journal((store) =>
-        store.recordEvent(w.workspace_id, "export", {
-          path,
-          output_path: output,
-          artifact_type: r.artifact_type,
-          bytes: got.bytes,
-        }),
-      );
-      return {
-        workspace_id: w.workspace_id,
+    const got = await exportThrough(agent, path, output, signal);
+    journal((store) =>
+      store.recordEvent(w.workspace_id, "export", {
         path,
         output_path: output,
-        artifact_type: r.artifact_type,
+        artifact_type: got.artifact_type,
         bytes: got.bytes,
-        entries: got.entries,
-      };
-    } catch (err) {
-      await writer.abort();
-      throw err;
-    }
+      }),
+    );
+    return { workspace_id: w.workspace_id, path, output_path: output, ...got };
   });
 }
 

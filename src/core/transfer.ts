@@ -2,6 +2,7 @@ import { createWriteStream, type WriteStream } from "node:fs";
 import { lstat, mkdir, mkdtemp, readdir, rename, rm, stat } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import type { Readable } from "node:stream";
+import type { AgentClient } from "../agent/client.js";
 import { packTree } from "../agent/tarsafe.js";
 import { PyroError, toPyroError } from "../errors.js";
 import { makeDirs } from "../util/fs.js";
@@ -113,5 +114,31 @@ export class ExportWriter {
       s.end(() => res());
       s.once("error", () => res());
     });
+  }
+}
+
+/**
+ * Copies `path` out of the agent's tree to `output` through an ExportWriter (all or
+ * nothing; the sizes are what the host wrote, never what the agent claimed).
+ */
+export async function exportThrough(
+  agent: AgentClient,
+  path: string,
+  output: string,
+  signal?: AbortSignal,
+): Promise<{ artifact_type: "file" | "directory"; bytes: number; entries: number }> {
+  const writer = new ExportWriter(output);
+  await writer.begin();
+  try {
+    const r = await agent.request(
+      "tar_out",
+      { path },
+      { onData: (c: Buffer) => writer.write(c), timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
+    );
+    const got = await writer.commit(r.artifact_type);
+    return { artifact_type: r.artifact_type, bytes: got.bytes, entries: got.entries };
+  } catch (err) {
+    await writer.abort();
+    throw err;
   }
 }
