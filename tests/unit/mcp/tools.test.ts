@@ -1,6 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -529,7 +529,8 @@ const HAPPY: Record<ToolName, (fx: McpFixture) => Promise<any>> = {
   },
   workspace_commit: async (fx) => {
     // Outside the project: other tools' checks count the project's files.
-    const repo = join(await mkdtemp(join(tmpdir(), "pyro-mcp-commit-")), "repo");
+    const scratch = await mkdtemp(join(tmpdir(), "pyro-mcp-commit-"));
+    const repo = join(scratch, "repo");
     const git = (...a: string[]) =>
       execFileSync("git", ["-C", repo, ...a], {
         encoding: "utf8",
@@ -563,6 +564,8 @@ const HAPPY: Record<ToolName, (fx: McpFixture) => Promise<any>> = {
       force: true,
     });
     expect(refused.code).toBe("invalid_argument");
+    await fx.pyro.deleteWorkspace(w.workspace_id);
+    await rm(scratch, { recursive: true, force: true });
     return r;
   },
   workspace_start: async (fx) => {
