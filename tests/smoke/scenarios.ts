@@ -246,8 +246,9 @@ const REPRO_FIX: UseCase = {
         patch: "--- a/calc.py\n+++ b/calc.py\n@@\n def add(a, b):\n-    return a - b\n+    return a + b\n",
       });
       expect(patch).toMatchObject({ changed: true, files: [{ path: "calc.py", status: "modified" }] });
-      // -B: the fix has the bug's size, and Python would trust the first run's same-second .pyc.
-      const pass = await tools.ok("workspace_exec", { workspace_id: id, command: "python3 -B test_calc.py" });
+      // The fix has the bug's size and may land in the same second as the first run: the
+      // patch moves calc.py's mtime to a later second, so Python does not trust the stale .pyc.
+      const pass = await tools.ok("workspace_exec", { workspace_id: id, command: "python3 test_calc.py" });
       expect(pass.exit_code).toBe(0);
       const diff = await tools.ok("workspace_diff", { workspace_id: id });
       // __pycache__ from the runs is ignored (.gitignore): only the fix.

@@ -4,7 +4,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Stats } from "node:fs";
-import { chmod, lstat, mkdir, readdir, rename, rm, writeFile } from "node:fs/promises";
+import { chmod, lstat, lutimes, mkdir, readdir, rename, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 
 /** A file written next to its target, not yet moved into place. */
@@ -36,6 +36,7 @@ export async function stageWrite(target: string, data: Uint8Array, mode = 0o644)
   }
   return {
     async commit() {
+      await newerSecond(target, temp);
       await rename(temp, target);
       committed = true;
     },
@@ -43,6 +44,21 @@ export async function stageWrite(target: string, data: Uint8Array, mode = 0o644)
       if (!committed) await rm(temp, { force: true });
     },
   };
+}
+
+/**
+ * A replaced file's new modification time falls in a later whole second than the old
+ * one's: caches that trust (mtime in seconds, size), such as Python's .pyc files, would
+ * otherwise keep a same-size edit made in the same second as the last run (a model's
+ * fix that "does not work"). Bumps the staged file's mtime to the next second when needed.
+ */
+async function newerSecond(target: string, staged: string): Promise<void> {
+  const old = await lstat(target).catch(() => null);
+  if (!old?.isFile()) return;
+  const fresh = await lstat(staged);
+  const oldSecond = Math.floor(old.mtimeMs / 1000);
+  if (Math.floor(fresh.mtimeMs / 1000) <= oldSecond)
+    await lutimes(staged, fresh.atime, new Date((oldSecond + 1) * 1000));
 }
 
 /** Atomic replace of one file (temp + rename). */

@@ -1,4 +1,4 @@
-import { link, lstat, mkdir, readFile, readlink, symlink, writeFile } from "node:fs/promises";
+import { link, lstat, mkdir, readFile, readlink, symlink, utimes, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { AgentError } from "../../../src/agent/errors.js";
@@ -88,6 +88,23 @@ describe("file_read and file_write", () => {
     });
     expect(w.created).toBe(false);
     expect((await lstat(path.join(fx.root, "run.sh"))).mode & 0o777).toBe(0o755);
+  });
+
+  it("moves a rewritten file's mtime to a later whole second, so (mtime, size) caches like Python's .pyc see a same-size edit", async () => {
+    const file = path.join(fx.root, "calc.py");
+    await writeFile(file, "return a - b\n");
+    const now = new Date();
+    await utimes(file, now, now);
+    const before = Math.floor((await lstat(file)).mtimeMs / 1000);
+    await fx.client.request("file_write", { path: "calc.py", content: "return a + b\n", encoding: "utf8" });
+    expect(Math.floor((await lstat(file)).mtimeMs / 1000)).toBeGreaterThan(before);
+    // A patch as well (same size again).
+    const second = Math.floor((await lstat(file)).mtimeMs / 1000);
+    await fx.client.request("patch_apply", {
+      patch: "--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-return a + b\n+return a * b\n",
+    });
+    expect(await readFile(file, "utf8")).toBe("return a * b\n");
+    expect(Math.floor((await lstat(file)).mtimeMs / 1000)).toBeGreaterThan(second);
   });
 
   it("truncates a read at max_bytes and says so", async () => {
