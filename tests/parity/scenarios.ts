@@ -152,6 +152,7 @@ export const SCENARIOS: Scenario[] = [
           artifact_type: "file",
         });
         expect(await readFile(join(out, "app.py"), "utf8")).toBe("print('patched')\n");
+        await import("node:fs/promises").then((fs) => fs.rm(out, { recursive: true, force: true }));
         const r = await p.resetWorkspace(id);
         expect(r).toMatchObject({ reset_count: 1, workspace_reset: { snapshot_name: "baseline" } });
         expect((await p.diffWorkspace(id)).changed).toBe(false);
