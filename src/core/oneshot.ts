@@ -62,7 +62,8 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
       scratchDir: join(engine.paths.home, "oneshot"),
       runtimeCacheDir: join(engine.paths.home, "runtime"),
       command,
-      env: options.env ?? {},
+      // The image's own variables (its config's Env) first, as a workspace gets them.
+      env: { ...env.image_env, ...(options.env ?? {}) },
       limits: {
         vcpus: options.vcpus ?? DEFAULTS.vcpus,
         memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,

@@ -132,6 +132,13 @@ describe.skipIf(skip !== null)(`a workspace on a pulled image${skip ? ` (skipped
             expect(lines[2]).toContain("No such file");
           }
           await pyro.deleteWorkspace(ws.workspace_id);
+          // A one-shot run on the image gets its Env too (bwrap and gVisor run it as the
+          // sandbox's only process; the others through a throwaway workspace).
+          const one = await pyro.run(ref, 'echo "$GREETING"', {
+            backend: t.backend as BackendName,
+            ...(t.backend === "host" ? { allowHostCompat: true } : {}),
+          });
+          expect(one.stdout).toBe("hello-from-image\n");
         } finally {
           await pyro.close();
         }
