@@ -278,3 +278,25 @@ export function exited(child: ChildProcess): Promise<number | string> {
   if (child.signalCode !== null) return Promise.resolve(child.signalCode);
   return new Promise((r) => child.once("exit", (code, sig) => r(code ?? sig ?? -1)));
 }
+
+/**
+ * Bytes the files under `dir` take on disk (allocated blocks, symlinks not followed):
+ * what a workspace's own writes cost the host, unlike the file system's free space,
+ * which every test running at the same time changes.
+ */
+export async function allocatedBytes(dir: string): Promise<number> {
+  const { lstat, readdir } = await import("node:fs/promises");
+  const { join } = await import("node:path");
+  let total = 0;
+  const walk = async (d: string): Promise<void> => {
+    for (const e of await readdir(d, { withFileTypes: true }).catch(() => [])) {
+      const p = join(d, e.name);
+      const st = await lstat(p).catch(() => null);
+      if (!st) continue;
+      total += st.blocks * 512;
+      if (st.isDirectory()) await walk(p);
+    }
+  };
+  await walk(dir);
+  return total;
+}

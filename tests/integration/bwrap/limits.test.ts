@@ -1,7 +1,14 @@
-import { statfsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bwrapSkipReason, ENV_CACHE, type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js";
+import {
+  allocatedBytes,
+  bwrapSkipReason,
+  ENV_CACHE,
+  type Harness,
+  openHarness,
+  suiteTitle,
+} from "../../helpers/sandbox.js";
 
 /** A workspace at its pids limit: the bomb ends with its call and the workspace answers after. */
 const skip = bwrapSkipReason();
@@ -50,11 +57,10 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
   it("gives the writable layers a disk limit: ENOSPC inside, the host's space kept, the workspace usable", async () => {
     const small = (await h.create({ diskMib: 128 })).workspace_id;
     expect((await h.pyro.getWorkspace(small)).limits).toMatchObject({ disk_mib: 128 });
-    const free = () => {
-      const s = statfsSync(h.home);
-      return s.bavail * s.bsize;
-    };
-    const before = free();
+    // The workspace's own files on the host (its sparse disk image grows with what is
+    // written); the file system's free space moves with every other test too.
+    const used = () => allocatedBytes(join(h.home, "workspaces", small));
+    const before = await used();
     const r = await h.pyro.execWorkspace(
       small,
       "dd if=/dev/zero of=/workspace/big bs=1M count=400; echo dd=$?",
@@ -62,7 +68,7 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
     expect(r.stderr).toMatch(/No space left on device/);
     expect(r.stdout).toContain("dd=1");
     // The image grew by at most its size; nothing else of the host's disk went.
-    expect(before - free()).toBeLessThan(160 * 1024 * 1024);
+    expect((await used()) - before).toBeLessThan(160 * 1024 * 1024);
     const after = await h.pyro.execWorkspace(
       small,
       "rm /workspace/big && echo fine > /workspace/ok.txt && cat /workspace/ok.txt",
