@@ -128,8 +128,9 @@ async function listRow(stdio: Client, local: Client, runs: number): Promise<Benc
     list.push(await time(() => listOver(stdio)));
     listFloor.push(await time(() => listOver(local)));
   }
+  const count = (await listOver(local)).tools.length;
   return row(
-    "MCP stdio: tools/list (workspace-full, 36 tools)",
+    `MCP stdio: tools/list (workspace-full, ${count} tools)`,
     median(list),
     "same server, in-memory transport",
     median(listFloor),
