@@ -1,8 +1,8 @@
 import type { Command } from "commander";
 import { exportDisk, listDisk, readDisk } from "../../../core/disk.js";
-import { formatBytes } from "../../../util/fs.js";
 import type { CliContext } from "../../main.js";
 import { act } from "../../output.js";
+import { renderEntries, renderExport, renderRead } from "./files.js";
 
 /**
  * `pyro workspace disk list|read|export`: a stopped workspace's files, read without
@@ -23,13 +23,7 @@ export function registerDisk(ws: Command, ctx: CliContext): void {
         ctx.io,
         o,
         () => listDisk(ctx.engine().workspaces, id, path, o.recursive === true, ctx.signal),
-        (r) =>
-          r.entries
-            .map(
-              (e) =>
-                `${e.artifact_type.padEnd(9)} ${String(e.size_bytes).padStart(10)}  ${e.path}${e.link_target ? ` -> ${e.link_target}` : ""}`,
-            )
-            .join("\n"),
+        renderEntries,
       );
     });
   disk
@@ -43,14 +37,7 @@ export function registerDisk(ws: Command, ctx: CliContext): void {
         ctx.io,
         o,
         () => readDisk(ctx.engine().workspaces, id, path, { signal: ctx.signal }),
-        (r) => {
-          const body = r.encoding === "base64" ? Buffer.from(r.content, "base64") : r.content;
-          if (o.contentOnly) {
-            ctx.io.stdout.write(body);
-            return "";
-          }
-          return `${r.path} (${r.size_bytes} bytes${r.truncated ? ", truncated" : ""}${r.encoding === "base64" ? ", binary" : ""})\n${typeof body === "string" ? body : "(binary content; use --content-only or --json)"}`;
-        },
+        (r) => renderRead(ctx, r, o.contentOnly === true),
       );
     });
   disk
@@ -65,7 +52,7 @@ export function registerDisk(ws: Command, ctx: CliContext): void {
         ctx.io,
         o,
         () => exportDisk(ctx.engine().workspaces, id, path, o.output, ctx.signal),
-        (r) => `exported ${r.artifact_type} ${r.path} to ${r.output_path} (${formatBytes(r.bytes)})`,
+        renderExport,
       );
     });
 }

@@ -14,6 +14,42 @@ import { formatBytes } from "../../../util/fs.js";
 import type { CliContext } from "../../main.js";
 import { act } from "../../output.js";
 
+/** A listing as `file list` and `disk list` print it: type, size, path (and link target). */
+export function renderEntries(r: {
+  entries: { artifact_type: string; size_bytes: number; path: string; link_target: string | null }[];
+}): string {
+  return r.entries
+    .map(
+      (e) =>
+        `${e.artifact_type.padEnd(9)} ${String(e.size_bytes).padStart(10)}  ${e.path}${e.link_target ? ` -> ${e.link_target}` : ""}`,
+    )
+    .join("\n");
+}
+
+/** A file read as `file read` and `disk read` print it; with `contentOnly`, the bare bytes on stdout. */
+export function renderRead(
+  ctx: CliContext,
+  r: { path: string; content: string; encoding: string; size_bytes: number; truncated: boolean },
+  contentOnly: boolean,
+): string {
+  const body = r.encoding === "base64" ? Buffer.from(r.content, "base64") : r.content;
+  if (contentOnly) {
+    ctx.io.stdout.write(body);
+    return "";
+  }
+  return `${r.path} (${r.size_bytes} bytes${r.truncated ? ", truncated" : ""}${r.encoding === "base64" ? ", binary" : ""})\n${typeof body === "string" ? body : "(binary content; use --content-only or --json)"}`;
+}
+
+/** An export as `export` and `disk export` print it. */
+export function renderExport(r: {
+  artifact_type: string;
+  path: string;
+  output_path: string;
+  bytes: number;
+}): string {
+  return `exported ${r.artifact_type} ${r.path} to ${r.output_path} (${formatBytes(r.bytes)})`;
+}
+
 export function registerFiles(ws: Command, ctx: CliContext): void {
   const sync = ws.command("sync").description("copy host files into a workspace");
   sync
@@ -44,13 +80,7 @@ export function registerFiles(ws: Command, ctx: CliContext): void {
         ctx.io,
         o,
         () => listFiles(ctx.engine().workspaces, id, path, o.recursive === true),
-        (r) =>
-          r.entries
-            .map(
-              (e) =>
-                `${e.artifact_type.padEnd(9)} ${String(e.size_bytes).padStart(10)}  ${e.path}${e.link_target ? ` -> ${e.link_target}` : ""}`,
-            )
-            .join("\n"),
+        renderEntries,
       );
     });
   file
@@ -64,14 +94,7 @@ export function registerFiles(ws: Command, ctx: CliContext): void {
         ctx.io,
         o,
         () => readFileFromWorkspace(ctx.engine().workspaces, id, path),
-        (r) => {
-          const body = r.encoding === "base64" ? Buffer.from(r.content, "base64") : r.content;
-          if (o.contentOnly) {
-            ctx.io.stdout.write(body);
-            return "";
-          }
-          return `${r.path} (${r.size_bytes} bytes${r.truncated ? ", truncated" : ""}${r.encoding === "base64" ? ", binary" : ""})\n${typeof body === "string" ? body : "(binary content; use --content-only or --json)"}`;
-        },
+        (r) => renderRead(ctx, r, o.contentOnly === true),
       );
     });
   file
@@ -142,7 +165,7 @@ export function registerFiles(ws: Command, ctx: CliContext): void {
         ctx.io,
         o,
         () => exportFromWorkspace(ctx.engine().workspaces, id, path, o.output, ctx.signal),
-        (r) => `exported ${r.artifact_type} ${r.path} to ${r.output_path} (${formatBytes(r.bytes)})`,
+        renderExport,
       );
     });
 }
