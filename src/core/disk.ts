@@ -41,7 +41,7 @@ async function withDisk<T>(
   });
   try {
     // Under the lock: a start that won the race has made it running.
-    const w = ws.store.getWorkspace(found.workspace_id);
+    const w = ws.stored(found.workspace_id);
     if (!w) throw new PyroError("workspace_not_found", `workspace ${found.workspace_id} was deleted`);
     assertStopped(w);
     if (sandboxState(w)) throw new PyroError("conflict", `workspace ${w.workspace_id} still has a sandbox`);

@@ -167,9 +167,9 @@ export async function workspaceLogs(ws: Workspaces, idOrName: string, options: L
   }
   const rows =
     options.seq === undefined
-      ? ws.store.listCommands(w.workspace_id, { limit: options.limit ?? 100 })
-      : [ws.store.getCommand(w.workspace_id, options.seq)].filter((c) => c !== undefined);
-  const count = ws.store.countCommands(w.workspace_id);
+      ? ws.history.listCommands(w.workspace_id, { limit: options.limit ?? 100 })
+      : [ws.history.getCommand(w.workspace_id, options.seq)].filter((c) => c !== undefined);
+  const count = ws.history.countCommands(w.workspace_id);
   if (options.seq !== undefined && rows.length === 0) {
     throw new PyroError(
       "not_found",
@@ -177,7 +177,7 @@ export async function workspaceLogs(ws: Workspaces, idOrName: string, options: L
       "list the history without seq to see the command numbers",
     );
   }
-  const sizes = ws.store.commandOutputSizes(w.workspace_id, rows[0]?.seq ?? 1);
+  const sizes = ws.history.commandOutputSizes(w.workspace_id, rows[0]?.seq ?? 1);
   return {
     workspace_id: w.workspace_id,
     count,
@@ -200,7 +200,7 @@ export async function workspaceLogs(ws: Workspaces, idOrName: string, options: L
         execution_mode: c.execution_mode,
       };
       if (options.seq === undefined) return entry;
-      const out = ws.store.commandOutput(w.workspace_id, c.seq);
+      const out = ws.history.commandOutput(w.workspace_id, c.seq);
       const full = out !== undefined && out.stdout !== null && out.stderr !== null;
       const stdout = full ? out.stdout! : c.stdout_tail;
       const stderr = full ? out.stderr! : c.stderr_tail;

@@ -66,7 +66,7 @@ export async function applyPatch(ws: Workspaces, idOrName: string, patch: string
 export async function diffWorkspace(ws: Workspaces, idOrName: string, options: { snapshot?: string } = {}) {
   return ws.withAgent(idOrName, "files", async (agent, w) => {
     const snapshot = options.snapshot ?? "baseline";
-    if (!ws.store.getSnapshot(w.workspace_id, snapshot)) {
+    if (!ws.history.getSnapshot(w.workspace_id, snapshot)) {
       throw new PyroError(
         "not_found",
         `workspace ${w.workspace_id} has no snapshot '${snapshot}'`,

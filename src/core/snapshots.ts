@@ -20,7 +20,7 @@ export async function createSnapshot(ws: Workspaces, idOrName: string, name: str
     );
   }
   return ws.withAgent(idOrName, "snapshot", async (agent, w, journal) => {
-    if (ws.store.getSnapshot(w.workspace_id, name)) {
+    if (ws.history.getSnapshot(w.workspace_id, name)) {
       throw new PyroError(
         "conflict",
         `snapshot '${name}' already exists`,
@@ -64,7 +64,7 @@ export async function createSnapshot(ws: Workspaces, idOrName: string, name: str
 
 export async function listSnapshots(ws: Workspaces, idOrName: string) {
   const w = await ws.get(idOrName);
-  const rows = ws.store.listSnapshots(w.workspace_id);
+  const rows = ws.history.listSnapshots(w.workspace_id);
   return {
     workspace_id: w.workspace_id,
     count: rows.length,
@@ -74,7 +74,7 @@ export async function listSnapshots(ws: Workspaces, idOrName: string) {
 
 export async function deleteSnapshot(ws: Workspaces, idOrName: string, name: string) {
   const w = await ws.get(idOrName);
-  const row = ws.store.getSnapshot(w.workspace_id, name);
+  const row = ws.history.getSnapshot(w.workspace_id, name);
   if (!row) throw new PyroError("not_found", `workspace ${w.workspace_id} has no snapshot '${name}'`);
   if (row.kind === "baseline") throw new PyroError("conflict", "the baseline snapshot cannot be deleted");
   if (w.current_snapshot === name) {
@@ -97,7 +97,7 @@ export async function resetWorkspace(ws: Workspaces, idOrName: string, options: 
   const w = await ws.get(idOrName);
   assertAllowed(w.state, "reset", w.workspace_id);
   const snapshot = options.snapshot ?? "baseline";
-  if (!ws.store.getSnapshot(w.workspace_id, snapshot)) {
+  if (!ws.history.getSnapshot(w.workspace_id, snapshot)) {
     throw new PyroError(
       "not_found",
       `workspace ${w.workspace_id} has no snapshot '${snapshot}'`,

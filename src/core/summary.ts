@@ -16,19 +16,19 @@ export async function summarizeWorkspace(
 ) {
   const w = await ws.get(idOrName);
   const recent = options.recent ?? 10;
-  const store = ws.store;
-  const commandCount = store.countCommands(w.workspace_id);
-  const commands = store.listCommands(w.workspace_id, { limit: recent });
-  const edits = store.listEvents(w.workspace_id, { kinds: EDIT_KINDS, limit: recent });
-  const exports = store.listEvents(w.workspace_id, { kinds: ["export"], limit: recent });
+  const history = ws.history;
+  const commandCount = history.countCommands(w.workspace_id);
+  const commands = history.listCommands(w.workspace_id, { limit: recent });
+  const edits = history.listEvents(w.workspace_id, { kinds: EDIT_KINDS, limit: recent });
+  const exports = history.listEvents(w.workspace_id, { kinds: ["export"], limit: recent });
   // Service events carry already-redacted commands; the kept definitions do not.
-  const serviceEvents = store.listEvents(w.workspace_id, {
+  const serviceEvents = history.listEvents(w.workspace_id, {
     kinds: ["service_start", "service_stop"],
     limit: recent,
   });
   const kept = w.spec.services ?? [];
   const redact = kept.length > 0 ? secretRedactor(await ws.secretValues(w)) : (t: string) => t;
-  const snapshots = store.listSnapshots(w.workspace_id).filter((s) => s.kind === "named");
+  const snapshots = history.listSnapshots(w.workspace_id).filter((s) => s.kind === "named");
   const last = commands.at(-1);
 
   let changes: {
@@ -79,7 +79,7 @@ export async function summarizeWorkspace(
         : null,
       service_count: kept.length,
       running_service_count: w.state === "running" ? kept.length : 0,
-      export_count: store.countEvents(w.workspace_id, ["export"]),
+      export_count: history.countEvents(w.workspace_id, ["export"]),
       snapshot_count: snapshots.length,
       reset_count: w.reset_count,
     },

@@ -128,6 +128,24 @@ export type JournalWriter = Pick<
 >;
 
 /**
+ * What an operation may read of the journal: its history (commands, their output, review
+ * events) and its snapshots. Feature modules read through this and write through
+ * `journal`; the store itself stays inside Workspaces.
+ */
+export type JournalReader = Pick<
+  StateStore,
+  | "listCommands"
+  | "getCommand"
+  | "countCommands"
+  | "commandOutputSizes"
+  | "commandOutput"
+  | "listEvents"
+  | "countEvents"
+  | "getSnapshot"
+  | "listSnapshots"
+>;
+
+/**
  * What Workspaces needs from the engine, and nothing more: the store, the backends (one
  * by name, or the default choice), the environment cache, the paths, the environment
  * and where the pyro package is. The Engine provides it; tests may provide less.
@@ -172,8 +190,24 @@ export class Workspaces {
     });
   }
 
-  get store(): StateStore {
+  private get store(): StateStore {
     return this.engine.store();
+  }
+
+  // ------------------------------------------------ journal reads (for feature modules)
+
+  /** The journal's read side: command history, review events, snapshots. */
+  get history(): JournalReader {
+    return this.engine.store();
+  }
+
+  /**
+   * The workspace's row as stored now (null once deleted), without the reaping and the
+   * recovery of `get`: for a caller that holds the start lock and must see what a racing
+   * start wrote (core/disk.ts).
+   */
+  stored(id: string): WorkspaceRow | null {
+    return this.store.getWorkspace(id);
   }
 
   executionMode(w: WorkspaceRow) {

@@ -21,7 +21,7 @@ function deadOwner(): { pid: number; start_time: string } {
   return { pid: Number(pid), start_time: start! };
 }
 
-const store = () => t.pyro.engine.workspaces.store;
+const store = () => t.pyro.engine.store();
 const dirOf = (id: string) => join(t.home, "workspaces", id);
 
 describe("recovery after a killed client", () => {
