@@ -33,7 +33,12 @@ export interface BuildContext {
   signal?: AbortSignal;
   /** Plain HTTP to a loopback registry (image pulls only). */
   insecureRegistry?: boolean;
+  /** The version to build, from `currentVersion` (an image tag pinned to this digest). */
+  version?: string;
 }
+
+/** What a moving source (an image tag) names now, or why its origin could not be asked. */
+export type VersionCheck = { digest: string } | { unreachable: string };
 
 /** What a builder reports about the rootfs it made; lands in the entry's manifest. */
 export interface BuildOutput {
@@ -49,4 +54,12 @@ export interface BuildOutput {
 export interface Builder {
   readonly kind: EnvironmentSource["kind"];
   build(spec: EnvironmentSpec, ctx: BuildContext): Promise<BuildOutput>;
+  /**
+   * For sources that can change under the same name (an image tag): the digest the name
+   * stands for now (one cheap request), or `unreachable` when the origin cannot be asked.
+   */
+  currentVersion?(
+    spec: EnvironmentSpec,
+    ctx: Pick<BuildContext, "signal" | "insecureRegistry">,
+  ): Promise<VersionCheck>;
 }

@@ -5,7 +5,7 @@ import { PyroError } from "../errors.js";
 import { atomicWriteFile, fsyncDir, makeDirs, pidAlive, treeSize } from "../util/fs.js";
 import { acquireLock } from "../util/lock.js";
 import { removeTree } from "../util/mounts.js";
-import type { Builder, BuildProgress } from "./builder.js";
+import type { Builder, BuildOutput, BuildProgress } from "./builder.js";
 import {
   type EnvironmentSpec,
   entryDirName,
@@ -13,6 +13,16 @@ import {
   OFFICIAL_ENVIRONMENTS,
   recipeKey,
 } from "./catalog.js";
+import {
+  isMovable,
+  isSuperseded,
+  readPointer,
+  readPointers,
+  removeDanglingPointers,
+  tagDigestOf,
+  versionKey,
+  writePointer,
+} from "./tags.js";
 
 /** What a finished entry records about itself, next to its `rootfs/`. */
 export interface EnvironmentManifest {
@@ -63,6 +73,8 @@ export interface PullResult {
   duration_ms: number;
   size_bytes: number;
   package_count: number | null;
+  /** Set when an image tag could not be re-resolved (registry unreachable) and the cached version is used. */
+  warning?: string;
 }
 
 export interface PruneResult {
@@ -158,8 +170,9 @@ export class EnvironmentCache {
   }
 
   async infoOf(spec: EnvironmentSpec): Promise<EnvironmentInfo> {
-    const key = recipeKey(spec);
-    const manifest = await this.readManifest(this.entryPath(spec));
+    const current = await this.currentEntry(spec);
+    const manifest = current?.manifest ?? null;
+    const key = manifest?.recipe_key ?? recipeKey(spec);
     const staleKeys = (await this.entriesOf(spec)).filter((k) => k !== key);
     const status: CacheStatus = manifest ? "cached" : staleKeys.length > 0 ? "stale" : "missing";
     return {
@@ -170,7 +183,7 @@ export class EnvironmentCache {
       source: spec.source,
       recipe_key: key,
       status,
-      path: manifest ? this.entryPath(spec) : null,
+      path: current?.dir ?? null,
       size_bytes: manifest?.size_bytes ?? null,
       built_at: manifest?.built_at ?? null,
       package_count: manifest?.package_count ?? null,
@@ -208,18 +221,102 @@ export class EnvironmentCache {
 
   /** `pull` for a spec that is not in the catalog (recipes). */
   async pullSpec(spec: EnvironmentSpec, options: PullOptions = {}): Promise<PullResult> {
-    const name = spec.name;
     const started = performance.now();
-    const key = recipeKey(spec);
-    const final = this.entryPath(spec);
     await this.ensureRoot();
+    if (isMovable(spec)) return this.pullTag(spec, options, started);
+    const final = this.entryPath(spec);
     const existing = await this.readManifest(final);
     if (existing) return this.pullResult(spec, final, existing, false, started);
+    return this.buildEntry(spec, recipeKey(spec), options, started);
+  }
 
-    const builder = this.builders.find((b) => b.kind === spec.source.kind);
-    if (!builder) {
-      throw new PyroError("build_failed", `no builder for source kind '${spec.source.kind}'`);
+  /**
+   * An image named by tag (tags.ts): the current version when there is one and no
+   * `refresh` was asked; else the tag is resolved at the registry (one HEAD), the current
+   * version kept when the digest is the same, and a new version built beside it when not.
+   * A registry that cannot be reached leaves the current version in use, with a warning.
+   */
+  private async pullTag(spec: EnvironmentSpec, options: PullOptions, started: number): Promise<PullResult> {
+    const current = await this.currentEntry(spec);
+    const hit = (m: EnvironmentManifest, dir: string, warning?: string) => ({
+      ...this.pullResult(spec, dir, m, false, started),
+      ...(warning ? { warning } : {}),
+    });
+    if (current && !options.refresh) return hit(current.manifest, current.dir);
+    const builder = this.builderFor(spec);
+    const check = builder.currentVersion
+      ? await builder.currentVersion(spec, {
+          ...(options.signal ? { signal: options.signal } : {}),
+          ...(options.insecureRegistry ? { insecureRegistry: true } : {}),
+        })
+      : { unreachable: "the source cannot be resolved" };
+    if ("unreachable" in check) {
+      if (!current)
+        throw new PyroError("build_failed", check.unreachable, "check the network and the reference");
+      return hit(
+        current.manifest,
+        current.dir,
+        `${check.unreachable}; using the version pulled at ${current.manifest.built_at} (${digestOf(current.manifest)}), which may be out of date`,
+      );
     }
+    if (current && tagDigestOf(current.manifest) === check.digest) return hit(current.manifest, current.dir);
+    const key = versionKey(spec, check.digest);
+    const dir = join(this.root, entryDirName(spec, key));
+    // The tag may have moved back to a version still on disk.
+    const had = await this.readManifest(dir);
+    const r = had
+      ? this.pullResult(spec, dir, had, false, started)
+      : await this.buildEntry(spec, key, options, started, check.digest);
+    await writePointer(this.tagsDir(), spec, {
+      entry: entryDirName(spec, key),
+      digest: check.digest,
+      resolved_at: new Date().toISOString(),
+    });
+    return r;
+  }
+
+  private tagsDir(): string {
+    return join(this.root, OCI_DIR, "tags");
+  }
+
+  /**
+   * The version of an environment in use: for an image tag, the version its pointer
+   * names (or one pulled before versions existed, `<name>@<key>`); else the entry of the
+   * current recipe.
+   */
+  async currentEntry(spec: EnvironmentSpec): Promise<{ dir: string; manifest: EnvironmentManifest } | null> {
+    const candidates = [this.entryPath(spec)];
+    if (isMovable(spec)) {
+      const p = await readPointer(this.tagsDir(), spec);
+      if (p) candidates.unshift(join(this.root, p.entry));
+    }
+    for (const dir of candidates) {
+      const manifest = await this.readManifest(dir);
+      if (manifest) return { dir, manifest };
+    }
+    return null;
+  }
+
+  private builderFor(spec: EnvironmentSpec): Builder {
+    const builder = this.builders.find((b) => b.kind === spec.source.kind);
+    if (!builder) throw new PyroError("build_failed", `no builder for source kind '${spec.source.kind}'`);
+    return builder;
+  }
+
+  /**
+   * Slow path of a pull: take the key's lock, re-check, build into a private directory,
+   * write the manifest, rename into place (`<name>@<key>`).
+   */
+  private async buildEntry(
+    spec: EnvironmentSpec,
+    key: string,
+    options: PullOptions,
+    started: number,
+    version?: string,
+  ): Promise<PullResult> {
+    const name = spec.name;
+    const final = join(this.root, entryDirName(spec, key));
+    const builder = this.builderFor(spec);
     await makeDirs(join(this.root, LOCK_DIR));
     const release = await acquireLock(join(this.root, LOCK_DIR, `${key}.lock`), {
       ...(options.lockTimeoutMs !== undefined ? { timeoutMs: options.lockTimeoutMs } : {}),
@@ -247,24 +344,12 @@ export class EnvironmentCache {
           ...(options.onProgress ? { onProgress: options.onProgress } : {}),
           ...(options.signal ? { signal: options.signal } : {}),
           ...(options.insecureRegistry ? { insecureRegistry: true } : {}),
+          ...(version ? { version } : {}),
         });
-        const size = await treeSize(rootfs);
-        const manifest: EnvironmentManifest = {
-          name: spec.name,
-          description: spec.description,
-          recipe_key: key,
-          source: spec.source,
-          source_detail: out.source_detail,
-          built_at: new Date().toISOString(),
-          build_duration_ms: Math.round(performance.now() - started),
-          size_bytes: size.bytes,
-          file_count: size.files,
-          ...(out.package_count !== undefined ? { package_count: out.package_count } : {}),
-        };
-        await atomicWriteFile(join(tmp, "manifest.json"), `${JSON.stringify(manifest, null, 2)}\n`);
+        const manifest = await this.finish(spec, key, tmp, out, started);
         await rename(tmp, final);
         await fsyncDir(this.root);
-        options.onProgress?.({ phase: "done", message: `${name} ready`, bytes: size.bytes });
+        options.onProgress?.({ phase: "done", message: `${name} ready`, bytes: manifest.size_bytes });
         return this.pullResult(spec, final, manifest, true, started);
       } catch (err) {
         await removeTree(tmp);
@@ -273,6 +358,31 @@ export class EnvironmentCache {
     } finally {
       await release();
     }
+  }
+
+  /** Writes the finished build's manifest into its directory (before the rename commits it). */
+  private async finish(
+    spec: EnvironmentSpec,
+    key: string,
+    tmp: string,
+    out: BuildOutput,
+    started: number,
+  ): Promise<EnvironmentManifest> {
+    const size = await treeSize(join(tmp, "rootfs"));
+    const manifest: EnvironmentManifest = {
+      name: spec.name,
+      description: spec.description,
+      recipe_key: key,
+      source: spec.source,
+      source_detail: out.source_detail,
+      built_at: new Date().toISOString(),
+      build_duration_ms: Math.round(performance.now() - started),
+      size_bytes: size.bytes,
+      file_count: size.files,
+      ...(out.package_count !== undefined ? { package_count: out.package_count } : {}),
+    };
+    await atomicWriteFile(join(tmp, "manifest.json"), `${JSON.stringify(manifest, null, 2)}\n`);
+    return manifest;
   }
 
   private pullResult(
@@ -336,6 +446,7 @@ export class EnvironmentCache {
     const removed: PruneResult["removed"] = [];
     const keptInUse: string[] = [];
     const keptLayers = new Set<string>();
+    const pointers = await readPointers(this.tagsDir());
     for (const d of await this.dirNames()) {
       if (d === LOCK_DIR || d === ".debs" || d === OCI_DIR) continue;
       // VM images (kernel, disks, templates): kept unless everything goes.
@@ -354,6 +465,9 @@ export class EnvironmentCache {
       if (d.startsWith(BUILDING_PREFIX)) {
         const pid = Number(d.slice(BUILDING_PREFIX.length).split("-")[1]);
         if (!pidAlive(pid)) reason = "partial";
+      } else if (isSuperseded(d, manifest, pointers)) {
+        // An older version of an image tag (a pull found the tag moved).
+        reason = "stale";
       } else if (current.has(d) || (manifest?.source && manifest.source.kind !== "debootstrap")) {
         if (options.all) reason = "all";
       } else if (d.includes("@")) {
@@ -376,6 +490,7 @@ export class EnvironmentCache {
       removed.push({ path, reason, size_bytes: size });
     }
     if (options.all) await rm(join(this.root, ".debs"), { recursive: true, force: true });
+    await removeDanglingPointers(this.root, this.tagsDir());
     const blobs = join(this.root, OCI_DIR, "blobs", "sha256");
     for (const hex of await readdir(blobs).catch(() => [] as string[])) {
       if (keptLayers.has(`sha256:${hex}`)) continue;
@@ -398,6 +513,11 @@ export interface PullOptions {
   lockTimeoutMs?: number;
   /** Plain HTTP to a loopback registry. */
   insecureRegistry?: boolean;
+  /**
+   * Re-resolve an image tag at the registry even when a version is cached (`env pull`);
+   * without it a cached version is used as is (workspace create, like `docker run`).
+   */
+  refresh?: boolean;
 }
 
 function kindOf(spec: EnvironmentSpec): EnvironmentKind {

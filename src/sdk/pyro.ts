@@ -130,7 +130,8 @@ export class Pyro {
   }
   async pullEnvironment(name: string, options: PullOptions = {}): Promise<PullResult> {
     checkArgs("pullEnvironment", [name, options]);
-    return this.engine.environments.pull(name, coreOptions(options));
+    // Like `pyro env pull`: an image tag is re-resolved at the registry (a new digest is a new version).
+    return this.engine.environments.pull(name, { ...coreOptions(options), refresh: true });
   }
   /**
    * Builds an environment from a recipe in a sandbox with network egress (contract §10),

@@ -26,12 +26,14 @@ export function registerEnv(program: Command, ctx: CliContext): void {
         },
         (r) =>
           table(
-            ["name", "kind", "status", "size", "description"],
+            ["name", "kind", "status", "size", "digest", "description"],
             r.environments.map((e) => [
               e.name,
               e.kind,
               e.status,
               e.size_bytes === null ? "-" : formatBytes(e.size_bytes),
+              // The current version's (an image tag's latest pull); `env inspect` has it whole.
+              e.digest ? e.digest.slice(0, "sha256:".length + 12) : "-",
               e.description,
             ]),
           ),
@@ -41,7 +43,7 @@ export function registerEnv(program: Command, ctx: CliContext): void {
   env
     .command("pull")
     .description(
-      "build an official environment or pull any OCI image (REGISTRY/PATH[:TAG][@DIGEST]) into the cache; instant when already cached",
+      "build an official environment or pull any OCI image (REGISTRY/PATH[:TAG][@DIGEST]) into the cache; a cached tag is re-resolved at the registry and pulled again only when it moved",
     )
     .argument("<env>", "environment name (debian:12) or image reference (docker.io/library/python:3.12)")
     .option("--insecure-registry", "plain HTTP to a registry on this machine (loopback addresses only)")
@@ -56,6 +58,7 @@ export function registerEnv(program: Command, ctx: CliContext): void {
             return await ctx.engine().environments.pull(name, {
               onProgress: progress.update,
               signal: ctx.signal,
+              refresh: true,
               ...(opts.insecureRegistry ? { insecureRegistry: true } : {}),
             });
           } finally {
@@ -63,6 +66,7 @@ export function registerEnv(program: Command, ctx: CliContext): void {
           }
         },
         (r) =>
+          `${r.warning ? `warning: ${r.warning}\n` : ""}` +
           `${r.name}: ${r.built ? "built" : "already cached"} in ${(r.duration_ms / 1000).toFixed(1)}s, ${formatBytes(r.size_bytes)}` +
           `${r.package_count ? `, ${r.package_count} packages` : ""}${r.digest ? `\n  digest ${r.digest}` : ""}\n  ${r.path}`,
       );

@@ -7,11 +7,11 @@ import { createGunzip } from "node:zlib";
 import { PyroError } from "../../errors.js";
 import { pidAlive } from "../../util/fs.js";
 import { acquireLock } from "../../util/lock.js";
-import type { BuildContext, Builder, BuildOutput } from "../builder.js";
+import type { BuildContext, Builder, BuildOutput, VersionCheck } from "../builder.js";
 import type { EnvironmentSpec } from "../catalog.js";
 import { applyLayer } from "./apply.js";
-import { formatReference, parseReference } from "./reference.js";
-import { type Descriptor, RegistryClient } from "./registry.js";
+import { formatReference, type ImageReference, parseReference } from "./reference.js";
+import { type Descriptor, RegistryClient, RegistryUnreachable } from "./registry.js";
 
 /** How many layers download at once (the rest of the image applies meanwhile, in order). */
 const PARALLEL = 3;
@@ -53,15 +53,34 @@ export class OciBuilder implements Builder {
     return join(this.options.storeDir, "blobs", "sha256", digest.slice("sha256:".length));
   }
 
-  async build(spec: EnvironmentSpec, ctx: BuildContext): Promise<BuildOutput> {
-    if (spec.source.kind !== "oci") throw new Error(`not an image: ${spec.name}`);
-    const ref = parseReference(spec.source.reference);
-    const client = new RegistryClient(ref, {
+  private client(ref: ImageReference, ctx: Pick<BuildContext, "signal" | "insecureRegistry">) {
+    return new RegistryClient(ref, {
       env: this.options.env,
       registryAuth: this.options.registryAuth,
       ...(ctx.insecureRegistry ? { insecure: true } : {}),
       ...(ctx.signal ? { signal: ctx.signal } : {}),
     });
+  }
+
+  /** What the image's tag names now (a HEAD of its manifest); `unreachable` when the registry does not answer. */
+  async currentVersion(
+    spec: EnvironmentSpec,
+    ctx: Pick<BuildContext, "signal" | "insecureRegistry">,
+  ): Promise<VersionCheck> {
+    if (spec.source.kind !== "oci") throw new Error(`not an image: ${spec.name}`);
+    try {
+      return { digest: await this.client(parseReference(spec.source.reference), ctx).tagDigest() };
+    } catch (err) {
+      if (err instanceof RegistryUnreachable) return { unreachable: err.message };
+      throw err;
+    }
+  }
+
+  async build(spec: EnvironmentSpec, ctx: BuildContext): Promise<BuildOutput> {
+    if (spec.source.kind !== "oci") throw new Error(`not an image: ${spec.name}`);
+    const ref = parseReference(spec.source.reference);
+    // A tag pinned to the digest it was resolved to: the tag moving meanwhile changes nothing.
+    const client = this.client(ctx.version ? { ...ref, digest: ctx.version } : ref, ctx);
     ctx.onProgress?.({ phase: "resolve", message: `resolving ${formatReference(ref)}` });
     const image = await client.resolve();
     const layers = image.manifest.layers;

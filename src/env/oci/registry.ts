@@ -116,8 +116,7 @@ export class RegistryClient {
           this.scheme = "http";
           continue;
         }
-        throw new PyroError(
-          "build_failed",
+        throw new RegistryUnreachable(
           `cannot reach registry ${this.ref.registry}: ${errText(err)}`,
           "check the reference and the network; registries on this machine may need --insecure-registry",
         );
@@ -169,9 +168,9 @@ export class RegistryClient {
     try {
       res = await fetch(url, { headers, signal: this.signal(REQUEST_MS) });
     } catch (err) {
-      throw new PyroError(
-        "build_failed",
+      throw new RegistryUnreachable(
         `cannot reach the token service of ${this.ref.registry}: ${errText(err)}`,
+        "check the network",
       );
     }
     if (res.status === 401 || res.status === 403) {
@@ -227,6 +226,26 @@ export class RegistryClient {
     }
     const mediaType = String(json.mediaType ?? res.headers.get("content-type")?.split(";")[0] ?? "");
     return { digest, mediaType, json };
+  }
+
+  /**
+   * The digest the reference's tag names now: a HEAD of the manifest (its
+   * Docker-Content-Digest), else a GET hashed here. The digest is only a name to pull by:
+   * what is pulled under it is verified against it. A registry that answers 5xx is
+   * unreachable as much as one that does not answer.
+   */
+  async tagDigest(): Promise<string> {
+    const tag = this.ref.tag ?? "latest";
+    const res = await this.request(`manifests/${tag}`, { method: "HEAD", headers: { accept: ACCEPT } });
+    await res.body?.cancel();
+    if (res.status >= 500 || res.status === 429)
+      throw new RegistryUnreachable(
+        `registry ${this.ref.registry} answered ${res.status}`,
+        "try again later",
+      );
+    const header = res.headers.get("docker-content-digest") ?? "";
+    if (res.ok && /^sha256:[a-f0-9]{64}$/.test(header)) return header;
+    return (await this.manifest(tag)).digest;
   }
 
   /** Resolves the reference to one linux/amd64 image manifest and its config. */
@@ -453,6 +472,13 @@ export class RegistryClient {
       );
     }
     return written;
+  }
+}
+
+/** The registry did not answer (network, DNS, refused, 5xx): a tag cannot be re-resolved. */
+export class RegistryUnreachable extends PyroError {
+  constructor(message: string, hint: string) {
+    super("build_failed", message, hint);
   }
 }
 
