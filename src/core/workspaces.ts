@@ -509,14 +509,16 @@ export class Workspaces {
       if (this.store.nameTaken(patch.name, w.workspace_id))
         throw new PyroError("conflict", `a workspace named '${patch.name}' already exists`);
     }
-    const updated = this.store.updateWorkspace(w.workspace_id, {
-      ...(patch.name !== undefined ? { name: patch.name } : {}),
-      ...(patch.set_labels ? { set_labels: patch.set_labels } : {}),
-      ...(patch.clear_labels ? { clear_labels: patch.clear_labels } : {}),
-      ...(policy !== undefined ? { network_policy: policy } : {}),
+    const updated = this.journal(w.workspace_id, (store) => {
+      const row = store.updateWorkspace(w.workspace_id, {
+        ...(patch.name !== undefined ? { name: patch.name } : {}),
+        ...(patch.set_labels ? { set_labels: patch.set_labels } : {}),
+        ...(patch.clear_labels ? { clear_labels: patch.clear_labels } : {}),
+        ...(policy !== undefined ? { network_policy: policy } : {}),
+      });
+      store.recordEvent(w.workspace_id, "update", patch as Record<string, unknown>);
+      return row;
     });
-    this.store.recordEvent(w.workspace_id, "update", patch as Record<string, unknown>);
-    this.store.touch(w.workspace_id);
     // The helper reads the policy per connection: starting or stopping it is all a change needs.
     if (policy !== undefined && updated.state === "running")
       await this.startNetwork(updated, this.engine.backend(w.backend));
@@ -547,7 +549,7 @@ export class Workspaces {
     assertAllowed(w.state, "update", w.workspace_id);
     const next = approvedPolicy(w, target);
     const updated = this.journal(w.workspace_id, (store) => {
-      const row = this.store.updateWorkspace(w.workspace_id, {
+      const row = store.updateWorkspace(w.workspace_id, {
         network_policy: next.policy,
         spec: { ...w.spec, network_approved: next.approved },
       });
