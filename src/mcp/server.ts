@@ -234,7 +234,8 @@ async function callTool(
   });
   const signal = c.shutdown ? AbortSignal.any([extra.signal, c.shutdown]) : extra.signal;
   const ctx: ToolContext = {
-    pyro: c.pyro,
+    engine: c.pyro.engine,
+    ws: c.pyro.engine.workspaces,
     seed: c.seed,
     allowHostCompat: c.allowHostCompat,
     hostPath: c.hostPath,

@@ -1,6 +1,7 @@
 import type { ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
 import type { z } from "zod";
-import type { Pyro } from "../sdk/pyro.js";
+import type { Engine } from "../core/engine.js";
+import type { Workspaces } from "../core/workspaces.js";
 import type { HostPathUse } from "./host-paths.js";
 import type { ToolName } from "./profiles.js";
 import type { Progress } from "./progress.js";
@@ -8,7 +9,13 @@ import type { DefaultSeed } from "./seed.js";
 
 /** What every tool handler gets besides its arguments. One per call. */
 export interface ToolContext {
-  pyro: Pyro;
+  /**
+   * The engine the tools call, as the CLI does: one translation from a tool's arguments
+   * (already the core's snake_case) to a core call, never through the SDK's camelCase.
+   */
+  engine: Engine;
+  /** The engine's workspace service (`engine.workspaces`). */
+  ws: Workspaces;
   /** The default seed for creates without `seed_path`. */
   seed: DefaultSeed;
   /** The server was started with --allow-host-compat (passed through to creates and runs). */
@@ -27,7 +34,7 @@ export interface ToolContext {
 /**
  * One MCP tool: its name, a description written for a model (what it does, when to use
  * it rather than a neighbour, what to do next), strict input and loose output schemas,
- * annotations, the handler (which calls the SDK) and a short text rendering of the result.
+ * annotations, the handler (which calls the core) and a short text rendering of the result.
  * Methods (not function properties) so that any definition is assignable to `ToolDefinition`.
  */
 /** What a description may depend on: the server's tool set and default seed. */
@@ -49,7 +56,7 @@ export interface ToolDefinition<I extends z.ZodObject = z.ZodObject, O extends z
   annotations: ToolAnnotations;
   /** Long-running: send heartbeat progress while it runs (when the client asked for progress). */
   long?: string;
-  /** Typed against the output schema, so the compiler checks SDK results against it too. */
+  /** Typed against the output schema, so the compiler checks the core's results against it too. */
   run(args: z.output<I>, ctx: ToolContext): Promise<Declared<z.input<O>>>;
   /** Renders the validated result. */
   render(result: z.output<O>, args: z.output<I>): string;
@@ -57,7 +64,7 @@ export interface ToolDefinition<I extends z.ZodObject = z.ZodObject, O extends z
 
 /**
  * A schema's type without the `[key: string]: unknown` index signatures of loose objects:
- * the SDK's result types are interfaces, which have none, yet must be checked against the
+ * the core's result types (which the SDK names) have none, yet must be checked against the
  * declared fields. (Loose objects are what let the core add fields without breaking a
  * client that validates results against the advertised schema.)
  */

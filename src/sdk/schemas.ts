@@ -12,8 +12,9 @@
  * type at compile time (`Keys<T>`), and those types are derived from the core's
  * (`CamelCased`), so an option added to a core type cannot be forgotten here.
  *
- * These schemas live in the SDK rather than reusing src/mcp/schemas.ts: the MCP layer sits
- * on top of the SDK, and its descriptions are written for a model, not a programmer.
+ * These schemas live in the SDK rather than reusing src/mcp/schemas.ts: the MCP tools call
+ * the core beside the SDK (not through it), and their descriptions are written for a
+ * model, not a programmer.
  */
 import { z } from "zod";
 import type { doctor } from "../core/doctor.js";

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { commitWorkspace } from "../../core/commit.js";
 import { PyroError } from "../../errors.js";
 import { changeEntry, workspaceIdArg } from "../schemas.js";
 import { defineTool, mutating } from "../tool.js";
@@ -48,7 +49,8 @@ export const workspaceCommit = defineTool({
         `force moves only branches under pyro/, not '${a.branch}'`,
         "commit to a new branch, or let the user move theirs with pyro workspace commit --force",
       );
-    return ctx.pyro.commitWorkspace(
+    return commitWorkspace(
+      ctx.ws,
       a.workspace_id,
       defined({ branch: a.branch, message: a.message, force: a.force, signal: ctx.signal }),
     );

@@ -14,7 +14,7 @@ export async function ensureEnvironment(
   environment: string | undefined,
   backend: BackendName | undefined,
 ): Promise<void> {
-  const engine = ctx.pyro.engine;
+  const engine = ctx.engine;
   await engine.chooseBackend(backend, ctx.allowHostCompat);
   await engine.environments.pull(environment ?? DEFAULT_ENVIRONMENT, {
     onProgress: (p) => ctx.progress.build(p),

@@ -1,3 +1,4 @@
+import { exportDisk, listDisk, readDisk } from "../../core/disk.js";
 import { refuseOverwrite } from "../host-paths.js";
 import { defineTool, mutating, READ_ONLY } from "../tool.js";
 import { defined } from "./common.js";
@@ -19,8 +20,7 @@ export const workspaceDiskList = defineTool({
   ...FILE_LIST_SHAPE,
   annotations: READ_ONLY,
   long: "reading the stopped workspace's disk",
-  run: (a, ctx) =>
-    ctx.pyro.listWorkspaceDisk(a.workspace_id, a.path ?? "/workspace", { recursive: a.recursive === true }),
+  run: (a, ctx) => listDisk(ctx.ws, a.workspace_id, a.path ?? "/workspace", a.recursive === true),
   render: renderFileList,
 });
 
@@ -31,7 +31,7 @@ export const workspaceDiskRead = defineTool({
   ...FILE_READ_SHAPE,
   annotations: READ_ONLY,
   long: "reading the stopped workspace's disk",
-  run: (a, ctx) => ctx.pyro.readWorkspaceDisk(a.workspace_id, a.path, defined({ maxBytes: a.max_bytes })),
+  run: (a, ctx) => readDisk(ctx.ws, a.workspace_id, a.path, defined({ max_bytes: a.max_bytes })),
   render: renderFileRead,
 });
 
@@ -46,7 +46,7 @@ export const workspaceDiskExport = defineTool({
   async run(a, ctx) {
     const output = await ctx.hostPath(a.output_path, "write");
     if (a.overwrite !== true) await refuseOverwrite(output, a.output_path);
-    return ctx.pyro.exportWorkspaceDisk(a.workspace_id, a.path, output, { signal: ctx.signal });
+    return exportDisk(ctx.ws, a.workspace_id, a.path, output, ctx.signal);
   },
   render: (r) => `exported ${r.path} to ${r.output_path} (${r.artifact_type}, ${r.bytes} bytes)`,
 });

@@ -1,4 +1,6 @@
 import { z } from "zod";
+import { buildRecipe } from "../../core/recipes.js";
+import { checkRecipe } from "../../core/vocabulary.js";
 import { defineTool, mutating } from "../tool.js";
 import { defined } from "./common.js";
 
@@ -45,10 +47,11 @@ export const environmentBuild = defineTool({
   annotations: mutating({ destructive: false, idempotent: true, openWorld: true }),
   long: "building the environment",
   async run(a, ctx) {
-    return ctx.pyro.buildEnvironment(
+    const recipe = checkRecipe(
       { name: a.name, from: a.from, ...defined({ apt: a.apt, run: a.run }) },
-      { signal: ctx.signal },
+      process.cwd(),
     );
+    return buildRecipe(ctx.engine, recipe, { signal: ctx.signal });
   },
   render: (r) =>
     `${r.name}: ${r.cache_hit ? "already built (cache hit)" : `built in ${(r.duration_ms / 1000).toFixed(1)} s`}, ${(r.size_bytes / 1e6).toFixed(0)} MB; use environment "${r.name}" in workspace_create`,

@@ -1,4 +1,7 @@
 import { z } from "zod";
+import { workspaceLogs as coreWorkspaceLogs, execInWorkspace } from "../../core/exec.js";
+import { runOnce } from "../../core/oneshot.js";
+import { summarizeWorkspace } from "../../core/summary.js";
 import { BACKEND_NAMES, DEFAULT_ENVIRONMENT } from "../../core/vocabulary.js";
 import { fitLogs, fitStreams, MCP_OUTPUT_BYTES, maxOutputArg, truncationNote } from "../output.js";
 import {
@@ -69,18 +72,19 @@ export const vmRun = defineTool({
   async run(a, ctx) {
     await ensureEnvironment(ctx, a.environment, a.backend);
     const cap = a.max_output_bytes ?? MCP_OUTPUT_BYTES;
-    const r = await ctx.pyro.run(a.environment ?? DEFAULT_ENVIRONMENT, a.command, {
+    const r = await runOnce(ctx.engine, a.command, {
       ...defined({
-        timeoutSeconds: a.timeout_seconds,
+        timeout_seconds: a.timeout_seconds,
         vcpus: a.vcpus,
-        memoryMib: a.memory_mib,
-        diskMib: a.disk_mib,
-        networkPolicy: a.network_policy,
+        memory_mib: a.memory_mib,
+        disk_mib: a.disk_mib,
+        network_policy: a.network_policy,
         backend: a.backend,
         env: a.env,
       }),
-      maxOutputBytes: cap,
-      allowHostCompat: ctx.allowHostCompat,
+      environment: a.environment ?? DEFAULT_ENVIRONMENT,
+      max_output_bytes: cap,
+      allow_host_compat: ctx.allowHostCompat,
       signal: ctx.signal,
     });
     return a.max_output_bytes === undefined ? fitStreams(r, (x) => renderRun({ ...x }), cap) : r;
@@ -141,9 +145,9 @@ export const workspaceExec = defineTool({
   long: "running the command",
   async run(a, ctx) {
     const cap = a.max_output_bytes ?? MCP_OUTPUT_BYTES;
-    const r = await ctx.pyro.execWorkspace(a.workspace_id, a.command, {
-      ...defined({ timeoutSeconds: a.timeout_seconds, cwd: a.cwd, env: a.env }),
-      maxOutputBytes: cap,
+    const r = await execInWorkspace(ctx.ws, a.workspace_id, a.command, {
+      ...defined({ timeout_seconds: a.timeout_seconds, cwd: a.cwd, env: a.env }),
+      max_output_bytes: cap,
       signal: ctx.signal,
     });
     return a.max_output_bytes === undefined ? fitStreams(r, (x) => renderExec({ ...x }), cap) : r;
@@ -203,11 +207,11 @@ export const workspaceLogs = defineTool({
   annotations: READ_ONLY,
   async run(a, ctx) {
     if (a.seq === undefined) {
-      const r = await ctx.pyro.workspaceLogs(a.workspace_id, defined({ limit: a.limit }));
+      const r = await coreWorkspaceLogs(ctx.ws, a.workspace_id, defined({ limit: a.limit }));
       return fitLogs(r, renderLogs);
     }
     const cap = a.max_output_bytes ?? MCP_OUTPUT_BYTES;
-    const r = await ctx.pyro.workspaceLogs(a.workspace_id, { seq: a.seq, maxOutputBytes: cap });
+    const r = await coreWorkspaceLogs(ctx.ws, a.workspace_id, { seq: a.seq, max_output_bytes: cap });
     const [c] = r.commands;
     if (a.max_output_bytes !== undefined || !c) return r;
     return { ...r, commands: [fitStreams(c, (x) => renderLogs({ ...r, commands: [x] }), cap)] };
@@ -297,7 +301,7 @@ export const workspaceSummary = defineTool({
   }),
   annotations: READ_ONLY,
   async run(a, ctx) {
-    const s = await ctx.pyro.summarizeWorkspace(a.workspace_id);
+    const s = await summarizeWorkspace(ctx.ws, a.workspace_id);
     // The core types the diff part as unknown; it is a diff summary and entries (checked at run time).
     const changes = s.changes as typeof s.changes & {
       summary: z.input<typeof diffSummary> | null;

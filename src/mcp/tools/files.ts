@@ -1,4 +1,13 @@
 import { z } from "zod";
+import {
+  applyPatch,
+  diffWorkspace,
+  exportFromWorkspace,
+  listFiles,
+  readFileFromWorkspace,
+  syncPush,
+  writeFileToWorkspace,
+} from "../../core/files.js";
 import { refuseOverwrite } from "../host-paths.js";
 import {
   byteBoundedString,
@@ -108,8 +117,7 @@ export const workspaceFileList = defineTool({
   next: [["workspace_file_read", "read a file"]],
   ...FILE_LIST_SHAPE,
   annotations: READ_ONLY,
-  run: (a, ctx) =>
-    ctx.pyro.listWorkspaceFiles(a.workspace_id, a.path ?? "/workspace", { recursive: a.recursive === true }),
+  run: (a, ctx) => listFiles(ctx.ws, a.workspace_id, a.path ?? "/workspace", a.recursive === true),
   render: renderFileList,
 });
 
@@ -124,7 +132,7 @@ export const workspaceFileRead = defineTool({
   ],
   ...FILE_READ_SHAPE,
   annotations: READ_ONLY,
-  run: (a, ctx) => ctx.pyro.readWorkspaceFile(a.workspace_id, a.path, defined({ maxBytes: a.max_bytes })),
+  run: (a, ctx) => readFileFromWorkspace(ctx.ws, a.workspace_id, a.path, defined({ max_bytes: a.max_bytes })),
   render: renderFileRead,
 });
 
@@ -151,7 +159,7 @@ export const workspaceFileWrite = defineTool({
     created: z.boolean(),
   }),
   annotations: mutating({ destructive: true, idempotent: true }),
-  run: (a, ctx) => ctx.pyro.writeWorkspaceFile(a.workspace_id, a.path, a.text),
+  run: (a, ctx) => writeFileToWorkspace(ctx.ws, a.workspace_id, a.path, a.text),
   render: (r) => `${r.created ? "created" : "replaced"} ${r.path} (${r.size_bytes} bytes)`,
 });
 
@@ -172,7 +180,7 @@ export const workspacePatchApply = defineTool({
   }),
   output: z.looseObject({ workspace_id: z.string(), changed: z.boolean(), files: z.array(changeEntry) }),
   annotations: mutating({ destructive: true, idempotent: false }),
-  run: (a, ctx) => ctx.pyro.applyWorkspacePatch(a.workspace_id, a.patch),
+  run: (a, ctx) => applyPatch(ctx.ws, a.workspace_id, a.patch),
   render: (r) =>
     r.changed
       ? `patched ${r.files.map((f) => `${f.status} ${f.path}`).join(", ")}`
@@ -199,7 +207,7 @@ export const workspaceDiff = defineTool({
     truncated: z.boolean(),
   }),
   annotations: READ_ONLY,
-  run: (a, ctx) => ctx.pyro.diffWorkspace(a.workspace_id, defined({ snapshot: a.snapshot })),
+  run: (a, ctx) => diffWorkspace(ctx.ws, a.workspace_id, defined({ snapshot: a.snapshot })),
   render: (r) =>
     r.changed
       ? `${r.summary.total} changed file(s) against ${r.base_snapshot} (${r.summary.added} added, ${r.summary.modified} modified, ${r.summary.deleted} deleted)${r.truncated ? "; patch truncated" : ""}\n${r.patch}`
@@ -217,7 +225,7 @@ export const workspaceExport = defineTool({
   async run(a, ctx) {
     const output = await ctx.hostPath(a.output_path, "write");
     if (a.overwrite !== true) await refuseOverwrite(output, a.output_path);
-    return ctx.pyro.exportWorkspace(a.workspace_id, a.path, output, { signal: ctx.signal });
+    return exportFromWorkspace(ctx.ws, a.workspace_id, a.path, output, ctx.signal);
   },
   render: (r) =>
     `exported ${r.artifact_type} ${r.path} to ${r.output_path} (${r.bytes} bytes, ${r.entries} entr${r.entries === 1 ? "y" : "ies"})`,
@@ -247,10 +255,7 @@ export const workspaceSyncPush = defineTool({
   long: "copying into the workspace",
   async run(a, ctx) {
     const source = await ctx.hostPath(a.source_path, "read");
-    return ctx.pyro.syncPushWorkspace(a.workspace_id, source, {
-      dest: a.dest ?? "/workspace",
-      signal: ctx.signal,
-    });
+    return syncPush(ctx.ws, a.workspace_id, source, a.dest ?? "/workspace", ctx.signal);
   },
   render: (r) => `copied ${r.source} into ${r.dest} (${r.files} file(s), ${r.bytes} bytes)`,
 });

@@ -1,5 +1,12 @@
 import { z } from "zod";
 import {
+  listServices,
+  serviceLogs as readServiceLogs,
+  serviceStatus as readServiceStatus,
+  startService,
+  stopService,
+} from "../../core/services.js";
+import {
   boundedString,
   commandArg,
   envArg,
@@ -111,7 +118,8 @@ export const serviceStart = defineTool({
   annotations: mutating({ destructive: false, idempotent: false }),
   long: "starting the service",
   run: async (a, ctx) => {
-    const r = await ctx.pyro.startService(
+    const r = await startService(
+      ctx.ws,
       a.workspace_id,
       a.service_name,
       a.command,
@@ -142,7 +150,7 @@ export const serviceList = defineTool({
     services: z.array(serviceObject),
   }),
   annotations: READ_ONLY,
-  run: (a, ctx) => ctx.pyro.listServices(a.workspace_id),
+  run: (a, ctx) => listServices(ctx.ws, a.workspace_id),
   render: (r) =>
     r.count === 0
       ? `no services in ${r.workspace_id}`
@@ -160,7 +168,7 @@ export const serviceStatus = defineTool({
   input: z.strictObject({ workspace_id: workspaceIdArg, service_name: serviceNameArg }),
   output: serviceObject,
   annotations: READ_ONLY,
-  run: (a, ctx) => ctx.pyro.serviceStatus(a.workspace_id, a.service_name),
+  run: (a, ctx) => readServiceStatus(ctx.ws, a.workspace_id, a.service_name),
   render: renderService,
 });
 
@@ -187,7 +195,7 @@ export const serviceLogs = defineTool({
     truncated: z.boolean(),
   }),
   annotations: READ_ONLY,
-  run: (a, ctx) => ctx.pyro.serviceLogs(a.workspace_id, a.service_name, defined({ tailLines: a.tail_lines })),
+  run: (a, ctx) => readServiceLogs(ctx.ws, a.workspace_id, a.service_name, a.tail_lines),
   render: (r) =>
     r.lines.length === 0
       ? `no output from service ${r.name} yet`
@@ -205,6 +213,6 @@ export const serviceStop = defineTool({
   input: z.strictObject({ workspace_id: workspaceIdArg, service_name: serviceNameArg }),
   output: z.looseObject({ ...serviceShape, killed: z.boolean() }),
   annotations: mutating({ destructive: true, idempotent: true }),
-  run: (a, ctx) => ctx.pyro.stopService(a.workspace_id, a.service_name),
+  run: (a, ctx) => stopService(ctx.ws, a.workspace_id, a.service_name),
   render: (r) => `${renderService(r)}${r.killed ? " (killed after the grace period)" : ""}`,
 });

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { closeShell, openShell, readShell, signalShell, writeShell } from "../../core/shells.js";
 import { workspaceIdArg, workspacePathArg } from "../schemas.js";
 import { defineTool, mutating, READ_ONLY } from "../tool.js";
 import { defined } from "./common.js";
@@ -46,7 +47,7 @@ export const shellOpen = defineTool({
   }),
   output: shellObject,
   annotations: mutating({ destructive: false, idempotent: false }),
-  run: (a, ctx) => ctx.pyro.openShell(a.workspace_id, defined({ cwd: a.cwd, cols: a.cols, rows: a.rows })),
+  run: (a, ctx) => openShell(ctx.ws, a.workspace_id, defined({ cwd: a.cwd, cols: a.cols, rows: a.rows })),
   render: renderShell,
 });
 
@@ -64,7 +65,7 @@ export const shellWrite = defineTool({
   }),
   output: z.looseObject({ ...shellShape, bytes: z.number().int().min(0) }),
   annotations: mutating({ destructive: true, idempotent: false }),
-  run: (a, ctx) => ctx.pyro.writeShell(a.workspace_id, a.shell_id, a.input, defined({ newline: a.newline })),
+  run: (a, ctx) => writeShell(ctx.ws, a.workspace_id, a.shell_id, a.input, defined({ newline: a.newline })),
   render: (r) => `sent ${r.bytes} bytes to shell ${r.shell_id}`,
 });
 
@@ -107,7 +108,8 @@ export const shellRead = defineTool({
   }),
   annotations: READ_ONLY,
   run: (a, ctx) =>
-    ctx.pyro.readShell(
+    readShell(
+      ctx.ws,
       a.workspace_id,
       a.shell_id,
       defined({ cursor: a.cursor, plain: a.plain ?? true, waitForIdleMs: a.wait_for_idle_ms }),
@@ -134,7 +136,7 @@ export const shellSignal = defineTool({
   }),
   output: z.looseObject({ ...shellShape, signal: z.string(), pgid: z.number().int() }),
   annotations: mutating({ destructive: true, idempotent: false }),
-  run: (a, ctx) => ctx.pyro.signalShell(a.workspace_id, a.shell_id, a.signal),
+  run: (a, ctx) => signalShell(ctx.ws, a.workspace_id, a.shell_id, a.signal),
   render: (r) => `sent ${r.signal} to process group ${r.pgid} in shell ${r.shell_id}`,
 });
 
@@ -146,6 +148,6 @@ export const shellClose = defineTool({
   input: z.strictObject({ workspace_id: workspaceIdArg, shell_id: shellIdArg }),
   output: z.looseObject({ ...shellShape, closed: z.boolean() }),
   annotations: mutating({ destructive: true, idempotent: false }),
-  run: (a, ctx) => ctx.pyro.closeShell(a.workspace_id, a.shell_id),
+  run: (a, ctx) => closeShell(ctx.ws, a.workspace_id, a.shell_id),
   render: (r) => `closed shell ${r.shell_id}`,
 });

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { createSnapshot, deleteSnapshot, listSnapshots, resetWorkspace } from "../../core/snapshots.js";
 import { snapshotArg, snapshotObject, workspaceIdArg, workspaceShape } from "../schemas.js";
 import { defineTool, mutating, READ_ONLY } from "../tool.js";
 import { defined, renderWorkspace } from "./common.js";
@@ -22,7 +23,7 @@ export const workspaceReset = defineTool({
   }),
   annotations: mutating({ destructive: true, idempotent: true }),
   long: "resetting the workspace",
-  run: (a, ctx) => ctx.pyro.resetWorkspace(a.workspace_id, defined({ snapshot: a.snapshot })),
+  run: (a, ctx) => resetWorkspace(ctx.ws, a.workspace_id, defined({ snapshot: a.snapshot })),
   render: (r) =>
     `reset to ${r.workspace_reset.snapshot_name} in ${r.workspace_reset.duration_ms} ms\n${renderWorkspace(r)}`,
 });
@@ -40,7 +41,7 @@ export const snapshotCreate = defineTool({
   output: snapshotObject,
   annotations: mutating({ destructive: false, idempotent: false }),
   long: "taking the snapshot",
-  run: (a, ctx) => ctx.pyro.createSnapshot(a.workspace_id, a.snapshot_name),
+  run: (a, ctx) => createSnapshot(ctx.ws, a.workspace_id, a.snapshot_name),
   render: (s) =>
     `snapshot ${s.snapshot_name} of ${s.workspace_id}: ${s.file_count} file(s), ${s.size_bytes} bytes`,
 });
@@ -57,7 +58,7 @@ export const snapshotList = defineTool({
     snapshots: z.array(snapshotObject),
   }),
   annotations: READ_ONLY,
-  run: (a, ctx) => ctx.pyro.listSnapshots(a.workspace_id),
+  run: (a, ctx) => listSnapshots(ctx.ws, a.workspace_id),
   render: (r) =>
     [
       `${r.count} snapshot(s) of ${r.workspace_id}:`,
@@ -76,6 +77,6 @@ export const snapshotDelete = defineTool({
   input: z.strictObject({ workspace_id: workspaceIdArg, snapshot_name: snapshotNameArg }),
   output: z.looseObject({ workspace_id: z.string(), snapshot_name: z.string(), deleted: z.boolean() }),
   annotations: mutating({ destructive: true, idempotent: true }),
-  run: (a, ctx) => ctx.pyro.deleteSnapshot(a.workspace_id, a.snapshot_name),
+  run: (a, ctx) => deleteSnapshot(ctx.ws, a.workspace_id, a.snapshot_name),
   render: (r) => `deleted snapshot ${r.snapshot_name} of ${r.workspace_id}`,
 });

@@ -136,32 +136,28 @@ export function workspaceCreate(fullCreate: boolean) {
       }
       await ensureEnvironment(ctx, a.environment, a.backend);
       ctx.progress.report("starting the sandbox");
-      const {
-        network_policy: networkPolicy,
-        published_ports: publishedPorts,
-        secrets,
-      } = a as {
+      const { network_policy, published_ports, secrets } = a as {
         network_policy?: string;
         published_ports?: { host_port: number; guest_port: number }[];
         secrets?: Record<string, string>;
       };
-      const w = await ctx.pyro.createWorkspace({
+      const w = await ctx.ws.create({
         ...defined({
           environment: a.environment,
-          seedPath,
+          seed_path: seedPath,
           name: a.name,
           labels: a.labels,
           env: a.env,
           backend: a.backend,
           vcpus: a.vcpus,
-          memoryMib: a.memory_mib,
-          diskMib: a.disk_mib,
-          ttlSeconds: a.ttl_seconds,
-          networkPolicy,
-          publishedPorts,
+          memory_mib: a.memory_mib,
+          disk_mib: a.disk_mib,
+          ttl_seconds: a.ttl_seconds,
+          network_policy,
+          published_ports,
           secrets,
         }),
-        allowHostCompat: ctx.allowHostCompat,
+        allow_host_compat: ctx.allowHostCompat,
         signal: ctx.signal,
       });
       return fromDefault ? { ...w, default_seed: fromDefault } : w;
@@ -200,7 +196,7 @@ export const workspaceList = defineTool({
   }),
   annotations: READ_ONLY,
   async run(a, ctx) {
-    const all = await ctx.pyro.listWorkspaces();
+    const all = await ctx.ws.list();
     return pageWorkspaces(all.workspaces, a.cursor, a.limit ?? LIST_PAGE);
   },
   render: (r) =>
@@ -282,7 +278,7 @@ export const workspaceStatus = defineTool({
   input: z.strictObject({ workspace_id: workspaceIdArg }),
   output: workspaceObject,
   annotations: READ_ONLY,
-  run: (a, ctx) => ctx.pyro.getWorkspace(a.workspace_id),
+  run: (a, ctx) => ctx.ws.status(a.workspace_id),
   render: renderWorkspace,
 });
 
@@ -304,9 +300,10 @@ export const workspaceUpdate = defineTool({
   output: workspaceObject,
   annotations: mutating({ destructive: false, idempotent: true }),
   run: (a, ctx) =>
-    ctx.pyro.updateWorkspace(
+    // The core calls merged labels set_labels.
+    ctx.ws.update(
       a.workspace_id,
-      defined({ name: a.name, labels: a.labels, clearLabels: a.clear_labels }),
+      defined({ name: a.name, set_labels: a.labels, clear_labels: a.clear_labels }),
     ),
   render: renderWorkspace,
 });
@@ -324,7 +321,7 @@ export const workspaceDelete = defineTool({
   output: z.looseObject({ workspace_id: z.string(), name: z.string().nullable(), deleted: z.boolean() }),
   annotations: mutating({ destructive: true, idempotent: true }),
   long: "deleting the workspace",
-  run: (a, ctx) => ctx.pyro.deleteWorkspace(a.workspace_id),
+  run: (a, ctx) => ctx.ws.delete(a.workspace_id),
   render: (r) => `deleted ${r.workspace_id}${r.name ? ` (${r.name})` : ""}`,
 });
 
@@ -337,7 +334,7 @@ export const workspaceStop = defineTool({
   input: z.strictObject({ workspace_id: workspaceIdArg }),
   output: workspaceObject,
   annotations: mutating({ destructive: false, idempotent: true }),
-  run: (a, ctx) => ctx.pyro.stopWorkspace(a.workspace_id),
+  run: (a, ctx) => ctx.ws.stop(a.workspace_id),
   render: renderWorkspace,
 });
 
@@ -349,7 +346,7 @@ export const workspaceStart = defineTool({
   output: workspaceObject,
   annotations: mutating({ destructive: false, idempotent: true }),
   long: "starting the workspace",
-  run: (a, ctx) => ctx.pyro.startWorkspace(a.workspace_id),
+  run: (a, ctx) => ctx.ws.start(a.workspace_id),
   render: renderWorkspace,
 });
 
@@ -375,7 +372,7 @@ export const workspaceNetworkBlocks = defineTool({
     ),
   }),
   annotations: READ_ONLY,
-  run: (a, ctx) => ctx.pyro.networkBlocks(a.workspace_id),
+  run: (a, ctx) => ctx.ws.networkBlocks(a.workspace_id),
   render: (r) =>
     r.count === 0
       ? `no blocked destinations (network ${r.network_policy})`
