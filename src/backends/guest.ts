@@ -5,8 +5,12 @@ import type { NodeRuntime } from "./runtime.js";
  * the pyro package, how it is started, and the sandbox's hostname.
  */
 
-/** The guest agent's entry point, relative to the pyro package (the app directory). */
-export const AGENT_ENTRY = "dist/agent/guest/main.js";
+/**
+ * The guest agent's entry point, relative to the pyro package (the app directory): the
+ * bundle scripts/bundle-agent.mjs makes of dist/agent/guest/main.js at build time, which
+ * starts in well under half the CPU time of the unbundled module graph.
+ */
+export const AGENT_ENTRY = "dist/agent/bundle/main.js";
 
 /** How the agent serves the host: a unix socket it listens on, stdio, or a VM's ports. */
 export type AgentChannel = { listen: string } | { stdio: true } | { vm: string };

@@ -41,7 +41,7 @@ export function onPath(bin: string): boolean {
   return (process.env.PATH ?? "").split(delimiter).some((d) => d !== "" && existsSync(join(d, bin)));
 }
 
-const AGENT_ENTRY = join(REPO_ROOT, "dist", "agent", "guest", "main.js");
+const AGENT_ENTRY = join(REPO_ROOT, "dist", "agent", "bundle", "main.js");
 
 /** Why the bwrap suites cannot run on this host, or "" when they can. */
 export function bwrapSkipReason(): string {

@@ -120,7 +120,7 @@ describe.skipIf(skip !== "")(suiteTitle("a bwrap workspace across processes", sk
     const isAgent = (argv: string[]) =>
       !argv[0]?.endsWith("bwrap") &&
       !argv.includes("pyro-launch") &&
-      argv.some((a) => a.endsWith("/dist/agent/guest/main.js"));
+      argv.some((a) => a.endsWith("/dist/agent/bundle/main.js"));
     const agents = hostProcesses(isAgent).filter(sandboxOf(pid));
     expect(agents, `agent of workspace ${id}`).toHaveLength(1);
     // The sandbox was last started by the CLI reset above, which has exited: nobody is

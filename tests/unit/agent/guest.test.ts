@@ -8,6 +8,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { AgentClient } from "../../../src/agent/client.js";
 import type { AgentError } from "../../../src/agent/errors.js";
 import { parseGuestArgs, startGuest } from "../../../src/agent/guest/agent.js";
+import { AGENT_ENTRY } from "../../../src/backends/guest.js";
 import { duplexPair, eventually, tempDir } from "./helpers.js";
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -100,27 +101,35 @@ describe("guest agent entry", () => {
   const built = path.resolve("dist/agent/guest/main.js");
   it.skipIf(!existsSync(built))(
     "runs as a process from dist with --listen, writing nothing to stdout (needs `npm run build`)",
-    async () => {
-      const { dir, cleanup } = await tempDir();
-      cleanups.push(cleanup);
-      const socketPath = path.join(dir, "agent.sock");
-      const child = spawn(process.execPath, [built, "--root", dir, "--listen", socketPath], {
-        stdio: ["ignore", "pipe", "pipe"],
-      });
-      let stdout = "";
-      child.stdout.on("data", (c: Buffer) => {
-        stdout += c.toString();
-      });
-      cleanups.push(async () => {
-        child.kill("SIGTERM");
-        await new Promise((r) => child.once("exit", r));
-      });
-      expect(await eventually(() => existsSync(socketPath), 10_000)).toBe(true);
-      const client = await connectSocket(socketPath);
-      const info = await client.request("info", {});
-      expect(info.pid).toBe(child.pid);
-      client.close();
-      expect(stdout).toBe("");
-    },
+    () => runsFromDist(built),
   );
+  // What the backends start (AGENT_ENTRY): the same program bundled by scripts/bundle-agent.mjs.
+  const bundle = path.resolve(AGENT_ENTRY);
+  it.skipIf(!existsSync(bundle))(
+    "runs as a process from the bundle the backends start, with --listen (needs `npm run build`)",
+    () => runsFromDist(bundle),
+  );
+
+  async function runsFromDist(built: string): Promise<void> {
+    const { dir, cleanup } = await tempDir();
+    cleanups.push(cleanup);
+    const socketPath = path.join(dir, "agent.sock");
+    const child = spawn(process.execPath, [built, "--root", dir, "--listen", socketPath], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    child.stdout.on("data", (c: Buffer) => {
+      stdout += c.toString();
+    });
+    cleanups.push(async () => {
+      child.kill("SIGTERM");
+      await new Promise((r) => child.once("exit", r));
+    });
+    expect(await eventually(() => existsSync(socketPath), 10_000)).toBe(true);
+    const client = await connectSocket(socketPath);
+    const info = await client.request("info", {});
+    expect(info.pid).toBe(child.pid);
+    client.close();
+    expect(stdout).toBe("");
+  }
 });

@@ -9,7 +9,7 @@ import {
 const LIMITS = { vcpus: 1.5, memory_mib: 512, pids_max: 256 };
 const AGENT = [
   "/run/pyro/runtime/bin/node",
-  "/run/pyro/app/dist/agent/guest/main.js",
+  "/run/pyro/app/dist/agent/bundle/main.js",
   "--listen",
   "/run/pyro/sock/agent.sock",
 ];
