@@ -72,10 +72,20 @@ async function main(): Promise<void> {
     // The disk limit's share of a create: a sparse 10 GiB ext4 image (the mount is in the launch).
     const diskDir = await mkdtemp(join(home, "disk-"));
     let k = 0;
-    const diskMs = await medianMs(n, () => ensureDiskImage(join(diskDir, `d${k++}.img`), 10 * 1024));
+    // As a create makes it: a sparse copy of the blank image kept in the cache (made here first).
+    await ensureDiskImage(join(diskDir, "warm.img"), 10 * 1024, join(diskDir, "templates"));
+    const diskMs = await medianMs(n, () =>
+      ensureDiskImage(join(diskDir, `d${k++}.img`), 10 * 1024, join(diskDir, "templates")),
+    );
     await rm(diskDir, { recursive: true, force: true });
     rows.push(
-      row("bwrap/gvisor: disk image made (10 GiB sparse ext4)", diskMs, "bwrap /bin/true", floor, {}),
+      row(
+        "bwrap/gvisor: disk image made (copy of a blank 10 GiB sparse ext4)",
+        diskMs,
+        "bwrap /bin/true",
+        floor,
+        {},
+      ),
     );
 
     // The other backends, each against its own raw floor measured now.

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
-import { DEFAULT_DISK_MIB, ensureDiskImage } from "../disk-image.js";
+import { DEFAULT_DISK_MIB, diskTemplates, ensureDiskImage } from "../disk-image.js";
 import { runGatedOneShot } from "../gated-run.js";
 import { sandboxHostname } from "../guest.js";
 import { detectCgroups, limitedCgroup } from "../linux/cgroups.js";
@@ -34,10 +34,12 @@ export async function bwrapRunOnce(spec: OneShotSpec, tools: LaunchTools): Promi
   const work = join(diskMount, "work");
   const merged = join(dir, "merged");
   await Promise.all([diskMount, merged].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
-  await ensureDiskImage(disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB).catch(async (err: unknown) => {
-    await removeTree(dir);
-    throw err;
-  });
+  await ensureDiskImage(disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB, diskTemplates(spec)).catch(
+    async (err: unknown) => {
+      await removeTree(dir);
+      throw err;
+    },
+  );
   const seccomp = join(dir, "seccomp.bpf");
   await writeSeccompFile(seccomp);
   const cgroups = await limitedCgroup(await detectCgroups(), id, spec.limits).catch(async (err: unknown) => {

@@ -3,7 +3,7 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
-import { DEFAULT_DISK_MIB, ensureDiskImage } from "../disk-image.js";
+import { DEFAULT_DISK_MIB, diskTemplates, ensureDiskImage } from "../disk-image.js";
 import { runGatedOneShot } from "../gated-run.js";
 import { sandboxHostname } from "../guest.js";
 import { detectCgroups, limitedCgroup } from "../linux/cgroups.js";
@@ -35,10 +35,12 @@ export async function gvisorRunOnce(
   const root = join(dir, "runsc");
   // /workspace is the command's cwd: it must exist in the root, so it is made in the layer.
   for (const d of [diskMount, merged, bundle, root]) await mkdir(d, { recursive: true, mode: 0o700 });
-  await ensureDiskImage(disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB).catch(async (err: unknown) => {
-    await removeTree(dir);
-    throw err;
-  });
+  await ensureDiskImage(disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB, diskTemplates(spec)).catch(
+    async (err: unknown) => {
+      await removeTree(dir);
+      throw err;
+    },
+  );
   const layout = await detectCgroups();
   const so = await prepareStatxShim(spec.runtimeCacheDir);
   const shim = so ? { so, preload: await preparePreloadFile(so) } : null;

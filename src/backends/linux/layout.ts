@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { exists } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import type { SandboxSpec } from "../backend.js";
-import { DEFAULT_DISK_MIB, ensureDiskImage } from "../disk-image.js";
+import { DEFAULT_DISK_MIB, diskTemplates, ensureDiskImage } from "../disk-image.js";
 import type { Disk, Overlay } from "./launch.js";
 
 /**
@@ -80,7 +80,7 @@ export async function prepareLayout(
     l.logs,
   ];
   for (const d of dirs) await mkdir(d, { recursive: true, mode: 0o700 });
-  if (!l.legacy) await ensureDiskImage(l.disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB);
+  if (!l.legacy) await ensureDiskImage(l.disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB, diskTemplates(spec));
   await rm(l.socket, { force: true });
 }
 

@@ -1,0 +1,80 @@
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { LAUNCH_ENV } from "../../../src/backends/common.js";
+import { ensureDiskImage, MIN_DISK_MIB } from "../../../src/backends/disk-image.js";
+
+const mkfs = ["/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"].some((p) => existsSync(p));
+
+/** The block count and size dumpe2fs reads from an image's superblock. */
+function superblock(image: string): { blockCount: number; blockSize: number } {
+  const out = execFileSync("dumpe2fs", ["-h", image], {
+    env: { ...LAUNCH_ENV },
+    stdio: ["ignore", "pipe", "ignore"],
+  }).toString();
+  const field = (name: string) => out.match(new RegExp(`^${name}:\\s+(.+)$`, "m"))?.[1]?.trim() ?? "";
+  return {
+    blockCount: Number(field("Block count")),
+    blockSize: Number(field("Block size")),
+    uuid: field("Filesystem UUID"),
+  };
+}
+
+describe.skipIf(!mkfs)("disk images (needs mkfs.ext4 from e2fsprogs)", () => {
+  const dirs: string[] = [];
+  afterAll(async () => {
+    for (const d of dirs) await rm(d, { recursive: true, force: true });
+  });
+  const temp = async () => {
+    const d = await mkdtemp(join(tmpdir(), "pyro-disk-"));
+    dirs.push(d);
+    return d;
+  };
+
+  it("copies a blank image of the size from the template directory, made once per size, sparse", async () => {
+    const dir = await temp();
+    const templates = join(dir, "templates");
+    await ensureDiskImage(join(dir, "a.img"), 1024, templates);
+    const template = join(templates, "ext4-1024m.img");
+    const first = await stat(template);
+    await ensureDiskImage(join(dir, "b.img"), 1024, templates);
+    await ensureDiskImage(join(dir, "c.img"), 128, templates);
+    // The 1 GiB template was not made again; a second size has its own.
+    expect((await stat(template)).ino).toBe(first.ino);
+    expect((await readdir(templates)).sort()).toEqual(["ext4-1024m.img", "ext4-128m.img"]);
+    for (const [name, mib] of [
+      ["a.img", 1024],
+      ["b.img", 1024],
+      ["c.img", 128],
+    ] as const) {
+      const image = join(dir, name);
+      const sb = superblock(image);
+      expect(sb.blockCount * sb.blockSize, name).toBe(mib * 1024 * 1024);
+      const st = await stat(image);
+      expect(st.size).toBe(mib * 1024 * 1024);
+      // Sparse: only ext4's metadata is allocated (a full copy would be the whole size).
+      expect(st.blocks * 512, name).toBeLessThan(32 * 1024 * 1024);
+      expect(st.mode & 0o777).toBe(0o600);
+    }
+    // No partial file is left behind.
+    expect((await readdir(dir)).sort()).toEqual(["a.img", "b.img", "c.img", "templates"]);
+  });
+
+  it("keeps an existing image and refuses a size below the minimum, changing nothing", async () => {
+    const dir = await temp();
+    const image = join(dir, "a.img");
+    await ensureDiskImage(image, MIN_DISK_MIB, join(dir, "t"));
+    const before = await stat(image);
+    await ensureDiskImage(image, 1024, join(dir, "t"));
+    expect((await stat(image)).ino).toBe(before.ino);
+    await expect(
+      ensureDiskImage(join(dir, "small.img"), MIN_DISK_MIB - 1, join(dir, "t")),
+    ).rejects.toMatchObject({
+      code: "invalid_argument",
+    });
+    expect(existsSync(join(dir, "small.img"))).toBe(false);
+  });
+});
