@@ -6,22 +6,18 @@ import {
   type BackendName,
   type BackendProbe,
   type BackendSettings,
+  type ExecutionMode,
   type KvmStatus,
   type ProbeResult,
   type WorkspaceBackend,
 } from "./backend.js";
-import { BwrapBackend } from "./bwrap/backend.js";
 import { bwrapProbe } from "./bwrap/probe.js";
-import { DockerBackend } from "./docker/backend.js";
 import { dockerProbe } from "./docker/probe.js";
-import { FirecrackerBackend } from "./firecracker/backend.js";
 import { firecrackerProbe } from "./firecracker/probe.js";
-import { GvisorBackend } from "./gvisor/backend.js";
 import { gvisorProbe } from "./gvisor/probe.js";
-import { HostBackend } from "./host/backend.js";
 import { hostProbe } from "./host/probe.js";
 import { type KvmCheck, kvmCheck } from "./kvm.js";
-import { QemuBackend } from "./qemu/backend.js";
+import type { BackendFeature } from "./lazy.js";
 import { qemuProbe } from "./qemu/probe.js";
 
 /** What the engine hands every backend it builds. */
@@ -33,7 +29,12 @@ export interface BackendContext {
   settings: BackendSettings;
 }
 
-/** One backend: everything the engine, the default choice and doctor know about it. */
+/**
+ * One backend: everything the engine, the default choice and doctor know about it. Only
+ * data and the probe (small modules) are here; the implementation is imported by `load`
+ * on first use, so a process that lists workspaces or runs one backend never loads the
+ * others (the VM backends alone are ~40 modules).
+ */
 export interface BackendEntry extends BackendProbe {
   /** Rank for the default choice; higher is stronger. 0 for opt-in backends (never a default). */
   readonly strength: number;
@@ -41,7 +42,15 @@ export interface BackendEntry extends BackendProbe {
   readonly optIn: boolean;
   /** False for `host`: no isolation, so only with allowHostCompat (--allow-host-compat). */
   readonly isolating: boolean;
-  create(ctx: BackendContext): WorkspaceBackend;
+  /** Its WorkspaceBackend.executionMode, known without loading it (workspace views). */
+  readonly executionMode: ExecutionMode;
+  /**
+   * The optional WorkspaceBackend methods it has whose presence the core tests before
+   * loading it (a unit test compares this with the loaded class).
+   */
+  readonly features: readonly BackendFeature[];
+  /** Imports the implementation and builds it. */
+  load(ctx: BackendContext): Promise<WorkspaceBackend>;
 }
 
 const ENTRIES: { readonly [N in BackendName]: BackendEntry } = {
@@ -50,8 +59,10 @@ const ENTRIES: { readonly [N in BackendName]: BackendEntry } = {
     strength: 40,
     optIn: false,
     isolating: true,
-    create: (c) =>
-      new FirecrackerBackend({
+    executionMode: "guest_agent",
+    features: ["connectNet", "openDisk"],
+    load: async (c) =>
+      new (await import("./firecracker/backend.js")).FirecrackerBackend({
         env: c.env,
         ...(c.settings.firecrackerBin ? { binName: c.settings.firecrackerBin } : {}),
       }),
@@ -61,35 +72,45 @@ const ENTRIES: { readonly [N in BackendName]: BackendEntry } = {
     strength: 30,
     optIn: false,
     isolating: true,
-    create: (c) => new QemuBackend({ kvm: c.kvm }),
+    executionMode: "guest_agent",
+    features: ["connectNet", "openDisk"],
+    load: async (c) => new (await import("./qemu/backend.js")).QemuBackend({ kvm: c.kvm }),
   },
   gvisor: {
     ...gvisorProbe,
     strength: 20,
     optIn: false,
     isolating: true,
-    create: (c) => new GvisorBackend({ kvm: c.kvm }),
+    executionMode: "guest_agent",
+    features: ["connectPort", "openDisk", "runOnce"],
+    load: async (c) => new (await import("./gvisor/backend.js")).GvisorBackend({ kvm: c.kvm }),
   },
   docker: {
     ...dockerProbe,
     strength: 0,
     optIn: true,
     isolating: true,
-    create: (c) => new DockerBackend(c.env),
+    executionMode: "guest_agent",
+    features: ["connectPort", "openDisk", "runOnce"],
+    load: async (c) => new (await import("./docker/backend.js")).DockerBackend(c.env),
   },
   bwrap: {
     ...bwrapProbe,
     strength: 10,
     optIn: false,
     isolating: true,
-    create: () => new BwrapBackend(),
+    executionMode: "guest_agent",
+    features: ["connectPort", "openDisk", "runOnce"],
+    load: async () => new (await import("./bwrap/backend.js")).BwrapBackend(),
   },
   host: {
     ...hostProbe,
     strength: 0,
     optIn: true,
     isolating: false,
-    create: () => new HostBackend(),
+    executionMode: "host_compat",
+    features: ["connectPort", "openDisk"],
+    load: async () => new (await import("./host/backend.js")).HostBackend(),
   },
 };
 

@@ -19,7 +19,7 @@ export async function qemuRows(
   log: (s: string) => void,
   extra: Record<string, unknown>,
 ): Promise<BenchRow[]> {
-  const backend = pyro.engine.backend("qemu") as QemuBackend;
+  const backend = (await pyro.engine.loadBackend("qemu")) as QemuBackend;
   const { qemu, accel } = await backend.runtime();
   extra.qemu_accel = accel;
   // The first create builds (or finds) the kernel, disks and the template.

@@ -1,7 +1,7 @@
-import { Command, CommanderError } from "commander";
+import type { Command } from "commander";
 import type { Engine } from "../core/engine.js";
 import { EXIT_OK, EXIT_USAGE, PyroError, toPyroError } from "../errors.js";
-import { type Io, reportError } from "./output.js";
+import type { Io } from "./output.js";
 
 type Register = (program: Command, ctx: CliContext) => void;
 
@@ -37,7 +37,13 @@ export interface CliContext {
   exitCode: number;
 }
 
-export function buildProgram(ctx: CliContext, groups: Register[]): Command {
+type Commander = typeof import("commander");
+
+export function buildProgram(
+  ctx: CliContext,
+  groups: Register[],
+  { Command }: Pick<Commander, "Command">,
+): Command {
   const program = new Command("pyro")
     .description("Disposable, isolated Linux workspaces for coding agents")
     .version(PACKAGE_VERSION, "-V, --version")
@@ -59,6 +65,14 @@ const FORCED_EXIT_MS = 10_000;
 
 /** The CLI entry point; returns the exit code instead of calling process.exit. */
 export async function main(argv: string[], io?: Partial<Io>): Promise<number> {
+  // `pyro --version` answers before anything is imported (commander, the output module
+  // and its config schemas are most of a start): it is what a user times first.
+  if (argv.length === 3 && (argv[2] === "--version" || argv[2] === "-V")) {
+    (io?.stdout ?? process.stdout).write(`${PACKAGE_VERSION}\n`);
+    return EXIT_OK;
+  }
+  const commander = await import("commander");
+  const { reportError } = await import("./output.js");
   const fullIo: Io = {
     stdout: io?.stdout ?? process.stdout,
     stderr: io?.stderr ?? process.stderr,
@@ -102,14 +116,14 @@ export async function main(argv: string[], io?: Partial<Io>): Promise<number> {
   const wantsJson = argv.includes("--json");
   if (argv.length <= 2) {
     // Bare `pyro`: the help, which is what was asked for, not a usage error.
-    buildProgram(ctx, groups).outputHelp();
+    buildProgram(ctx, groups, commander).outputHelp();
     return EXIT_OK;
   }
   try {
-    await buildProgram(ctx, groups).parseAsync(argv);
+    await buildProgram(ctx, groups, commander).parseAsync(argv);
     return ctx.exitCode;
   } catch (err) {
-    if (err instanceof CommanderError) {
+    if (err instanceof commander.CommanderError) {
       if (err.exitCode === 0) return EXIT_OK; // --help, --version
       const message = err.message.replace(/^error:\s*/, "");
       return reportError(

@@ -9,6 +9,7 @@ import {
   type WorkspaceBackend,
 } from "../backends/backend.js";
 import { type KvmCheck, kvmCheck } from "../backends/kvm.js";
+import { LazyBackend } from "../backends/lazy.js";
 import { BACKENDS, backendEntry, chooseDefault } from "../backends/registry.js";
 import type { Builder } from "../env/builder.js";
 import { OCI_DIR, type PullOptions } from "../env/cache.js";
@@ -86,8 +87,9 @@ export class Engine {
     this.backendSettings = { firecrackerBin: this.config.firecrackerBin };
     this.kvm = kvmCheck(this.env);
     const ctx = { env: this.env, kvm: this.kvm, settings: this.backendSettings };
+    // Each backend is imported on first use (LazyBackend): most calls need one or none.
     this.backends = {
-      ...Object.fromEntries(BACKENDS.map((e) => [e.name, e.create(ctx)])),
+      ...Object.fromEntries(BACKENDS.map((e) => [e.name, new LazyBackend(e, () => e.load(ctx))])),
       ...options.backends,
     };
     this.injected = new Set(Object.keys(options.backends ?? {}) as BackendName[]);
@@ -130,6 +132,15 @@ export class Engine {
         `implemented: ${this.implemented().join(", ")}`,
       );
     return b;
+  }
+
+  /**
+   * The backend's implementation itself, imported if it was not yet (for callers that
+   * need its own methods beyond WorkspaceBackend: the qemu bench and tests).
+   */
+  async loadBackend(name: BackendName): Promise<WorkspaceBackend> {
+    const b = this.backend(name);
+    return b instanceof LazyBackend ? b.load() : b;
   }
 
   implemented(): BackendName[] {

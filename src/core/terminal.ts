@@ -4,7 +4,10 @@
  * uses) and come out as the screen's text, so colours, cursor movement, `\r` progress
  * bars and full-screen programs leave text, not control sequences.
  */
-import xterm from "@xterm/headless";
+// Imported on first use: one large CommonJS file (~40 ms of loading) that only plain
+// shell reads need, not every process that loads the core.
+type Xterm = typeof import("@xterm/headless");
+let xtermModule: Promise<Xterm> | undefined;
 
 /** Lines of scrollback the renderer keeps (a read is at most 1 MiB). */
 const SCROLLBACK = 100_000;
@@ -23,6 +26,8 @@ export async function renderPlain(
   rows: number,
 ): Promise<string> {
   if (output === "") return "";
+  xtermModule ??= import("@xterm/headless").then((m) => (m as { default?: Xterm }).default ?? m);
+  const xterm = await xtermModule;
   const term = new xterm.Terminal({ cols, rows, scrollback: SCROLLBACK, allowProposedApi: true });
   try {
     const write = (data: string) => new Promise<void>((resolve) => term.write(data, resolve));

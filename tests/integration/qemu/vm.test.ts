@@ -277,7 +277,7 @@ describe.skipIf(skip !== "")(suiteTitle("qemu backend (microVM)", skip), () => {
     "the template serves every fresh workspace: a restore is much faster than the cold boot it replaces",
     SLOW,
     async () => {
-      const backend = h.pyro.engine.backend("qemu") as QemuBackend;
+      const backend = (await h.pyro.engine.loadBackend("qemu")) as QemuBackend;
       const w = await h.create();
       expect(backend.lastStart?.mode).toBe("restore");
       await h.pyro.stopWorkspace(w.workspace_id);

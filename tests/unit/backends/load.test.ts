@@ -1,17 +1,56 @@
 import { describe, expect, it } from "vitest";
-import { BACKEND_NAMES } from "../../../src/backends/backend.js";
+import { BACKEND_NAMES, type SandboxSpec, type WorkspaceBackend } from "../../../src/backends/backend.js";
+import { FakeBackend } from "../../../src/backends/fake/backend.js";
 import { kvmCheck } from "../../../src/backends/kvm.js";
+import { BACKEND_FEATURES, LazyBackend } from "../../../src/backends/lazy.js";
 import { loadBackend } from "../../../src/backends/load.js";
 import { backendEntry } from "../../../src/backends/registry.js";
 
-describe("loadBackend", () => {
-  it("builds, for every backend, what the registry builds (same class, name and execution mode)", async () => {
-    const ctx = { env: {}, kvm: kvmCheck({}), settings: {} };
+const ctx = { env: {}, kvm: kvmCheck({}), settings: {} };
+
+describe("lazily loaded backends", () => {
+  it("the registry's data about each backend is what its loaded class has (execution mode, optional methods)", async () => {
     for (const name of BACKEND_NAMES) {
-      const lazy = await loadBackend(name, ctx);
-      const eager = backendEntry(name).create(ctx);
-      expect(lazy.constructor).toBe(eager.constructor);
-      expect([lazy.name, lazy.executionMode]).toEqual([eager.name, eager.executionMode]);
+      const entry = backendEntry(name);
+      const real = await loadBackend(name, ctx);
+      expect(real.name).toBe(name);
+      expect(entry.executionMode, name).toBe(real.executionMode);
+      const has = BACKEND_FEATURES.filter((f) => typeof real[f] === "function");
+      expect([...entry.features].sort(), name).toEqual([...has].sort());
+      // The facade shows the same presence before anything is loaded.
+      const lazy = new LazyBackend(entry, () => entry.load(ctx));
+      expect(BACKEND_FEATURES.filter((f) => typeof lazy[f] === "function").sort(), name).toEqual(
+        [...has].sort(),
+      );
     }
+  });
+
+  it("imports nothing until an asynchronous method is called, then forwards to one instance", async () => {
+    const spec = { dir: "/tmp/x", snapshotsDir: "/tmp/x/snapshots" } as SandboxSpec;
+    let loads = 0;
+    const real = new FakeBackend();
+    const lazy = new LazyBackend({ name: "bwrap", executionMode: "guest_agent", features: [] }, async () => {
+      loads++;
+      return real as WorkspaceBackend;
+    });
+    expect(lazy.name).toBe("bwrap");
+    expect(() => lazy.agentSnapshotPath(spec, "s")).toThrow(/before it was loaded/);
+    expect(loads).toBe(0);
+    await lazy.discardChanges(spec);
+    await lazy.discardChanges(spec);
+    expect(loads).toBe(1);
+    expect(lazy.agentSnapshotPath(spec, "s")).toBe(real.agentSnapshotPath(spec, "s"));
+    expect(await lazy.load()).toBe(real);
+  });
+
+  it("retries an import that failed instead of keeping the failure", async () => {
+    let calls = 0;
+    const lazy = new LazyBackend({ name: "qemu", executionMode: "guest_agent", features: [] }, async () => {
+      calls++;
+      if (calls === 1) throw new Error("import failed");
+      return new FakeBackend() as WorkspaceBackend;
+    });
+    await expect(lazy.load()).rejects.toThrow("import failed");
+    await expect(lazy.load()).resolves.toBeInstanceOf(FakeBackend);
   });
 });

@@ -67,13 +67,13 @@ describe("the backend registry", () => {
     expect(BACKENDS.filter((e) => e.optIn).map((e) => e.name)).toEqual(["docker", "host"]);
   });
 
-  it("builds every backend from its entry, with the name it is registered under", () => {
+  it("builds every backend from its entry, with the name it is registered under", async () => {
     const ctx = {
       env: {},
       kvm: async () => ({ present: false, usable: false, reason: "test" }),
       settings: {},
     };
-    for (const e of BACKENDS) expect(e.create(ctx).name).toBe(e.name);
+    for (const e of BACKENDS) expect((await e.load(ctx)).name).toBe(e.name);
   });
 });
 

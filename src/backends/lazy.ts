@@ -1,0 +1,109 @@
+import type { Duplex } from "node:stream";
+import type { AgentClient } from "../agent/client.js";
+import { PyroError } from "../errors.js";
+import type { BackendName, ExecutionMode, SandboxSpec, SandboxState, WorkspaceBackend } from "./backend.js";
+
+/**
+ * The optional WorkspaceBackend methods whose presence the core tests (`if
+ * (backend.runOnce)`) before it has loaded the backend. `exposeSnapshot` is not one: the
+ * core only ever calls it (`?.()`), so the facade always has it.
+ */
+export const BACKEND_FEATURES = ["connectPort", "connectNet", "openDisk", "runOnce"] as const;
+export type BackendFeature = (typeof BACKEND_FEATURES)[number];
+
+/** What a LazyBackend knows before loading (a registry entry). */
+export interface LazyTraits {
+  readonly name: BackendName;
+  readonly executionMode: ExecutionMode;
+  readonly features: readonly BackendFeature[];
+}
+
+/**
+ * A backend whose implementation is imported on first use: the engine holds one per
+ * registry entry, so `pyro workspace list` or a bwrap-only process never loads the Docker
+ * client or the VM backends. Every asynchronous method loads and forwards; the
+ * synchronous members are the registry's data, except the two path helpers, which need
+ * the loaded backend (the core calls them only after it started, connected to or
+ * exposed a snapshot of the workspace, all of which load it).
+ */
+export class LazyBackend implements WorkspaceBackend {
+  readonly name: BackendName;
+  readonly executionMode: ExecutionMode;
+  // `declare`: no own property unless the backend has the method (presence is the contract).
+  declare connectPort?: WorkspaceBackend["connectPort"];
+  declare connectNet?: WorkspaceBackend["connectNet"];
+  declare openDisk?: WorkspaceBackend["openDisk"];
+  declare runOnce?: WorkspaceBackend["runOnce"];
+  private loading: Promise<WorkspaceBackend> | undefined;
+  private real: WorkspaceBackend | undefined;
+
+  constructor(
+    traits: LazyTraits,
+    private readonly loader: () => Promise<WorkspaceBackend>,
+  ) {
+    this.name = traits.name;
+    this.executionMode = traits.executionMode;
+    for (const f of traits.features) {
+      // biome-ignore lint/suspicious/noExplicitAny: forwards the method's own arguments unchanged
+      (this as any)[f] = async (...args: unknown[]) => {
+        const b = await this.load();
+        const method = b[f] as ((...a: unknown[]) => Promise<unknown>) | undefined;
+        if (!method) throw new PyroError("internal", `backend '${this.name}' has no ${f}`);
+        return method.apply(b, args);
+      };
+    }
+  }
+
+  /** The implementation, imported and built once (a failed import is retried next time). */
+  load(): Promise<WorkspaceBackend> {
+    this.loading ??= this.loader().then(
+      (b) => {
+        this.real = b;
+        return b;
+      },
+      (err) => {
+        this.loading = undefined;
+        throw err;
+      },
+    );
+    return this.loading;
+  }
+
+  private loaded(): WorkspaceBackend {
+    if (!this.real) throw new PyroError("internal", `backend '${this.name}' was used before it was loaded`);
+    return this.real;
+  }
+
+  async start(spec: SandboxSpec, options?: { signal?: AbortSignal }): Promise<SandboxState> {
+    return (await this.load()).start(spec, options);
+  }
+  async connect(state: SandboxState, options?: { timeoutMs?: number }): Promise<Duplex> {
+    return (await this.load()).connect(state, options);
+  }
+  async isRunning(state: SandboxState): Promise<boolean> {
+    return (await this.load()).isRunning(state);
+  }
+  async stop(state: SandboxState): Promise<void> {
+    return (await this.load()).stop(state);
+  }
+  async discardChanges(spec: SandboxSpec): Promise<void> {
+    return (await this.load()).discardChanges(spec);
+  }
+  async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
+    return (await this.load()).destroy(spec, state);
+  }
+  async exposeSnapshot(
+    spec: SandboxSpec,
+    state: SandboxState,
+    name: string,
+    agent: AgentClient,
+  ): Promise<void> {
+    await (await this.load()).exposeSnapshot?.(spec, state, name, agent);
+  }
+  agentRoot(spec: SandboxSpec): string {
+    return this.loaded().agentRoot(spec);
+  }
+  agentSnapshotPath(spec: SandboxSpec, name: string): string {
+    return this.loaded().agentSnapshotPath(spec, name);
+  }
+}

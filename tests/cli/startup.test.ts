@@ -1,0 +1,68 @@
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { PYRO_BIN, REPO_ROOT } from "../helpers/cli.js";
+
+/**
+ * What a CLI start loads (issue 18: a CLI that starts like node). Each command runs as a
+ * real process of the built CLI with a preload that records every module it loads; a
+ * command that needs no backend must not load one (nor the Docker client, nor the
+ * terminal emulator), and `--version` loads nothing from node_modules.
+ */
+const home = mkdtempSync(join(tmpdir(), "pyro-startup-"));
+afterAll(() => rmSync(home, { recursive: true, force: true }));
+
+function loads(args: string[]): { code: number | null; files: string[] } {
+  const out = join(home, `loads-${args.join("-").replace(/\W/g, "_")}.txt`);
+  rmSync(out, { force: true });
+  const r = spawnSync(
+    process.execPath,
+    ["--import", join(REPO_ROOT, "tests/helpers/record-loads.mjs"), PYRO_BIN, ...args],
+    {
+      env: { ...process.env, PYRO_HOME: home, PYRO_DEBUG: "", RECORD_LOADS_OUT: out },
+      encoding: "utf8",
+      timeout: 60_000,
+    },
+  );
+  const files = readFileSync(out, "utf8")
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => l.replace(/^(esm|cjs) (file:\/\/)?/, ""));
+  return { code: r.status, files };
+}
+
+/** A backend implementation (not its probe), the Docker client and what it pulls in, xterm. */
+const HEAVY =
+  /dist\/backends\/(bwrap|docker|firecracker|gvisor|host|qemu|vm)\/(?!probe\.js$|platform\.js$)|node_modules\/(dockerode|docker-modem|ssh2|@grpc|protobufjs|@xterm)\//;
+
+describe("CLI start-up loads only what the command needs", () => {
+  it("the recorder sees ES modules and CommonJS files (the checks below are not vacuous)", () => {
+    const { code, files } = loads(["workspace", "list"]);
+    expect(code).toBe(0);
+    expect(files.some((f) => f.endsWith("/dist/core/engine.js"))).toBe(true);
+    expect(files.some((f) => f.includes("/node_modules/commander/lib/"))).toBe(true);
+    // The pattern matches what the engine loaded before backends were lazy.
+    expect(HEAVY.test(`${REPO_ROOT}dist/backends/qemu/backend.js`)).toBe(true);
+    expect(HEAVY.test(`${REPO_ROOT}node_modules/dockerode/lib/docker.js`)).toBe(true);
+    expect(HEAVY.test(`${REPO_ROOT}dist/backends/bwrap/probe.js`)).toBe(false);
+  });
+
+  for (const args of [
+    ["workspace", "list"],
+    ["workspace", "status", "nope"],
+    ["env", "list"],
+  ]) {
+    it(`\`pyro ${args.join(" ")}\` loads no backend implementation, Docker client or terminal emulator`, () => {
+      const { files } = loads(args);
+      expect(files.filter((f) => HEAVY.test(f))).toEqual([]);
+    });
+  }
+
+  it("`pyro --version` loads nothing from node_modules (no commander, no zod)", () => {
+    const { code, files } = loads(["--version"]);
+    expect(code).toBe(0);
+    expect(files.filter((f) => f.includes("/node_modules/"))).toEqual([]);
+  });
+});
