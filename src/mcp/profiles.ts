@@ -68,33 +68,11 @@ const CORE: readonly ToolName[] = [
 ];
 
 /**
- * workspace-full: everything the core has. Network approval is never a tool: a model must
- * not approve its own egress (the CLI and the SDK have it).
+ * workspace-full: every tool there is, in TOOL_NAMES's order (workspace-core's first), so
+ * a new tool is in it without a second list. Network approval is never a tool: a model
+ * must not approve its own egress (the CLI and the SDK have it).
  */
-const FULL: readonly ToolName[] = [
-  ...CORE,
-  "snapshot_create",
-  "snapshot_list",
-  "snapshot_delete",
-  "workspace_stop",
-  "workspace_start",
-  "workspace_network_blocks",
-  "service_start",
-  "service_list",
-  "service_status",
-  "service_logs",
-  "service_stop",
-  "workspace_disk_list",
-  "workspace_disk_read",
-  "workspace_disk_export",
-  "shell_open",
-  "shell_read",
-  "shell_write",
-  "shell_signal",
-  "shell_close",
-  "workspace_commit",
-  "environment_build",
-];
+const FULL: readonly ToolName[] = TOOL_NAMES;
 
 export interface ToolSet {
   kind: "profile" | "mode";

@@ -11,23 +11,9 @@ import { join } from "node:path";
 import { expect } from "vitest";
 import type { PyroError } from "../../src/errors.js";
 import type { Pyro } from "../../src/sdk/pyro.js";
+import { git, gitBytes, initGitRepo } from "./git.js";
 
-const GIT_ENV = {
-  ...process.env,
-  GIT_AUTHOR_NAME: "Test Author",
-  GIT_AUTHOR_EMAIL: "author@example.invalid",
-  GIT_COMMITTER_NAME: "Test Author",
-  GIT_COMMITTER_EMAIL: "author@example.invalid",
-};
-
-/** Runs git in `repo` (stdout as text; `buffer` for bytes). */
-export function git(repo: string, ...args: string[]): string {
-  return execFileSync("git", ["-C", repo, ...args], { encoding: "utf8", env: GIT_ENV });
-}
-
-export function gitBytes(repo: string, ...args: string[]): Buffer {
-  return execFileSync("git", ["-C", repo, ...args], { env: GIT_ENV });
-}
+export { git, gitBytes } from "./git.js";
 
 export const BINARY = Buffer.from([
   0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0xff, 0xfe, 0x00, 0x01,
@@ -38,7 +24,7 @@ export const BINARY = Buffer.from([
  * file, a staged change, an untracked file and an ignored one.
  */
 export async function makeRepo(repo: string): Promise<{ seedCommit: string }> {
-  execFileSync("git", ["init", "-q", "-b", "main", repo]);
+  await initGitRepo(repo);
   await writeFile(join(repo, "README.md"), "# demo\n");
   await mkdir(join(repo, "src"));
   await writeFile(join(repo, "src", "app.py"), "def add(a, b):\n    return a - b\n");

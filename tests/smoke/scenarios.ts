@@ -11,6 +11,7 @@ import { createServer } from "node:net";
 import { networkInterfaces } from "node:os";
 import { join } from "node:path";
 import { expect } from "vitest";
+import { git, makeGitRepo } from "../helpers/git.js";
 import { launchStdio, type StdioServer } from "../integration/mcp/helpers.js";
 
 export interface SmokeContext {
@@ -48,16 +49,6 @@ export class Tools {
   }
 }
 
-const GIT_ENV = {
-  ...process.env,
-  GIT_AUTHOR_NAME: "smoke",
-  GIT_AUTHOR_EMAIL: "smoke@example.invalid",
-  GIT_COMMITTER_NAME: "smoke",
-  GIT_COMMITTER_EMAIL: "smoke@example.invalid",
-};
-const git = (cwd: string, ...a: string[]) =>
-  execFileSync("git", ["-C", cwd, ...a], { encoding: "utf8", env: GIT_ENV });
-
 async function writeTree(dir: string, files: Record<string, string>): Promise<void> {
   for (const [rel, text] of Object.entries(files)) {
     await mkdir(join(dir, rel, ".."), { recursive: true });
@@ -66,11 +57,8 @@ async function writeTree(dir: string, files: Record<string, string>): Promise<vo
 }
 
 /** Makes `dir` a Git checkout of its files (one commit): a project as a user has it. */
-function commitAll(dir: string, message: string): string {
-  execFileSync("git", ["init", "-q", "-b", "main", dir]);
-  git(dir, "add", "-A");
-  git(dir, "commit", "-qm", message);
-  return git(dir, "rev-parse", "HEAD").trim();
+async function commitAll(dir: string, message: string): Promise<string> {
+  return (await makeGitRepo(dir, {}, message)).commit;
 }
 
 /** Launches the server for a use case in `cwd`, runs `fn`, and always closes it. */
@@ -151,7 +139,7 @@ const COLD_START: UseCase = {
     // project trusts what this machine's npm trusts.
     const cafile = npmCafile();
     if (cafile) await writeFile(join(project, "ca.pem"), await readFile(cafile));
-    commitAll(project, "a fresh site");
+    await commitAll(project, "a fresh site");
     const { result, made } = await withServer(this, ctx, project, async (tools) => {
       const w = await tools.ok("workspace_create", {
         name: "cold-start",
@@ -233,7 +221,7 @@ const REPRO_FIX: UseCase = {
         "from calc import add\n\nassert add(2, 3) == 5, 'add(2, 3) should be 5'\nprint('tests passed')\n",
       ".gitignore": "__pycache__/\n",
     });
-    const seed = commitAll(repo, "calc with a bug");
+    const seed = await commitAll(repo, "calc with a bug");
     // The server runs in the checkout: workspace_create without seed_path seeds from it.
     const { result, made } = await withServer(this, ctx, repo, async (tools) => {
       const w = await tools.ok("workspace_create", { name: "fix-add" });

@@ -1,22 +1,14 @@
-import { execFileSync } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pyro as cli } from "../../helpers/cli.js";
+import { git as gitIn, makeGitRepo } from "../../helpers/git.js";
 import { bwrapSkipReason, type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js";
 
 /** `pyro workspace commit` as a user types it, on bwrap: --json, human output, refusals as one line. */
 const skip = bwrapSkipReason();
-const GIT_ENV = {
-  ...process.env,
-  GIT_AUTHOR_NAME: "t",
-  GIT_AUTHOR_EMAIL: "t@t",
-  GIT_COMMITTER_NAME: "t",
-  GIT_COMMITTER_EMAIL: "t@t",
-};
-const git = (repo: string, ...a: string[]) =>
-  execFileSync("git", ["-C", repo, ...a], { encoding: "utf8", env: GIT_ENV }).trim();
+const git = (repo: string, ...a: string[]) => gitIn(repo, ...a).trim();
 
 describe.skipIf(skip !== "")(suiteTitle("pyro workspace commit on bwrap", skip), () => {
   let h: Harness;
@@ -34,11 +26,7 @@ describe.skipIf(skip !== "")(suiteTitle("pyro workspace commit on bwrap", skip),
 
   it("commits to a new branch with --json and in words, refuses a bad or existing branch in one line, and --force moves it", async () => {
     const repo = join(dir, "repo");
-    execFileSync("git", ["init", "-q", "-b", "main", repo]);
-    await writeFile(join(repo, "a.txt"), "one\n");
-    git(repo, "add", ".");
-    git(repo, "commit", "-qm", "seed");
-    const seed = git(repo, "rev-parse", "HEAD");
+    const { commit: seed } = await makeGitRepo(repo, { "a.txt": "one\n" }, "seed");
     const id = cli(
       ["workspace", "create", "debian:12", "--seed-path", repo, "--name", "cli-commit", "--id-only"],
       env,

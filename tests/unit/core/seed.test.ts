@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { assertAllowed } from "../../../src/core/lifecycle.js";
 import { seedInto } from "../../../src/core/seed.js";
+import { makeGitRepo } from "../../helpers/git.js";
 
 let dir: string;
 beforeEach(async () => {
@@ -17,23 +18,11 @@ afterEach(async () => {
 describe("seeding", () => {
   it("copies a Git checkout's tracked and untracked-not-ignored files, its repository, and counts what it left out", async () => {
     const repo = join(dir, "repo");
-    const git = (...a: string[]) =>
-      execFileSync("git", ["-C", repo, ...a], {
-        encoding: "utf8",
-        env: {
-          ...process.env,
-          GIT_AUTHOR_NAME: "t",
-          GIT_AUTHOR_EMAIL: "t@t",
-          GIT_COMMITTER_NAME: "t",
-          GIT_COMMITTER_EMAIL: "t@t",
-        },
-      });
-    execFileSync("git", ["init", "-q", "-b", "main", repo]);
-    await writeFile(join(repo, "tracked.txt"), "v1");
-    await writeFile(join(repo, "gone.txt"), "tracked, then deleted");
-    await writeFile(join(repo, ".gitignore"), "*.pyc\nbuild/\n");
-    git("add", ".");
-    git("commit", "-qm", "init");
+    const { git } = await makeGitRepo(repo, {
+      "tracked.txt": "v1",
+      "gone.txt": "tracked, then deleted",
+      ".gitignore": "*.pyc\nbuild/\n",
+    });
     git("config", "remote.origin.url", "https://user:token@example.invalid/r.git");
     await writeFile(join(repo, "tracked.txt"), "v2 (working tree)");
     await writeFile(join(repo, "untracked.txt"), "yes");
@@ -78,21 +67,7 @@ describe("seeding", () => {
 
   it("runs nothing the seed's own Git config names (core.fsmonitor, hooks) while reading it", async () => {
     const repo = join(dir, "hostile");
-    const git = (...a: string[]) =>
-      execFileSync("git", ["-C", repo, ...a], {
-        encoding: "utf8",
-        env: {
-          ...process.env,
-          GIT_AUTHOR_NAME: "t",
-          GIT_AUTHOR_EMAIL: "t@t",
-          GIT_COMMITTER_NAME: "t",
-          GIT_COMMITTER_EMAIL: "t@t",
-        },
-      });
-    execFileSync("git", ["init", "-q", "-b", "main", repo]);
-    await writeFile(join(repo, "a.txt"), "a");
-    git("add", ".");
-    git("commit", "-qm", "init");
+    const { git } = await makeGitRepo(repo, { "a.txt": "a" });
     // A seed directory whose .git came from somewhere untrusted (an archive, an export).
     const marker = join(dir, "PWNED");
     git("config", "core.fsmonitor", `touch ${marker}`);
@@ -108,23 +83,7 @@ describe("seeding", () => {
 
   it("does not read a listed file through a directory that became a symlink out of the checkout", async () => {
     const repo = join(dir, "swapped");
-    const git = (...a: string[]) =>
-      execFileSync("git", ["-C", repo, ...a], {
-        encoding: "utf8",
-        env: {
-          ...process.env,
-          GIT_AUTHOR_NAME: "t",
-          GIT_AUTHOR_EMAIL: "t@t",
-          GIT_COMMITTER_NAME: "t",
-          GIT_COMMITTER_EMAIL: "t@t",
-        },
-      });
-    execFileSync("git", ["init", "-q", "-b", "main", repo]);
-    await mkdir(join(repo, "d"));
-    await writeFile(join(repo, "d", "secret.txt"), "committed");
-    await writeFile(join(repo, "ok.txt"), "ok");
-    git("add", ".");
-    git("commit", "-qm", "init");
+    await makeGitRepo(repo, { "d/secret.txt": "committed", "ok.txt": "ok" });
     // The index still lists d/secret.txt; the working tree's d now leads outside.
     const outside = join(dir, "host-secrets");
     await mkdir(outside);

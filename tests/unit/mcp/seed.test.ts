@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -6,16 +5,9 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PyroError } from "../../../src/errors.js";
 import { defaultSeed, NO_SEED, prefetch } from "../../../src/mcp/seed.js";
+import { git as gitIn, makeGitRepo } from "../../helpers/git.js";
 
-const GIT_ENV = {
-  ...process.env,
-  GIT_AUTHOR_NAME: "t",
-  GIT_AUTHOR_EMAIL: "t@example.invalid",
-  GIT_COMMITTER_NAME: "t",
-  GIT_COMMITTER_EMAIL: "t@example.invalid",
-};
-const git = (cwd: string, ...args: string[]) =>
-  execFileSync("git", args, { cwd, env: GIT_ENV, encoding: "utf8" }).trim();
+const git = (cwd: string, ...args: string[]) => gitIn(cwd, ...args).trim();
 
 let root: string;
 let checkout: string;
@@ -26,12 +18,7 @@ let secondCommit: string;
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), "pyro-mcp-seed-"));
   checkout = join(root, "checkout");
-  await mkdir(join(checkout, "src"), { recursive: true });
-  git(checkout, "init", "--quiet", "--initial-branch=main");
-  await writeFile(join(checkout, "src", "app.py"), "print(1)\n");
-  git(checkout, "add", ".");
-  git(checkout, "commit", "--quiet", "-m", "one");
-  firstCommit = git(checkout, "rev-parse", "HEAD");
+  firstCommit = (await makeGitRepo(checkout, { "src/app.py": "print(1)\n" }, "one")).commit;
   await writeFile(join(checkout, "src", "app.py"), "print(2)\n");
   git(checkout, "commit", "--quiet", "-am", "two");
   secondCommit = git(checkout, "rev-parse", "HEAD");

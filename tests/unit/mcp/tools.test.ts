@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -9,6 +8,7 @@ import { checkRecipe, recipeSource } from "../../../src/env/recipe.js";
 import { MODE_NAMES, PROFILE_NAMES, TOOL_NAMES, type ToolName, toolSet } from "../../../src/mcp/profiles.js";
 import type { ToolDefinition } from "../../../src/mcp/tool.js";
 import { toolDefinitions } from "../../../src/mcp/tools/index.js";
+import { makeGitRepo } from "../../helpers/git.js";
 import { FIX, type McpFixture, mcpFixture, PROJECT } from "./helpers.js";
 import { PINNED } from "./pinned.js";
 
@@ -531,22 +531,7 @@ const HAPPY: Record<ToolName, (fx: McpFixture) => Promise<any>> = {
     // Outside the project: other tools' checks count the project's files.
     const scratch = await mkdtemp(join(tmpdir(), "pyro-mcp-commit-"));
     const repo = join(scratch, "repo");
-    const git = (...a: string[]) =>
-      execFileSync("git", ["-C", repo, ...a], {
-        encoding: "utf8",
-        env: {
-          ...process.env,
-          GIT_AUTHOR_NAME: "t",
-          GIT_AUTHOR_EMAIL: "t@t",
-          GIT_COMMITTER_NAME: "t",
-          GIT_COMMITTER_EMAIL: "t@t",
-        },
-      });
-    await mkdir(repo);
-    git("init", "-q", "-b", "main");
-    await writeFile(join(repo, "a.txt"), "one\n");
-    git("add", ".");
-    git("commit", "-qm", "seed");
+    const { git } = await makeGitRepo(repo, { "a.txt": "one\n" }, "seed");
     const w = await fx.pyro.createWorkspace({ seedPath: repo, name: "committer" });
     await fx.pyro.writeWorkspaceFile(w.workspace_id, "a.txt", "two\n");
     const r = await fx.ok("workspace_commit", { workspace_id: w.workspace_id, message: "Change a" });
