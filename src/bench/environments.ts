@@ -123,17 +123,17 @@ export async function environmentRows(o: { quick: boolean; log: (s: string) => v
     const rows: BenchRow[] = [
       row(
         `env pull of a ${mb} MB image (loopback registry, unpacked)`,
-        median(pulls),
+        pulls,
         "skopeo copy to dir (no unpack)",
-        median(floor),
+        floor,
         { max: 1.5 },
         "the floor only downloads; pyro also verifies and unpacks ~10k files safely (next row)",
       ),
       row(
         `env pull of a ${mb} MB image (loopback registry, unpacked)`,
-        median(pulls),
+        pulls,
         "skopeo copy + GNU tar -xzf",
-        median(floorUnpack),
+        floorUnpack,
         { max: 1.5 },
       ),
     ];

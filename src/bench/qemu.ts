@@ -118,7 +118,7 @@ export async function qemuRows(
   rows.push(
     row(
       "qemu: restore from template to agent ready",
-      restoreMs,
+      restore,
       "cold boot to agent ready",
       coldMs,
       { max: 0.3 },
@@ -171,17 +171,25 @@ export async function qemuRows(
         `target ≤ 10 ms: ${exec <= 10 ? "met" : "missed"}`,
       ),
     );
-    const reset = await medianMs(
-      quick ? 2 : 3,
-      async () => {
-        await pyro.execWorkspace(ws.workspace_id, "echo x > changed.txt");
-        const t = performance.now();
-        await pyro.resetWorkspace(ws.workspace_id);
-        return performance.now() - t;
-      },
-      0,
+    // The reset alone (the exec that changes a file first is not timed).
+    const reset: number[] = [];
+    for (let i = 0; i < (quick ? 2 : 3); i++) {
+      await pyro.execWorkspace(ws.workspace_id, "echo x > changed.txt");
+      const t = performance.now();
+      await pyro.resetWorkspace(ws.workspace_id);
+      reset.push(performance.now() - t);
+    }
+    // Issue 18: a reset costs at most a restore to agent ready plus 0.2 s.
+    rows.push(
+      row(
+        "qemu: reset (new disk + restore)",
+        reset,
+        "restore from template to agent ready",
+        restore,
+        { maxOverFloor: 200 },
+        `${floorName} ${round(floor)} ms`,
+      ),
     );
-    rows.push(row("qemu: reset (exec + new disk + restore)", reset, floorName, floor, {}));
   } finally {
     await pyro.deleteWorkspace(ws.workspace_id);
   }
