@@ -10,8 +10,8 @@ import {
   type OutputListener,
 } from "./output.js";
 import { secretRedactor } from "./secrets.js";
+import { DEFAULTS } from "./workspace-spec.js";
 import type { JournalWriter, Workspaces } from "./workspaces.js";
-import { DEFAULTS } from "./workspaces.js";
 
 export interface ExecOptions {
   timeout_seconds?: number;

@@ -11,7 +11,7 @@ import { applyPatch, diffWorkspace } from "./files.js";
 import { checkNetworkSupport, parseNetworkPolicy } from "./network.js";
 import { checkMaxOutputBytes, type OutputListener } from "./output.js";
 import { resetWorkspace } from "./snapshots.js";
-import { type CreateOptions, checkDiskMib, checkLimits, DEFAULTS } from "./workspaces.js";
+import { type CreateOptions, checkDiskMib, checkLimits, DEFAULTS } from "./workspace-spec.js";
 
 export interface RunOptions {
   environment?: string;

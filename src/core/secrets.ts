@@ -235,3 +235,10 @@ export class SecretVault {
 export function secretRedactor(values: Map<string, string>): (text: string) => string {
   return values.size === 0 ? (t) => t : redactor(values);
 }
+
+/** An error whose message or hint may quote a secret (a failing command line, a path) is redacted. */
+export function redactError(err: PyroError, secrets: Map<string, string>): PyroError {
+  if (secrets.size === 0) return err;
+  const redacted = err.withTexts(secretRedactor(secrets));
+  return redacted.message === err.message && redacted.hint === err.hint ? err : redacted;
+}

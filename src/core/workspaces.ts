@@ -1,11 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
-import { AgentClient } from "../agent/client.js";
+import type { AgentClient } from "../agent/client.js";
 import { AgentError } from "../agent/errors.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
-import { DISK_LIMITED } from "../backends/disk-image.js";
-import type { BuildProgress } from "../env/builder.js";
 import type { EnvironmentCache, PullOptions } from "../env/cache.js";
 import { ACTIONS, PyroError, toPyroError } from "../errors.js";
 import type { StateStore } from "../state/store.js";
@@ -15,16 +13,15 @@ import type {
   WorkspacePatch,
   WorkspaceRow,
   WorkspaceSeed,
-  WorkspaceSpec,
   WorkspaceState,
 } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
 import { acquireLock } from "../util/lock.js";
 import { removeTree } from "../util/mounts.js";
 import type { PyroPaths } from "./config.js";
+import { AgentConnections, stillRunningAfterBreak } from "./connections.js";
 import type { EngineEvent, EngineEvents } from "./events.js";
 import { assertAllowed, assertTransition, type Operation } from "./lifecycle.js";
-import { LIMITS } from "./limits.js";
 import {
   approvedPolicy,
   checkNetworkSupport,
@@ -34,92 +31,18 @@ import {
 } from "./network.js";
 import { currentOwner, interrupted, makeWorkspaceDir, recoverInterrupted } from "./recovery.js";
 import { secretKeyPaths } from "./secret-key.js";
-import { resolveSecrets, type SecretPrompt, SecretVault, secretRedactor } from "./secrets.js";
-import { type SeedSource, seedInto } from "./seed.js";
+import { redactError, resolveSecrets, SecretVault, secretRedactor } from "./secrets.js";
+import { seedInto } from "./seed.js";
 import { restartServices } from "./services.js";
 import { workspaceListItem, workspaceView } from "./views.js";
-
-export const DEFAULTS = {
-  vcpus: 1,
-  memory_mib: 1024,
-  pids_max: 1024,
-  /** Writable layers of a workspace or one-shot (bwrap, gVisor; see backends/disk-image.ts). */
-  disk_mib: 10 * 1024,
-  timeout_seconds: 300,
-  max_output_bytes: 1024 * 1024,
-  ttl_seconds: 24 * 60 * 60,
-} as const;
-
-/**
- * A disk limit, validated before anything is made: whole MiB, 64 MiB to 16 TiB, and only
- * on a backend that can enforce it (asked of another, it is refused, not ignored).
- */
-export function checkDiskMib(mib: number | undefined, backend?: BackendName): number {
-  if (mib === undefined) return DEFAULTS.disk_mib;
-  if (backend !== undefined && !DISK_LIMITED.includes(backend))
-    throw new PyroError(
-      "backend_unavailable",
-      `the ${backend} backend cannot limit disk use here`,
-      `drop {action}, or use ${DISK_LIMITED.join(" or ")}`,
-      { action: { cli: "--disk", tool: "disk_mib" } },
-    );
-  const { min, max } = LIMITS.disk_mib;
-  if (!Number.isInteger(mib) || mib < min || mib > max)
-    throw new PyroError(
-      "invalid_argument",
-      `invalid disk limit ${String(mib).slice(0, 20)} MiB`,
-      `give a whole number of MiB from ${min} to ${max}`,
-    );
-  return mib;
-}
-
-/**
- * CPU, memory and TTL limits, validated before anything is made (a sandbox given 1 MiB
- * died during start with an empty log): whole numbers, vcpus 1-64, memory 64 MiB-1 TiB,
- * a TTL of 1 s to 10 years.
- */
-export function checkLimits(o: { vcpus?: number; memory_mib?: number; ttl_seconds?: number | null }): void {
-  const check = (
-    value: number | undefined | null,
-    what: string,
-    { min, max }: { min: number; max: number },
-    unit: string,
-  ) => {
-    if (value === undefined || value === null) return;
-    if (!Number.isInteger(value) || value < min || value > max)
-      throw new PyroError(
-        "invalid_argument",
-        `invalid ${what} ${String(value).slice(0, 20)}`,
-        `give a whole number of ${unit} from ${min} to ${max}`,
-      );
-  };
-  check(o.vcpus, "vcpus", LIMITS.vcpus, "CPUs");
-  check(o.memory_mib, "memory limit", LIMITS.memory_mib, "MiB");
-  check(o.ttl_seconds, "ttl", LIMITS.ttl_seconds, "seconds");
-}
-
-export interface CreateOptions extends SeedSource {
-  /** Secret specs by name: a literal, `${HOST_VAR}`, or `?` (prompted through `prompt_secret`). */
-  secrets?: Record<string, string>;
-  prompt_secret?: SecretPrompt;
-  /** Progress of long steps (an environment build). */
-  on_progress?: (p: BuildProgress) => void;
-  environment?: string;
-  name?: string;
-  labels?: Record<string, string>;
-  network_policy?: string;
-  /** Host ports (127.0.0.1) forwarded to guest ports; host port 0 picks a free one. */
-  published_ports?: PublishedPort[];
-  env?: Record<string, string>;
-  backend?: BackendName;
-  allow_host_compat?: boolean;
-  vcpus?: number;
-  memory_mib?: number;
-  /** Disk limit of the writable layers, MiB (default DEFAULTS.disk_mib). */
-  disk_mib?: number;
-  ttl_seconds?: number | null;
-  signal?: AbortSignal;
-}
+import {
+  type CreateOptions,
+  checkDiskMib,
+  checkLimits,
+  createSpec,
+  DEFAULTS,
+  validateName,
+} from "./workspace-spec.js";
 
 /** What an operation may write to the journal. */
 export type JournalWriter = Pick<
@@ -173,7 +96,7 @@ export interface WorkspaceDeps {
  * gets warm round trips while a CLI call makes one connection.
  */
 export class Workspaces {
-  private readonly clients = new Map<string, Promise<AgentClient>>();
+  private readonly agents = new AgentConnections();
   private readonly secretCache = new Map<string, Map<string, string>>();
   private readonly redactorCache = new Map<string, (text: string) => string>();
   private readonly vault: SecretVault;
@@ -806,30 +729,16 @@ export class Workspaces {
   }
 
   private client(w: WorkspaceRow, backend: WorkspaceBackend): Promise<AgentClient> {
-    const cached = this.clients.get(w.workspace_id);
-    if (cached) return cached;
-    const state = sandboxState(w);
-    if (!state)
-      return Promise.reject(
-        new PyroError("workspace_stopped", `workspace ${w.workspace_id} has no running sandbox`),
-      );
-    const p = backend
-      .connect(state, { timeoutMs: 5000 })
-      .then((stream) => AgentClient.connect(stream, { timeoutMs: 10_000 }));
-    this.clients.set(w.workspace_id, p);
-    p.catch(() => this.clients.delete(w.workspace_id));
-    return p;
+    return this.agents.get(w.workspace_id, sandboxState(w), backend);
   }
 
-  private async dropClient(id: string): Promise<void> {
-    const p = this.clients.get(id);
-    this.clients.delete(id);
-    if (p) await p.then((c) => c.close()).catch(() => {});
+  private dropClient(id: string): Promise<void> {
+    return this.agents.drop(id);
   }
 
   /** Closes every agent connection (the sandboxes keep running). */
-  async close(): Promise<void> {
-    await Promise.all([...this.clients.keys()].map((id) => this.dropClient(id)));
+  close(): Promise<void> {
+    return this.agents.closeAll();
   }
 
   /**
@@ -950,63 +859,9 @@ export class Workspaces {
   }
 }
 
-/** An error whose message or hint may quote a secret (a failing command line, a path) is redacted. */
-/** How long a broken connection's sandbox is given to finish dying before it counts as alive. */
-const BREAK_SETTLE_MS = 2000;
-
-/**
- * Whether the sandbox still runs after its agent connection broke mid-request. A killed
- * sandbox closes its sockets before the kernel marks it dead (files are closed before the
- * exit is reported), so the first look can still see it running: look again until it is
- * gone or BREAK_SETTLE_MS have passed.
- */
-async function stillRunningAfterBreak(backend: WorkspaceBackend, state: SandboxState): Promise<boolean> {
-  const deadline = Date.now() + BREAK_SETTLE_MS;
-  for (;;) {
-    if (!(await backend.isRunning(state).catch(() => false))) return false;
-    if (Date.now() >= deadline) return true;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-function redactError(err: PyroError, secrets: Map<string, string>): PyroError {
-  if (secrets.size === 0) return err;
-  const redacted = err.withTexts(secretRedactor(secrets));
-  return redacted.message === err.message && redacted.hint === err.hint ? err : redacted;
-}
-
 export function sandboxState(w: WorkspaceRow): SandboxState | null {
   const s = w.runtime.sandbox;
   return s && typeof s === "object" ? (s as SandboxState) : null;
-}
-
-function validateName(name: string): void {
-  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/.test(name) || /^ws_[0-9a-f]{12}$/.test(name)) {
-    throw new PyroError(
-      "invalid_argument",
-      `invalid workspace name '${name}'`,
-      "use 1-63 letters, digits, '.', '_' or '-', not shaped like an id",
-    );
-  }
-}
-
-/** The spec of a new workspace: the caller's options over the defaults. */
-function createSpec(
-  options: CreateOptions,
-  diskMib: number,
-  ports: PublishedPort[],
-  imageEnv: Record<string, string>,
-): WorkspaceSpec {
-  return {
-    vcpus: options.vcpus ?? DEFAULTS.vcpus,
-    memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
-    pids_max: DEFAULTS.pids_max,
-    disk_mib: diskMib,
-    // An image's config `Env` (PATH, LANG, its tool versions) is the base; the caller's wins.
-    env: { ...imageEnv, ...(options.env ?? {}) },
-    timeout_seconds: DEFAULTS.timeout_seconds,
-    ...(ports.length > 0 ? { published_ports: ports } : {}),
-  };
 }
 
 /** How events name a workspace: its id, and its name when it has one. */

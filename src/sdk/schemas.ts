@@ -24,7 +24,7 @@ import type { RunOptions as CoreRunOptions, demo, prepare } from "../core/onesho
 import { MAX_OUTPUT_BYTES, MIN_OUTPUT_BYTES } from "../core/output.js";
 import type { StartServiceOptions as CoreStartServiceOptions } from "../core/services.js";
 import { BACKEND_NAMES } from "../core/vocabulary.js";
-import type { CreateOptions as CoreCreateOptions } from "../core/workspaces.js";
+import type { CreateOptions as CoreCreateOptions } from "../core/workspace-spec.js";
 
 // ---------------------------------------------------------------- option types
 

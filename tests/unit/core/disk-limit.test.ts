@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { templateKey } from "../../../src/backends/qemu/template.js";
-import { checkDiskMib } from "../../../src/core/workspaces.js";
+import { checkDiskMib } from "../../../src/core/workspace-spec.js";
 import { codeOf, fakePyro } from "../../helpers/engine.js";
 
 let t: Awaited<ReturnType<typeof fakePyro>>;

@@ -1,0 +1,59 @@
+import { AgentClient } from "../agent/client.js";
+import type { SandboxState, WorkspaceBackend } from "../backends/backend.js";
+import { PyroError } from "../errors.js";
+
+/**
+ * The agent connections of one Workspaces instance, at most one per workspace. Cached per
+ * instance, so an SDK user or the MCP server gets warm round trips while a CLI call makes
+ * one connection; a connection that fails to open is forgotten at once.
+ */
+export class AgentConnections {
+  private readonly clients = new Map<string, Promise<AgentClient>>();
+
+  /** The cached connection to workspace `id`'s agent, or a new one through `backend.connect()`. */
+  get(id: string, state: SandboxState | null, backend: WorkspaceBackend): Promise<AgentClient> {
+    const cached = this.clients.get(id);
+    if (cached) return cached;
+    if (!state)
+      return Promise.reject(new PyroError("workspace_stopped", `workspace ${id} has no running sandbox`));
+    const p = backend
+      .connect(state, { timeoutMs: 5000 })
+      .then((stream) => AgentClient.connect(stream, { timeoutMs: 10_000 }));
+    this.clients.set(id, p);
+    p.catch(() => this.clients.delete(id));
+    return p;
+  }
+
+  /** Closes and forgets workspace `id`'s connection, if it has one. */
+  async drop(id: string): Promise<void> {
+    const p = this.clients.get(id);
+    this.clients.delete(id);
+    if (p) await p.then((c) => c.close()).catch(() => {});
+  }
+
+  /** Closes every connection (the sandboxes keep running). */
+  async closeAll(): Promise<void> {
+    await Promise.all([...this.clients.keys()].map((id) => this.drop(id)));
+  }
+}
+
+/** How long a broken connection's sandbox is given to finish dying before it counts as alive. */
+const BREAK_SETTLE_MS = 2000;
+
+/**
+ * Whether the sandbox still runs after its agent connection broke mid-request. A killed
+ * sandbox closes its sockets before the kernel marks it dead (files are closed before the
+ * exit is reported), so the first look can still see it running: look again until it is
+ * gone or BREAK_SETTLE_MS have passed.
+ */
+export async function stillRunningAfterBreak(
+  backend: WorkspaceBackend,
+  state: SandboxState,
+): Promise<boolean> {
+  const deadline = Date.now() + BREAK_SETTLE_MS;
+  for (;;) {
+    if (!(await backend.isRunning(state).catch(() => false))) return false;
+    if (Date.now() >= deadline) return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
