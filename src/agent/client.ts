@@ -44,8 +44,12 @@ export interface RequestOptions {
   signal?: AbortSignal;
   /** Bytes to stream to the op (required by tar_in). */
   upload?: AsyncIterable<Uint8Array> | Readable;
-  /** Receives the op's download stream (tar_out, file_read with stream: true), in order. */
-  onData?: (chunk: Buffer) => void;
+  /**
+   * Receives the op's download stream (tar_out, file_read with stream: true), in order.
+   * Returning a promise says "slow down": the connection stops reading until it settles
+   * (chunks already read still arrive, in order), so a slow consumer bounds the memory.
+   */
+  onData?: (chunk: Buffer) => unknown;
 }
 
 /** What the agent said about itself in the handshake. */
@@ -65,7 +69,7 @@ interface Pending {
   op: OpName;
   resolve(result: unknown): void;
   reject(error: AgentError): void;
-  onData?: (chunk: Buffer) => void;
+  onData?: (chunk: Buffer) => unknown;
 }
 
 function closeError(reason: CloseReason): AgentError {
@@ -297,9 +301,8 @@ export class AgentClient {
     const entry = this.pending.get(channel);
     // Frames for a request we gave up on can still be in flight; drop them.
     if (!entry?.onData) return;
-    try {
-      entry.onData(chunk);
-    } catch (err) {
+    const fail = (err: unknown) => {
+      if (this.pending.get(channel) !== entry) return;
       this.pending.delete(channel);
       this.conn.sendMessage({ type: "cancel", id: channel });
       entry.reject(
@@ -307,6 +310,21 @@ export class AgentClient {
           cause: err,
         }),
       );
+    };
+    try {
+      const slow: unknown = entry.onData(chunk);
+      if (slow instanceof Promise) {
+        this.conn.pause();
+        slow.then(
+          () => this.conn.resume(),
+          (err: unknown) => {
+            this.conn.resume();
+            fail(err);
+          },
+        );
+      }
+    } catch (err) {
+      fail(err);
     }
   }
 

@@ -1,4 +1,3 @@
-import { createWriteStream, type WriteStream } from "node:fs";
 import { lstat, mkdir, mkdtemp, readdir, rename, rm, stat } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import type { Readable } from "node:stream";
@@ -6,14 +5,15 @@ import type { AgentClient } from "../agent/client.js";
 import { packTree } from "../agent/tarsafe.js";
 import { PyroError, toPyroError } from "../errors.js";
 import { makeDirs } from "../util/fs.js";
-import { type Extracted, extractUntrusted } from "./untrusted-tar.js";
+import { type Extracted, type UntrustedUnpacker, untrustedUnpacker } from "./untrusted-tar.js";
 
 /**
  * Host-side halves of the tar streams: packing a host path for `sync push`, and
  * extracting an agent's export or snapshot. The agent is not trusted: its archive is
- * spooled to a file, then checked and extracted entry by entry by one parser into a
- * private temp directory (untrusted-tar.ts has the rules), and moved into place only
- * when complete.
+ * checked and extracted entry by entry, as it arrives, by one parser into a private temp
+ * directory (untrusted-tar.ts has the rules), and moved into place only when complete.
+ * Extracting while the agent still packs is what lets an export run at `tar | tar` speed:
+ * spooling first made it pack, then transfer, then extract, one after the other.
  */
 
 /** A tar stream of a host directory's contents (or one file), without following symlinks. */
@@ -33,8 +33,8 @@ export async function packHostPath(src: string): Promise<Readable> {
 export class ExportWriter {
   private readonly tmpParent: string;
   private tmp = "";
-  private spool: WriteStream | null = null;
-  private spoolError: Error | null = null;
+  private unpacker: UntrustedUnpacker | null = null;
+  private ended = false;
 
   /**
    * `snapshot` mode keeps absolute symlinks and owners (a snapshot tree is only ever
@@ -59,30 +59,42 @@ export class ExportWriter {
     await makeDirs(this.tmpParent);
     this.tmp = await mkdtemp(join(this.tmpParent, ".pyro-export-"));
     await mkdir(join(this.tmp, "tree"));
-    this.spool = createWriteStream(join(this.tmp, "archive.tar"), { mode: 0o600 });
-    this.spool.on("error", (e) => {
-      this.spoolError ??= e;
-    });
-  }
-
-  write(chunk: Buffer): void {
-    this.spool?.write(chunk);
+    this.unpacker = untrustedUnpacker(join(this.tmp, "tree"), this.mode, this.output);
   }
 
   /**
-   * Extracts the received archive under the rules of untrusted-tar.ts into a private
-   * directory and moves the result into place. The counts returned are what the host
-   * wrote, not what the agent claimed.
+   * Feeds the next bytes of the archive. Returns a promise when the extraction is behind
+   * (the caller should stop reading until it settles: AgentClient pauses the connection),
+   * so a fast agent cannot pile its archive up in the host's memory.
+   */
+  write(chunk: Buffer): Promise<void> | undefined {
+    const u = this.unpacker;
+    if (!u || this.ended || u.input.write(chunk)) return undefined;
+    return new Promise((res) => {
+      const settle = () => {
+        u.input.off("drain", settle);
+        res();
+      };
+      u.input.on("drain", settle);
+      // A failed extraction stops draining; do not wait for it then.
+      void u.done.then(settle, settle);
+    });
+  }
+
+  /**
+   * Ends the archive, waits for the extraction under the rules of untrusted-tar.ts into a
+   * private directory and moves the result into place. The counts returned are what the
+   * host wrote, not what the agent claimed.
    */
   async commit(artifactType: "file" | "directory"): Promise<Extracted> {
     try {
-      await this.closeSpool();
-      if (this.spoolError) throw this.spoolError;
-      const archive = join(this.tmp, "archive.tar");
-      const tree = join(this.tmp, "tree");
-      const got = await extractUntrusted(archive, tree, this.mode, this.output).catch((err: unknown) => {
+      const u = this.unpacker;
+      if (!u) throw new PyroError("internal", "the export was not begun");
+      this.end(u);
+      const got = await u.done.catch((err: unknown) => {
         throw toPyroError(err);
       });
+      const tree = join(this.tmp, "tree");
       const out = resolve(this.output);
       if (artifactType === "file") {
         const only = got.top[0];
@@ -99,21 +111,23 @@ export class ExportWriter {
     }
   }
 
-  /** Discards everything received; safe to call at any point, more than once. */
-  async abort(): Promise<void> {
-    await this.closeSpool();
-    if (this.tmp) await rm(this.tmp, { recursive: true, force: true });
-    this.tmp = "";
+  private end(u: UntrustedUnpacker): void {
+    if (this.ended) return;
+    this.ended = true;
+    u.input.end();
   }
 
-  private closeSpool(): Promise<void> {
-    const s = this.spool;
-    this.spool = null;
-    if (!s) return Promise.resolve();
-    return new Promise((res) => {
-      s.end(() => res());
-      s.once("error", () => res());
-    });
+  /** Discards everything received; safe to call at any point, more than once. */
+  async abort(): Promise<void> {
+    const u = this.unpacker;
+    this.unpacker = null;
+    if (u) {
+      // Let the extraction stop before its directory goes, so nothing is written after.
+      this.end(u);
+      await u.done.catch(() => {});
+    }
+    if (this.tmp) await rm(this.tmp, { recursive: true, force: true });
+    this.tmp = "";
   }
 }
 

@@ -3,8 +3,8 @@
  * sandbox sends is hostile (its code can replace or hijack the agent), so the rule for
  * every host-side write of sandbox data is here, in one place:
  *
- * - One parser both checks and writes. node-tar reads each entry once; the same entry
- *   object is checked and then written. (Checking with one parser and extracting with
+ * - One parser both checks and writes. node-tar's parser reads each entry once; the same
+ *   entry object is checked and then written (by tree-writer.ts). (Checking with one parser and extracting with
  *   another let a PAX `linkpath` before a GNU long-link header look harmless to the
  *   checker and become a symlink to /etc/shadow for the extractor.)
  * - Only regular files, directories and symlinks whose target stays inside the tree.
@@ -17,11 +17,12 @@
  *   with lstat before it is moved into place: any entry that is not what was accepted
  *   refuses the whole archive.
  */
-import { lchownSync, lstatSync, readdirSync, readlinkSync, symlinkSync, unlinkSync } from "node:fs";
+import { createReadStream, lstatSync, readdirSync, readlinkSync } from "node:fs";
 import path from "node:path";
 import * as tar from "tar";
 import { linkStaysInside } from "../agent/tarsafe.js";
 import { PyroError } from "../errors.js";
+import { TreeWriter } from "./tree-writer.js";
 
 const posix = path.posix;
 const FILE_TYPES = new Set(["File", "OldFile", "ContiguousFile"]);
@@ -44,11 +45,11 @@ function refusal(label: string, problems: readonly string[]): PyroError {
   );
 }
 
-/** The entry's name as node-tar will write it, or a reason to refuse it. */
+/** The entry's name as it is written, or a reason to refuse it. */
 function checkName(raw: string): { name: string } | { problem: string } {
   if (raw.includes("\0")) return { problem: "an entry name with a NUL byte" };
   if (posix.isAbsolute(raw) || /^[a-zA-Z]:/.test(raw)) return { problem: `absolute entry name '${raw}'` };
-  const name = posix.normalize(raw.replace(/^(\.\/)+/, "")).replace(/\/+$/, "");
+  const name = normalName(raw);
   if (name.split("/").includes("..")) return { problem: `entry '${raw}' climbs out with '..'` };
   return { name };
 }
@@ -64,83 +65,103 @@ export async function extractUntrusted(
   mode: UntrustedMode,
   label: string,
 ): Promise<Extracted> {
+  const u = untrustedUnpacker(tree, mode, label);
+  for await (const chunk of createReadStream(archive, { highWaterMark: 1024 * 1024 })) {
+    if (!u.input.write(chunk as Buffer)) await new Promise((res) => u.input.once("drain", res));
+  }
+  u.input.end();
+  return u.done;
+}
+
+/** Where an archive's bytes go: node-tar's parser (write returns false until "drain"). */
+export type ArchiveInput = Pick<tar.Parser, "write" | "end" | "once" | "off" | "on">;
+
+/** A streaming extraction: write the archive's bytes to `input`; `done` settles with the result. */
+export interface UntrustedUnpacker {
+  input: ArchiveInput;
+  /** Settles once `input` has ended and everything is written and verified (or refused). */
+  done: Promise<Extracted>;
+}
+
+/**
+ * The same extraction as extractUntrusted, fed as the bytes arrive (an export is
+ * extracted while the agent is still packing it, as `tar | tar` would). The rules do not
+ * depend on the archive being complete first: the one parser checks each entry before
+ * it is written, into a private directory the caller moves into place only after `done`.
+ */
+export function untrustedUnpacker(tree: string, mode: UntrustedMode, label: string): UntrustedUnpacker {
   const problems: string[] = [];
   const seen = new Map<string, string>();
-  // Snapshots keep absolute symlinks, which node-tar (kept from writing through symlinks
-  // by preservePaths: false) writes with the leading '/' stripped: put them back after.
-  const absolute: { name: string; target: string; uid?: number; gid?: number }[] = [];
   const result: Extracted = { files: 0, bytes: 0, entries: 0, top: [] };
-  await tar.x({
-    file: archive,
-    cwd: tree,
+  const writer = new TreeWriter(tree, mode === "snapshot", (p) => problems.push(p));
+  const parser = new tar.Parser({
     strict: false,
-    preserveOwner: mode === "snapshot",
-    // Names are checked below; node-tar's own stripping would only hide a problem.
-    preservePaths: false,
-    // The tree is fresh: nothing there to unlink, and a repeated name is refused below.
-    unlink: false,
     onwarn: (code, message) => {
-      if (mode === "snapshot" && code === "TAR_ENTRY_INFO" && message.includes("absolute linkpath")) return;
       problems.push(`${message} (${code})`);
     },
-    filter: (raw, entry) => {
-      if (!("type" in entry)) return false;
-      result.entries++;
-      const checked = checkName(raw);
-      if ("problem" in checked) {
-        problems.push(checked.problem);
-        return false;
-      }
-      const { name } = checked;
-      const earlier = seen.get(name);
-      if (earlier !== undefined && !(earlier === "Directory" && entry.type === "Directory")) {
-        problems.push(`entry '${raw}' appears twice`);
-        return false;
-      }
-      seen.set(name, entry.type);
-      if (entry.type === "Link") {
-        problems.push(`hard link '${raw}'`);
-        return false;
-      }
-      if (entry.type === "SymbolicLink") {
-        const target = entry.linkpath ?? "";
-        const ok = (mode === "snapshot" && posix.isAbsolute(target)) || linkStaysInside(name, target);
-        if (!ok) {
-          problems.push(`symlink '${raw}' -> '${target}' leads outside the extraction directory`);
-          return false;
-        }
-        if (posix.isAbsolute(target))
-          absolute.push({
-            name,
-            target,
-            ...(typeof entry.uid === "number" ? { uid: entry.uid } : {}),
-            ...(typeof entry.gid === "number" ? { gid: entry.gid } : {}),
-          });
-      } else if (FILE_TYPES.has(entry.type)) {
-        result.files++;
-        result.bytes += entry.size ?? 0;
-      } else if (entry.type !== "Directory") {
-        problems.push(`entry '${raw}' has unsupported type ${entry.type}`);
-        return false;
-      }
-      if (mode === "export" && entry.type !== "SymbolicLink") {
-        // Plain permission bits only, and the owner may always read and write what it got.
-        const base = typeof entry.mode === "number" ? entry.mode : 0o644;
-        entry.mode = (base & 0o777) | (entry.type === "Directory" ? 0o700 : 0o600);
-      }
-      return problems.length === 0;
-    },
   });
-  if (problems.length > 0) throw refusal(label, problems);
-  for (const a of absolute) {
-    // node-tar made every parent a real directory (it refuses to write through a symlink).
-    const at = path.join(tree, a.name);
-    unlinkSync(at);
-    symlinkSync(a.target, at);
-    if (a.uid !== undefined && a.gid !== undefined && process.getuid?.() === 0) lchownSync(at, a.uid, a.gid);
+  parser.on("entry", (entry: Entry) => {
+    result.entries++;
+    const raw = entry.path;
+    const problem = checkEntry(raw, entry, mode, seen);
+    if (problem) problems.push(problem);
+    else if (FILE_TYPES.has(entry.type)) {
+      result.files++;
+      result.bytes += entry.size ?? 0;
+    }
+    // After the first problem nothing more is written: the archive is refused anyway.
+    if (problems.length > 0) entry.resume();
+    else writer.write(normalName(raw), entry);
+  });
+  const done = new Promise<void>((resolve, reject) => {
+    parser.on("error", reject);
+    parser.on("end", () => resolve());
+  }).then(() => {
+    writer.finish();
+    if (problems.length > 0) throw refusal(label, problems);
+    verifyTree(tree, mode, label, result);
+    return result;
+  });
+  // A caller that stops feeding (a failed export) must not leave an unhandled rejection.
+  done.catch(() => {});
+  return { input: parser, done };
+}
+
+type Entry = tar.ReadEntry;
+
+/** `./a//b/` → `a/b`; the tree itself is ".". */
+function normalName(raw: string): string {
+  return posix.normalize(raw.replace(/^(\.\/)+/, "")).replace(/\/+$/, "") || ".";
+}
+
+/** Why `entry` (named `raw` in the archive) may not be extracted, or null; adjusts its mode for exports. */
+function checkEntry(
+  raw: string,
+  entry: Entry,
+  mode: UntrustedMode,
+  seen: Map<string, string>,
+): string | null {
+  const checked = checkName(raw);
+  if ("problem" in checked) return checked.problem;
+  const { name } = checked;
+  const earlier = seen.get(name);
+  if (earlier !== undefined && !(earlier === "Directory" && entry.type === "Directory"))
+    return `entry '${raw}' appears twice`;
+  seen.set(name, entry.type);
+  if (entry.type === "Link") return `hard link '${raw}'`;
+  if (entry.type === "SymbolicLink") {
+    const target = entry.linkpath ?? "";
+    const ok = (mode === "snapshot" && posix.isAbsolute(target)) || linkStaysInside(name, target);
+    if (!ok) return `symlink '${raw}' -> '${target}' leads outside the extraction directory`;
+  } else if (!FILE_TYPES.has(entry.type) && entry.type !== "Directory") {
+    return `entry '${raw}' has unsupported type ${entry.type}`;
   }
-  verifyTree(tree, mode, label, result);
-  return result;
+  if (mode === "export" && entry.type !== "SymbolicLink") {
+    // Plain permission bits only, and the owner may always read and write what it got.
+    const base = typeof entry.mode === "number" ? entry.mode : 0o644;
+    entry.mode = (base & 0o777) | (entry.type === "Directory" ? 0o700 : 0o600);
+  }
+  return null;
 }
 
 /**

@@ -32,8 +32,6 @@ const LONG_FUNCTIONS: Record<string, string> = {
   "backends/firecracker/vsock.ts:handshake": "Firecracker's vsock CONNECT handshake as one state machine",
   "backends/firecracker/vsock.ts:(anon)": "the handshake's promise body",
   "core/summary.ts:summarizeWorkspace": "one object literal of the summary's sections",
-  "core/untrusted-tar.ts:extractUntrusted":
-    "the one rule for writing sandbox archives on the host, kept in one place on purpose",
   "env/oci/apply.ts:applyLayer":
     "the one rule for writing registry layers on the host (whiteouts, links, times, bounds), kept in one place on purpose",
   "env/oci/apply.ts:handle":

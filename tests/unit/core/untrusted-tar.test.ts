@@ -213,6 +213,40 @@ describe("archives from a hijacked agent", () => {
     expect((await readdir(dir)).sort()).toEqual(["victim"]);
   });
 
+  it("refuses an entry under a file or a symlink the archive made, and a file over a directory it implied", async () => {
+    for (const data of [
+      tarOf(block({ name: "a", type: "0", body: Buffer.from("x") }), block({ name: "a/b", type: "0" })),
+      tarOf(block({ name: "l", type: "2", linkname: "sub" }), block({ name: "l/f", type: "0" })),
+      tarOf(block({ name: "p/q", type: "0" }), block({ name: "p", type: "0" })),
+      tarOf(block({ name: "p/q", type: "0" }), block({ name: "p", type: "2", linkname: "." })),
+    ]) {
+      const out = join(dir, "out");
+      await expect(commit(out, data, "directory")).rejects.toMatchObject({ code: "path_outside_workspace" });
+      expect(await readdir(dir)).toEqual([]);
+    }
+  });
+
+  it("extracts an archive fed in small pieces as it arrives, with modes, times and nested directories", async () => {
+    const files = Array.from({ length: 200 }, (_, i) =>
+      block({ name: `d${i % 7}/s${i % 3}/f${i}`, type: "0", mode: 0o640, body: Buffer.alloc(700 + i, i) }),
+    );
+    const data = tarOf(block({ name: "d0/", type: "5", mode: 0o500 }), ...files);
+    const out = join(dir, "out");
+    const w = new ExportWriter(out);
+    await w.begin();
+    for (let at = 0; at < data.length; at += 333) await w.write(data.subarray(at, at + 333));
+    const got = await w.commit("directory");
+    expect(got).toMatchObject({ files: 200, entries: 201 });
+    const f = await stat(join(out, "d3", "s1", "f10"));
+    expect(f.size).toBe(710);
+    expect(f.mode & 0o777).toBe(0o640);
+    expect(f.mtimeMs).toBe(0); // the header says 1970
+    // A read-only directory is still written into; its mode comes after (plus the owner's rwx in an export).
+    expect((await stat(join(out, "d0"))).mode & 0o777).toBe(0o700);
+    expect((await readdir(join(out, "d0", "s0"))).length).toBeGreaterThan(0);
+    expect((await readdir(dir)).sort()).toEqual(["out"]);
+  });
+
   it("refuses a file export whose one entry is a directory or a symlink", async () => {
     for (const data of [
       tarOf(block({ name: "d/", type: "5" })),
