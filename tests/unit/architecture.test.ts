@@ -71,6 +71,19 @@ describe("the floors of src/", () => {
     expect(violations()).toEqual([]);
   });
 
+  it("MCP tools call the core directly, never through the SDK (one translation of their arguments)", () => {
+    // The tools and their context (tool.ts: what a handler gets, once the Pyro object).
+    const tools = [...sources(join(SRC, "mcp", "tools")), join(SRC, "mcp", "tool.ts")];
+    const viaSdk = tools.flatMap((f) =>
+      importsOf(f)
+        .filter((t) => relative(SRC, t).startsWith("sdk/"))
+        .map((t) => `${relative(SRC, f)} → ${relative(SRC, t)}`),
+    );
+    expect(viaSdk).toEqual([]);
+    // Not vacuous: the exec tools do import the core's exec.
+    expect(importsOf(join(SRC, "mcp", "tools", "exec.ts"))).toContain(join(SRC, "core", "exec.ts"));
+  });
+
   it("the check sees imports of every kind (it is not vacuous)", () => {
     const all = sources(SRC).flatMap(importsOf);
     expect(all.length).toBeGreaterThan(300);
