@@ -1,11 +1,11 @@
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { PYRO_BIN } from "../../helpers/cli.js";
-import { writeTree } from "../../helpers/sandbox.js";
+import { git as gitIn, makeGitRepo } from "../../helpers/git.js";
 
 /** A tiny Python project whose test fails until calc.add adds (the demo's project). */
 export const PYTHON_PROJECT: Record<string, string> = {
@@ -26,27 +26,17 @@ export const PYTHON_FIX = [
 /** `-B`: the fix has the bug's size, and Python would trust a same-second stale .pyc. */
 export const RUN_TESTS = "python3 -B test_calc.py";
 
-const GIT_ENV = {
-  ...process.env,
-  GIT_AUTHOR_NAME: "pyro-test",
-  GIT_AUTHOR_EMAIL: "pyro-test@example.invalid",
-  GIT_COMMITTER_NAME: "pyro-test",
-  GIT_COMMITTER_EMAIL: "pyro-test@example.invalid",
-};
-
+/** Runs git in `cwd` (tests/helpers/git.ts), its output trimmed. */
 export function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", args, { cwd, env: GIT_ENV, encoding: "utf8" }).trim();
+  return gitIn(cwd, ...args).trim();
 }
 
 /** Makes `dir` a Git checkout of the Python project (one commit) plus an untracked file. */
 export async function pythonCheckout(dir: string): Promise<{ commit: string }> {
-  await writeTree(dir, PYTHON_PROJECT);
-  git(dir, "init", "--quiet", "--initial-branch=main");
-  git(dir, "add", ".");
-  git(dir, "commit", "--quiet", "-m", "calc with a bug");
+  const { commit } = await makeGitRepo(dir, PYTHON_PROJECT, "calc with a bug");
   // Untracked and not ignored: a Git seed copies it too, as `git add -A` would see it.
   await writeFile(join(dir, "scratch.txt"), "not tracked\n");
-  return { commit: git(dir, "rev-parse", "HEAD") };
+  return { commit };
 }
 
 export interface StdioServer {
