@@ -4,7 +4,8 @@
  * message is a strict object: unknown fields are a violation, not something to ignore.
  * See docs/protocol.md for the full contract.
  */
-import { z } from "zod";
+import * as z from "zod/mini";
+import "./zod.js";
 
 export * from "./op-schemas.js";
 
@@ -23,12 +24,12 @@ export const MAX_CONCURRENT_REQUESTS = 256;
 const MAX_U32 = 0xffff_ffff;
 
 /** Request ids double as the channel of the request's streams, so they are u32 and never 0. */
-export const requestId = z.int().min(1).max(MAX_U32);
+export const requestId = z.int().check(z.minimum(1), z.maximum(MAX_U32));
 
 export const errorObject = z.strictObject({
-  code: z.string().min(1),
+  code: z.string().check(z.minLength(1)),
   message: z.string(),
-  hint: z.string().optional(),
+  hint: z.optional(z.string()),
 });
 export type ErrorObject = z.infer<typeof errorObject>;
 
@@ -43,7 +44,7 @@ export const hostHello = z.strictObject({
 export const requestMessage = z.strictObject({
   type: z.literal("request"),
   id: requestId,
-  op: z.string().min(1),
+  op: z.string().check(z.minLength(1)),
   args: z.unknown(),
 });
 
@@ -65,9 +66,9 @@ export const agentHello = z.strictObject({
 /** Agent → host: a connection-level failure (version mismatch, violation); the agent then closes. */
 export const connectionError = z.strictObject({
   type: z.literal("error"),
-  code: z.string().min(1),
+  code: z.string().check(z.minLength(1)),
   message: z.string(),
-  hint: z.string().optional(),
+  hint: z.optional(z.string()),
 });
 
 export const responseOk = z.strictObject({

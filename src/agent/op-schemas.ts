@@ -3,7 +3,8 @@
  * validates args before running an op, the client validates args before sending and
  * results before returning them. Result fields are snake_case, like every pyro surface.
  */
-import { z } from "zod";
+import * as z from "zod/mini";
+import "./zod.js";
 
 /** Cap on `exec.max_output_bytes`: two streams this size must fit in one message. */
 export const MAX_EXEC_OUTPUT_BYTES = 4 * 1024 * 1024;
@@ -14,14 +15,16 @@ export const DEFAULT_INLINE_READ_BYTES = 1024 * 1024;
 /** Longest `exec.timeout_ms` accepted (24 h). */
 export const MAX_EXEC_TIMEOUT_MS = 24 * 60 * 60 * 1000;
 
-const count = z.int().min(0);
+const count = z.int().check(z.minimum(0));
 // Paths travel as strings; containment is the agent's job (guest/paths.ts), here we
 // only refuse what can never be a path.
-const pathArg = z.string().refine((s) => !s.includes("\0"), "path must not contain NUL");
+const pathArg = z.string().check(z.refine((s) => !s.includes("\0"), "path must not contain NUL"));
 const envName = z
   .string()
-  .regex(/^[^=\0]+$/, "environment variable names must be non-empty, without '=' or NUL");
-const envValue = z.string().refine((s) => !s.includes("\0"), "environment values must not contain NUL");
+  .check(z.regex(/^[^=\0]+$/, "environment variable names must be non-empty, without '=' or NUL"));
+const envValue = z
+  .string()
+  .check(z.refine((s) => !s.includes("\0"), "environment values must not contain NUL"));
 
 const artifactType = z.enum(["file", "directory", "symlink", "other"]);
 const changeStatus = z.enum(["added", "modified", "deleted"]);
@@ -40,28 +43,30 @@ export const infoResult = z.strictObject({
 
 export const execArgs = z
   .strictObject({
-    command: z.string().min(1),
-    cwd: pathArg.optional(),
-    env: z.record(envName, envValue).optional(),
-    timeout_ms: z.int().min(1).max(MAX_EXEC_TIMEOUT_MS),
+    command: z.string().check(z.minLength(1)),
+    cwd: z.optional(pathArg),
+    env: z.optional(z.record(envName, envValue)),
+    timeout_ms: z.int().check(z.minimum(1), z.maximum(MAX_EXEC_TIMEOUT_MS)),
     /** Per stream: past it, `stdout`/`stderr` keep their head and tail around a marker line. */
-    max_output_bytes: z.int().min(0).max(MAX_EXEC_OUTPUT_BYTES),
+    max_output_bytes: z.int().check(z.minimum(0), z.maximum(MAX_EXEC_OUTPUT_BYTES)),
     /**
      * A second, larger cut of the same streams for the command history (`stdout_log`,
      * `stderr_log`), sent only where it differs from the first.
      */
-    log_output_bytes: z.int().min(0).max(MAX_EXEC_OUTPUT_BYTES).optional(),
+    log_output_bytes: z.optional(z.int().check(z.minimum(0), z.maximum(MAX_EXEC_OUTPUT_BYTES))),
     /**
      * Also send the output live, as data frames on the request's channel: each payload is
      * one tag byte (1 stdout, 2 stderr) and then the bytes.
      */
-    stream: z.boolean().default(false),
+    stream: z._default(z.boolean(), false),
     /** The request's upload stream is the command's stdin (else stdin is /dev/null). */
-    stdin: z.boolean().default(false),
+    stdin: z._default(z.boolean(), false),
   })
-  .refine(
-    (a) => a.max_output_bytes + (a.log_output_bytes ?? 0) <= MAX_EXEC_OUTPUT_BYTES,
-    `max_output_bytes + log_output_bytes must be at most ${MAX_EXEC_OUTPUT_BYTES}`,
+  .check(
+    z.refine(
+      (a) => a.max_output_bytes + (a.log_output_bytes ?? 0) <= MAX_EXEC_OUTPUT_BYTES,
+      `max_output_bytes + log_output_bytes must be at most ${MAX_EXEC_OUTPUT_BYTES}`,
+    ),
   );
 export const execResult = z.strictObject({
   exit_code: z.int(),
@@ -72,9 +77,9 @@ export const execResult = z.strictObject({
   stdout_bytes: count,
   stderr_bytes: count,
   /** The streams cut at `log_output_bytes`, when that cut differs from `stdout`/`stderr`. */
-  stdout_log: z.string().optional(),
-  stderr_log: z.string().optional(),
-  duration_ms: z.number().min(0),
+  stdout_log: z.optional(z.string()),
+  stderr_log: z.optional(z.string()),
+  duration_ms: z.number().check(z.minimum(0)),
   timed_out: z.boolean(),
   /** A stream was over `max_output_bytes`. */
   truncated: z.boolean(),
@@ -84,9 +89,9 @@ export const fileEntry = z.strictObject({
   path: z.string(),
   artifact_type: artifactType,
   size_bytes: count,
-  link_target: z.string().nullable(),
+  link_target: z.nullable(z.string()),
 });
-export const fileListArgs = z.strictObject({ path: pathArg, recursive: z.boolean().default(false) });
+export const fileListArgs = z.strictObject({ path: pathArg, recursive: z._default(z.boolean(), false) });
 export const fileListResult = z.strictObject({
   path: z.string(),
   entries: z.array(fileEntry),
@@ -96,9 +101,9 @@ export const fileListResult = z.strictObject({
 
 export const fileReadArgs = z.strictObject({
   path: pathArg,
-  max_bytes: z.int().min(0).optional(),
+  max_bytes: z.optional(z.int().check(z.minimum(0))),
   /** Send the bytes as data frames on the request's channel instead of inline. */
-  stream: z.boolean().default(false),
+  stream: z._default(z.boolean(), false),
 });
 export const fileReadResult = z.strictObject({
   path: z.string(),
@@ -125,7 +130,7 @@ export const patchApplyResult = z.strictObject({
 export const diffArgs = z.strictObject({
   base: pathArg,
   /** false: entries and summary only, no patch text (`workspace commit` needs no patch). */
-  patch: z.boolean().default(true),
+  patch: z._default(z.boolean(), true),
 });
 export const diffResult = z.strictObject({
   changed: z.boolean(),
@@ -143,7 +148,7 @@ export const tarOutArgs = z.strictObject({
    * of them followed (`workspace commit` takes exactly the changed paths). A name that
    * is missing, or not a plain file or symlink under real directories, is left out.
    */
-  paths: z.array(pathArg).max(1_000_000).optional(),
+  paths: z.optional(z.array(pathArg).check(z.maxLength(1_000_000))),
 });
 export const tarOutResult = z.strictObject({
   artifact_type: z.enum(["file", "directory"]),
@@ -163,43 +168,45 @@ export const tarInResult = z.strictObject({
 /** VM guests only (agent started with --vm): the host's clock, entropy, and /workspace. */
 export const vmSetupArgs = z.strictObject({
   /** Host wall clock (ms since the epoch), set as the guest's clock. */
-  time_ms: z.number().min(0),
+  time_ms: z.number().check(z.minimum(0)),
   /** Fresh random bytes (base64) mixed into the guest kernel's entropy pool. */
-  entropy: z.string().max(4096),
-  hostname: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$/),
+  entropy: z.string().check(z.maxLength(4096)),
+  hostname: z.string().check(z.regex(/^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$/)),
 });
 export const vmSetupResult = z.strictObject({
   /** True when this call mounted /workspace (false: it was already mounted). */
   mounted: z.boolean(),
   kernel: z.string(),
   /** Time spent in the guest: the whole op, and the one shell that sets the clock and mounts. */
-  duration_ms: z.number().min(0),
-  shell_ms: z.number().min(0),
+  duration_ms: z.number().check(z.minimum(0)),
+  shell_ms: z.number().check(z.minimum(0)),
 });
 
 /** VM guests only: extracts an uploaded snapshot tree under the guest's snapshot directory. */
 export const vmSnapshotInArgs = z.strictObject({
-  name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/),
+  name: z.string().check(z.regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/)),
 });
 export const vmSnapshotInResult = z.strictObject({ path: z.string(), files: count, bytes: count });
 
 /** VM guests only: flushes every filesystem to its disk (before the host stops the VM). */
 export const vmSyncArgs = z.strictObject({});
-export const vmSyncResult = z.strictObject({ duration_ms: z.number().min(0) });
+export const vmSyncResult = z.strictObject({ duration_ms: z.number().check(z.minimum(0)) });
 
 // --- services (guest/services.ts) ----------------------------------------------------
 
 /** A service name: letters, digits, '.', '_', '-', 1-63 characters. */
 export const serviceName = z
   .string()
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "service names are 1-63 letters, digits, '.', '_' or '-'");
+  .check(
+    z.regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "service names are 1-63 letters, digits, '.', '_' or '-'"),
+  );
 
 /** How a service is known to be ready: a file exists, a TCP port accepts, an HTTP URL answers, a command succeeds. */
 export const readyProbe = z.discriminatedUnion("kind", [
-  z.strictObject({ kind: z.literal("file"), path: pathArg.min(1) }),
-  z.strictObject({ kind: z.literal("tcp"), port: z.int().min(1).max(65535) }),
-  z.strictObject({ kind: z.literal("http"), url: z.string().min(1).max(2048) }),
-  z.strictObject({ kind: z.literal("command"), command: z.string().min(1) }),
+  z.strictObject({ kind: z.literal("file"), path: pathArg.check(z.minLength(1)) }),
+  z.strictObject({ kind: z.literal("tcp"), port: z.int().check(z.minimum(1), z.maximum(65535)) }),
+  z.strictObject({ kind: z.literal("http"), url: z.string().check(z.minLength(1), z.maxLength(2048)) }),
+  z.strictObject({ kind: z.literal("command"), command: z.string().check(z.minLength(1)) }),
 ]);
 
 export const serviceState = z.enum(["starting", "ready", "failed", "stopped"]);
@@ -208,20 +215,20 @@ export const serviceStatus = z.strictObject({
   name: z.string(),
   command: z.string(),
   state: serviceState,
-  pid: z.int().nullable(),
+  pid: z.nullable(z.int()),
   started_at: z.string(),
-  ready_at: z.string().nullable(),
-  exit_code: z.int().nullable(),
-  ready: readyProbe.nullable(),
+  ready_at: z.nullable(z.string()),
+  exit_code: z.nullable(z.int()),
+  ready: z.nullable(readyProbe),
 });
 
 export const serviceStartArgs = z.strictObject({
   name: serviceName,
-  command: z.string().min(1),
-  cwd: pathArg.optional(),
-  env: z.record(envName, envValue).optional(),
-  ready: readyProbe.nullable().default(null),
-  ready_timeout_ms: z.int().min(1).max(MAX_EXEC_TIMEOUT_MS).default(30_000),
+  command: z.string().check(z.minLength(1)),
+  cwd: z.optional(pathArg),
+  env: z.optional(z.record(envName, envValue)),
+  ready: z._default(z.nullable(readyProbe), null),
+  ready_timeout_ms: z._default(z.int().check(z.minimum(1), z.maximum(MAX_EXEC_TIMEOUT_MS)), 30_000),
 });
 /** `state` is ready, failed (it exited first: `exit_code`) or starting (the probe timed out); `log_tail` then. */
 export const serviceStartResult = z.strictObject({
@@ -235,7 +242,7 @@ export const serviceStatusArgs = z.strictObject({ name: serviceName });
 export const serviceStatusResult = z.strictObject({ service: serviceStatus });
 export const serviceLogsArgs = z.strictObject({
   name: serviceName,
-  tail_lines: z.int().min(1).max(10_000).default(100),
+  tail_lines: z._default(z.int().check(z.minimum(1), z.maximum(10_000)), 100),
 });
 export const serviceLogsResult = z.strictObject({
   name: z.string(),
@@ -244,14 +251,16 @@ export const serviceLogsResult = z.strictObject({
 });
 export const serviceStopArgs = z.strictObject({
   name: serviceName,
-  grace_ms: z.int().min(0).max(60_000).default(5000),
+  grace_ms: z._default(z.int().check(z.minimum(0), z.maximum(60_000)), 5000),
 });
 export const serviceStopResult = z.strictObject({ service: serviceStatus, killed: z.boolean() });
 
 // --- shells (guest/ops/shells.ts) -----------------------------------------------------
 
 /** A shell's id as the agent makes it: `sh_` and 12 hex digits. */
-export const shellId = z.string().regex(/^sh_[0-9a-f]{12}$/, "shell ids look like sh_ and 12 hex digits");
+export const shellId = z
+  .string()
+  .check(z.regex(/^sh_[0-9a-f]{12}$/, "shell ids look like sh_ and 12 hex digits"));
 /** Terminal size bounds (columns, rows). */
 export const SHELL_MAX_COLS = 500;
 export const SHELL_MAX_ROWS = 200;
@@ -264,12 +273,12 @@ export const SHELL_MAX_WAIT_MS = 60_000;
 
 export const shellStatus = z.strictObject({
   shell_id: z.string(),
-  pid: z.int().nullable(),
+  pid: z.nullable(z.int()),
   cwd: z.string(),
   cols: z.int(),
   rows: z.int(),
   state: z.enum(["running", "exited"]),
-  exit_code: z.int().nullable(),
+  exit_code: z.nullable(z.int()),
   started_at: z.string(),
   /** Bytes the shell has printed so far (the cursor of the end of its output). */
   end_cursor: count,
@@ -278,16 +287,16 @@ export const shellStatus = z.strictObject({
 });
 
 export const shellOpenArgs = z.strictObject({
-  cwd: pathArg.optional(),
-  cols: z.int().min(1).max(SHELL_MAX_COLS).default(120),
-  rows: z.int().min(1).max(SHELL_MAX_ROWS).default(40),
-  env: z.record(envName, envValue).optional(),
+  cwd: z.optional(pathArg),
+  cols: z._default(z.int().check(z.minimum(1), z.maximum(SHELL_MAX_COLS)), 120),
+  rows: z._default(z.int().check(z.minimum(1), z.maximum(SHELL_MAX_ROWS)), 40),
+  env: z.optional(z.record(envName, envValue)),
 });
 export const shellOpenResult = z.strictObject({ shell: shellStatus });
 export const shellWriteArgs = z.strictObject({
   shell_id: shellId,
-  input: z.string().max(SHELL_MAX_INPUT_BYTES),
-  newline: z.boolean().default(true),
+  input: z.string().check(z.maxLength(SHELL_MAX_INPUT_BYTES)),
+  newline: z._default(z.boolean(), true),
 });
 export const shellWriteResult = z.strictObject({ shell: shellStatus, bytes: count });
 /**
@@ -297,15 +306,11 @@ export const shellWriteResult = z.strictObject({ shell: shellStatus, bytes: coun
  */
 export const shellReadArgs = z.strictObject({
   shell_id: shellId,
-  cursor: count.optional(),
-  max_bytes: z
-    .int()
-    .min(1)
-    .max(SHELL_MAX_READ_BYTES)
-    .default(64 * 1024),
-  prefix_bytes: z.int().min(0).max(SHELL_MAX_READ_BYTES).default(0),
-  wait_for_idle_ms: z.int().min(0).max(SHELL_MAX_IDLE_MS).default(0),
-  max_wait_ms: z.int().min(0).max(SHELL_MAX_WAIT_MS).default(30_000),
+  cursor: z.optional(count),
+  max_bytes: z._default(z.int().check(z.minimum(1), z.maximum(SHELL_MAX_READ_BYTES)), 64 * 1024),
+  prefix_bytes: z._default(z.int().check(z.minimum(0), z.maximum(SHELL_MAX_READ_BYTES)), 0),
+  wait_for_idle_ms: z._default(z.int().check(z.minimum(0), z.maximum(SHELL_MAX_IDLE_MS)), 0),
+  max_wait_ms: z._default(z.int().check(z.minimum(0), z.maximum(SHELL_MAX_WAIT_MS)), 30_000),
 });
 export const shellReadResult = z.strictObject({
   shell: shellStatus,
@@ -326,8 +331,8 @@ export const shellSignalArgs = z.strictObject({
 export const shellSignalResult = z.strictObject({ shell: shellStatus, pgid: z.int() });
 export const shellResizeArgs = z.strictObject({
   shell_id: shellId,
-  cols: z.int().min(1).max(SHELL_MAX_COLS),
-  rows: z.int().min(1).max(SHELL_MAX_ROWS),
+  cols: z.int().check(z.minimum(1), z.maximum(SHELL_MAX_COLS)),
+  rows: z.int().check(z.minimum(1), z.maximum(SHELL_MAX_ROWS)),
 });
 export const shellResizeResult = z.strictObject({ shell: shellStatus });
 export const shellCloseArgs = z.strictObject({ shell_id: shellId });
