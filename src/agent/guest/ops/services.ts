@@ -17,7 +17,6 @@
  */
 import { randomBytes } from "node:crypto";
 import { stat } from "node:fs/promises";
-import http from "node:http";
 import net from "node:net";
 import { AgentError } from "../../errors.js";
 import type { OpResult } from "../../op-schemas.js";
@@ -129,9 +128,11 @@ async function probeOnce(p: Probe, cwd: string, env: Record<string, string> | un
         s.once("connect", () => done(true));
         s.once("error", () => done(false));
       });
-    case "http":
+    case "http": {
+      // Imported here: node:http is the agent's largest built-in, and only this probe uses it.
+      const http = await import("node:http");
       return new Promise((resolve) => {
-        let req: http.ClientRequest;
+        let req: import("node:http").ClientRequest;
         try {
           req = http.get(p.url, { timeout: PROBE_TIMEOUT_MS, agent: false }, (res) => {
             res.resume();
@@ -143,6 +144,7 @@ async function probeOnce(p: Probe, cwd: string, env: Record<string, string> | un
         req.on("timeout", () => req.destroy());
         req.on("error", () => resolve(false));
       });
+    }
     case "command": {
       const child = startCommand(
         { command: p.command, env, stdin: false },
