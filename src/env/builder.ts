@@ -44,6 +44,8 @@ export type VersionCheck = { digest: string } | { unreachable: string };
 export interface BuildOutput {
   source_detail: Record<string, unknown>;
   package_count?: number;
+  /** The root's size when the builder measured it (else the cache walks the tree). */
+  size?: { bytes: number; files: number };
 }
 
 /**

@@ -368,7 +368,7 @@ export class EnvironmentCache {
     out: BuildOutput,
     started: number,
   ): Promise<EnvironmentManifest> {
-    const size = await treeSize(join(tmp, "rootfs"));
+    const size = out.size ?? (await treeSize(join(tmp, "rootfs")));
     const manifest: EnvironmentManifest = {
       name: spec.name,
       description: spec.description,

@@ -161,6 +161,12 @@ function removeAt(p: string): void {
   else unlinkSync(p);
 }
 
+/** A resolved parent directory: its host path, and whether it is setgid (new entries take its group). */
+interface Parent {
+  host: string;
+  setgid: boolean;
+}
+
 /** Bounds of one layer's unpacked contents (a registry is hostile: a small gzip can expand without end). */
 export interface LayerLimits {
   bytes: number;
@@ -183,6 +189,8 @@ export async function applyLayer(
 ): Promise<ApplyStats> {
   const stats: ApplyStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, skipped: 0 };
   const asRoot = process.getuid?.() === 0;
+  // Read once (the call sets it back): what `open` and `mkdir` take off a mode.
+  const umask = process.umask();
   /** Paths this layer wrote: an opaque marker keeps them. */
   const mine = new Set<string>();
   /**
@@ -190,16 +198,17 @@ export async function applyLayer(
    * entries share their parent with the one before. Cleared whenever something that
    * could change a resolution goes away or becomes a symlink.
    */
-  const dirs = new Map<string, string>();
-  const parentOf = (parentParts: string[]): string => {
+  const dirs = new Map<string, Parent>();
+  const parentOf = (parentParts: string[]): Parent => {
     const key = parentParts.join("/");
-    let host = dirs.get(key);
-    if (host === undefined) {
+    let parent = dirs.get(key);
+    if (parent === undefined) {
       ensureDir(root, parentParts);
-      host = resolveInRoot(root, [...parentParts, "."]);
-      dirs.set(key, host);
+      const host = resolveInRoot(root, [...parentParts, "."]);
+      parent = { host, setgid: (Number(lstatSyncSafe(host)?.mode ?? 0) & 0o2000) !== 0 };
+      dirs.set(key, parent);
     }
-    return host;
+    return parent;
   };
   const remove = (p: string) => {
     const st = lstatSyncSafe(p);
@@ -243,7 +252,7 @@ export async function applyLayer(
     const parentParts = parts.slice(0, -1);
     if (base === OPAQUE) {
       stats.whiteouts++;
-      const dir = parentOf(parentParts);
+      const dir = parentOf(parentParts).host;
       for (const child of readdirSync(dir)) {
         const p = path.join(dir, child);
         if (!mine.has(p)) remove(p);
@@ -255,22 +264,30 @@ export async function applyLayer(
       stats.whiteouts++;
       const name = base.slice(WHITEOUT.length);
       if (name === "" || name === "." || name === "..") throw unsafe(label, `bad whiteout '${e.path}'`);
-      remove(path.join(parentOf(parentParts), name));
+      remove(path.join(parentOf(parentParts).host, name));
       e.resume();
       return;
     }
-    const target = path.join(parentOf(parentParts), base);
+    const parent = parentOf(parentParts);
+    const target = path.join(parent.host, base);
     if (!target.startsWith(root + path.sep))
       throw unsafe(label, `entry '${e.path}' resolves outside the root`);
     const mode = (e.mode ?? 0o644) & 0o7777;
     const mtime = e.mtime ?? new Date(0);
+    // What this process creates is root:root with `mode & ~umask` (and the group of a
+    // setgid parent): when that is already what the entry says, chown and chmod are skipped.
+    const exactMode = (mode & 0o7000) === 0 && (mode & umask) === 0 && !parent.setgid;
+    const rootOwned = e.uid === 0 && e.gid === 0 && !parent.setgid;
     switch (e.type) {
       case "Directory": {
         const st = lstatSyncSafe(target);
         if (st && !st.isDirectory()) remove(target);
-        if (!st?.isDirectory()) mkdirSync(target);
-        chmodSync(target, mode);
-        owner(target, e, false);
+        const made = !st?.isDirectory();
+        if (made) mkdirSync(target, exactMode ? mode : 0o700);
+        if (!made || !exactMode) chmodSync(target, mode);
+        if (!made || !rootOwned) owner(target, e, false);
+        // A directory that gains or loses setgid changes the group its new children get.
+        if (st?.isDirectory() && ((Number(st.mode) ^ mode) & 0o2000) !== 0) dirs.clear();
         dirTimes.push({ parts, mtime });
         mine.add(target);
         e.resume();
@@ -282,11 +299,11 @@ export async function applyLayer(
         // O_EXCL|O_NOFOLLOW: never through a symlink; only what already exists is removed first.
         let fd: number;
         try {
-          fd = openSync(target, CREATE, 0o600);
+          fd = openSync(target, CREATE, exactMode ? mode : 0o600);
         } catch (err) {
           if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
           remove(target);
-          fd = openSync(target, CREATE, 0o600);
+          fd = openSync(target, CREATE, exactMode ? mode : 0o600);
         }
         mine.add(target);
         stats.files++;
@@ -312,10 +329,10 @@ export async function applyLayer(
           try {
             if (!failure) {
               // Files are made by this process (root: uid 0, gid 0); chown only when that differs.
-              if (asRoot && e.uid !== undefined && e.gid !== undefined && (e.uid !== 0 || e.gid !== 0))
+              if (asRoot && e.uid !== undefined && e.gid !== undefined && !rootOwned)
                 fchownSync(fd, e.uid, e.gid);
               // After chown: chown clears setuid/setgid bits.
-              fchmodSync(fd, mode);
+              if (!exactMode || !rootOwned) fchmodSync(fd, mode);
               futimesSync(fd, mtime, mtime);
             }
           } catch (err) {
@@ -327,12 +344,13 @@ export async function applyLayer(
         return;
       }
       case "SymbolicLink": {
+        // remove() forgets resolved parents when it removes a directory or a symlink; a
+        // symlink made where nothing was cannot be on any resolved parent's path (those all exist).
         remove(target);
-        dirs.clear();
         if (!e.linkpath) throw unsafe(label, `symlink '${e.path}' has no target`);
         // The target means something inside the sandbox only; it is stored as written.
         symlinkSync(e.linkpath, target);
-        owner(target, e, true);
+        if (!rootOwned) owner(target, e, true);
         try {
           lutimesSync(target, mtime, mtime);
         } catch {

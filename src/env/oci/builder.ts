@@ -1,15 +1,16 @@
 import { spawn } from "node:child_process";
 import { createReadStream } from "node:fs";
-import { mkdir, readdir, rm, stat } from "node:fs/promises";
+import { mkdir, open, readdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { createGunzip } from "node:zlib";
 import { PyroError } from "../../errors.js";
-import { pidAlive } from "../../util/fs.js";
+import { pidAlive, treeSizeSync } from "../../util/fs.js";
 import { acquireLock } from "../../util/lock.js";
 import type { BuildContext, Builder, BuildOutput, VersionCheck } from "../builder.js";
 import type { EnvironmentSpec } from "../catalog.js";
 import { applyLayer } from "./apply.js";
+import { LayerFollower } from "./follow.js";
 import { formatReference, type ImageReference, parseReference } from "./reference.js";
 import { type Descriptor, RegistryClient, RegistryUnreachable } from "./registry.js";
 
@@ -101,25 +102,19 @@ export class OciBuilder implements Builder {
     await mkdir(join(this.options.storeDir, "locks"), { recursive: true, mode: 0o700 });
     await this.sweepPartials();
 
-    // Downloads run ahead (PARALLEL at a time); layers apply strictly in order.
-    const fetched: Promise<void>[] = new Array(layers.length);
-    let next = 0;
-    const startNext = () => {
-      const i = next++;
-      if (i >= layers.length) return;
-      const l = layers[i] as Descriptor;
-      fetched[i] = this.fetchLayer(client, l, (n) => {
-        got += n;
-        report(`layer ${i + 1}/${layers.length}`);
-      });
-      // A failure surfaces when that layer's turn comes; keep unhandled rejections away.
-      fetched[i].catch(() => {});
-    };
-    for (let k = 0; k < PARALLEL; k++) startNext();
+    // Layers apply strictly in order, each as soon as its turn comes: from the store, or
+    // followed while it still downloads.
+    const { fetched, started, startNext } = this.downloads(client, layers, (i, n) => {
+      got += n;
+      report(`layer ${i + 1}/${layers.length}`);
+    });
     let skipped = 0;
     for (let i = 0; i < layers.length; i++) {
-      await fetched[i];
       const l = layers[i] as Descriptor;
+      const partial = await Promise.race([
+        (fetched[i] as Promise<void>).then(() => null),
+        started[i] as Promise<string>,
+      ]);
       ctx.onProgress?.({
         phase: "extract",
         message: `applying layer ${i + 1}/${layers.length}`,
@@ -128,8 +123,7 @@ export class OciBuilder implements Builder {
         done_count: applied,
         total_count: layers.length,
       });
-      const stats = await applyLayer(ctx.rootfs, await this.decompressed(l), l.digest.slice(7, 19));
-      skipped += stats.skipped;
+      skipped += await this.applyOne(ctx.rootfs, l, partial, fetched[i] as Promise<void>);
       applied++;
       startNext();
       if (ctx.signal?.aborted) throw new PyroError("cancelled", `pull of ${spec.name} was cancelled`);
@@ -148,7 +142,55 @@ export class OciBuilder implements Builder {
       user: cfg.User || null,
       skipped_entries: skipped,
     };
-    return { source_detail: detail };
+    return { source_detail: detail, size: treeSizeSync(ctx.rootfs) };
+  }
+
+  /**
+   * Starts the layers' downloads, PARALLEL at a time (`startNext` starts one more).
+   * `started[i]` resolves with the partial file when layer i is being downloaded (it was
+   * not in the store); `fetched[i]` when it is stored and verified.
+   */
+  private downloads(client: RegistryClient, layers: Descriptor[], onBytes: (i: number, n: number) => void) {
+    const fetched: Promise<void>[] = new Array(layers.length);
+    const started: Promise<string>[] = new Array(layers.length);
+    let next = 0;
+    const startNext = () => {
+      const i = next++;
+      if (i >= layers.length) return;
+      let onStart: (partial: string) => void = () => {};
+      started[i] = new Promise((r) => {
+        onStart = r;
+      });
+      fetched[i] = this.fetchLayer(client, layers[i] as Descriptor, (n) => onBytes(i, n), onStart);
+      // A failure surfaces when that layer's turn comes; keep unhandled rejections away.
+      fetched[i].catch(() => {});
+    };
+    for (let k = 0; k < PARALLEL; k++) startNext();
+    return { fetched, started, startNext };
+  }
+
+  /**
+   * Applies one layer: from the store, or (`partial` set) followed while it downloads,
+   * every byte unpacked hashed and checked against the digest (follow.ts), and the
+   * download itself finished and verified before the layer counts.
+   */
+  private async applyOne(
+    rootfs: string,
+    l: Descriptor,
+    partial: string | null,
+    download: Promise<void>,
+  ): Promise<number> {
+    const follower = partial
+      ? new LayerFollower(partial, this.blobPath(l.digest), l.digest, l.size, download)
+      : null;
+    try {
+      const stats = await applyLayer(rootfs, await this.decompressed(l, follower), l.digest.slice(7, 19));
+      await follower?.finish();
+      await download;
+      return stats.skipped;
+    } finally {
+      await follower?.close();
+    }
   }
 
   /** Makes sure the blob is in the store: already there, or downloaded (resumed) and verified. */
@@ -156,6 +198,7 @@ export class OciBuilder implements Builder {
     client: RegistryClient,
     l: Descriptor,
     onBytes: (n: number) => void,
+    onStart: (partial: string) => void,
   ): Promise<void> {
     const dest = this.blobPath(l.digest);
     const have = await stat(dest).catch(() => null);
@@ -171,31 +214,45 @@ export class OciBuilder implements Builder {
         onBytes(raced.size);
         return;
       }
-      await client.download(l, join(this.options.storeDir, "partial", hex), dest, onBytes);
+      const partial = join(this.options.storeDir, "partial", hex);
+      onStart(partial);
+      await client.download(l, partial, dest, onBytes);
     } finally {
       await release();
     }
   }
 
-  /** The layer's tar stream: gzip and zstd told apart by their magic bytes, not only the media type. */
-  private async decompressed(l: Descriptor): Promise<Readable> {
-    const path = this.blobPath(l.digest);
-    const head = Buffer.alloc(4);
-    const fh = await import("node:fs/promises").then((m) => m.open(path, "r"));
-    try {
-      await fh.read(head, 0, 4, 0);
-    } finally {
-      await fh.close();
+  /**
+   * The layer's tar stream, from the store or from a follower: gzip and zstd told apart
+   * by their magic bytes, not only the media type. A read error (a digest mismatch the
+   * follower found) fails the decompressed stream too.
+   */
+  private async decompressed(l: Descriptor, follower: LayerFollower | null): Promise<Readable> {
+    let head: Buffer;
+    let raw: Readable;
+    if (follower) ({ head, stream: raw } = await follower.stream(4));
+    else {
+      const path = this.blobPath(l.digest);
+      head = Buffer.alloc(4);
+      const fh = await open(path, "r");
+      try {
+        await fh.read(head, 0, 4, 0);
+      } finally {
+        await fh.close();
+      }
+      raw = createReadStream(path, { highWaterMark: CHUNK });
     }
+    let out: Readable;
     // 1 MiB chunks: with zlib's 16 KiB default the unpacker waits on the thread pool's
     // round trips (measured: most of an unpack's time was idle).
-    if (head[0] === 0x1f && head[1] === 0x8b)
-      return createReadStream(path, { highWaterMark: CHUNK }).pipe(createGunzip({ chunkSize: CHUNK }));
-    if (head.readUInt32LE(0) === 0xfd2fb528) return zstdStream(path);
-    if (/gzip|zstd/.test(l.mediaType)) {
+    if (head[0] === 0x1f && head[1] === 0x8b) out = raw.pipe(createGunzip({ chunkSize: CHUNK }));
+    else if (head.length >= 4 && head.readUInt32LE(0) === 0xfd2fb528) out = zstdStream(raw);
+    else if (/gzip|zstd/.test(l.mediaType)) {
+      raw.destroy();
       throw new PyroError("build_failed", `layer ${l.digest} says ${l.mediaType} but is not`);
-    }
-    return createReadStream(path, { highWaterMark: CHUNK });
+    } else return raw;
+    raw.once("error", (err) => out.destroy(err));
+    return out;
   }
 
   /** Removes partial downloads nobody is resuming (their lock is free) older than a day. */
@@ -217,9 +274,15 @@ export class OciBuilder implements Builder {
  * Decompresses a zstd layer with the `zstd` program (Node 20's zlib has no zstd; Debian's
  * `zstd` package is in scripts/setup). Its failure fails the stream.
  */
-function zstdStream(path: string): Readable {
-  const child = spawn("zstd", ["-dc", "--", path], { stdio: ["ignore", "pipe", "pipe"] });
+function zstdStream(input: Readable): Readable {
+  const child = spawn("zstd", ["-dc"], { stdio: ["pipe", "pipe", "pipe"] });
   const out = child.stdout;
+  // zstd stopping early (an error) closes its stdin: that failure is reported below.
+  child.stdin.on("error", () => {});
+  input.pipe(child.stdin);
+  out.once("close", () => {
+    if (child.exitCode === null) child.kill();
+  });
   let err = "";
   child.stderr.on("data", (d: Buffer) => {
     err += d.toString().slice(0, 500);
