@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -7,7 +7,8 @@ import type { BackendName } from "../backends/backend.js";
 import { ensureDiskImage } from "../backends/disk-image.js";
 import { Pyro } from "../sdk/pyro.js";
 import { run } from "../util/run.js";
-import { cliRows, idleNodeRssKib } from "./cli.js";
+import { backendRows, bareBwrap, GOALS } from "./backend-rows.js";
+import { cliRows } from "./cli.js";
 import { commitRows } from "./commit.js";
 import { environmentRows } from "./environments.js";
 import { mcpRows } from "./mcp.js";
@@ -15,26 +16,18 @@ import { networkRows } from "./network.js";
 import { qemuRows } from "./qemu.js";
 import { serviceRows } from "./services.js";
 import { shellRows } from "./shells.js";
-import {
-  type BenchRow,
-  median,
-  medianMs,
-  missedRows,
-  printTable,
-  round,
-  row,
-  sampleMs,
-  type Target,
-} from "./stats.js";
+import { type BenchRow, median, medianMs, missedRows, printTable, round, row, sampleMs } from "./stats.js";
 
 const pexec = promisify(execFile);
 
 /**
  * `npm run bench`: every capability against a raw floor measured in the same run, as a
  * ratio (machines differ; ratios measured together travel), with the goal an issue names
- * beside it (GOALS below, issue 18). Prints a table, and the rows as JSON with --json.
- * --check: exits 1 when a row misses its goal by more than the noise of its samples
- * (stats.ts judge()). --quick: fewer runs. --only=cli: only the CLI process rows. --only=network: only the egress proxy rows; --only=services: only the service row; --only=shells: only the shell row; --only=commit: only the workspace commit row; --only=environments: the image pull and create-from-image rows; --only=mcp: only the MCP rows.
+ * beside it (GOALS in backend-rows.ts, issue 18). Prints a table, and the rows as JSON
+ * with --json. --check: exits 1 when a row misses its goal by more than the noise of its
+ * samples (stats.ts judge()). --quick: fewer runs. --only=GROUP runs one group of rows:
+ * cli (the CLI as whole processes), network (the egress proxy), services, shells, commit,
+ * environments (image pull and create from an image), mcp.
  */
 async function main(): Promise<void> {
   const json = process.argv.includes("--json");
@@ -259,40 +252,6 @@ async function main(): Promise<void> {
   output(rows, extra, json);
 }
 
-/** A bare bwrap spawn of /bin/true over `rootfs`: the floor of the bwrap rows. */
-function bareBwrap(rootfs: string): string[] {
-  return [
-    "bwrap",
-    "--unshare-all",
-    "--die-with-parent",
-    "--ro-bind",
-    rootfs,
-    "/",
-    "--proc",
-    "/proc",
-    "--dev",
-    "/dev",
-    "/bin/true",
-  ];
-}
-
-/**
- * The goals issue 18 names (docs/benchmarks.md): per backend for create, reset, warm exec
- * and the in-process one-shot run, and for the rows of main(). Rows of the other modules
- * carry their own (the pull row's ≤ 1.5× is issue 15's).
- */
-const GOALS = {
-  backend: {
-    bwrap: { create: { maxAbs: 100 }, reset: { maxAbs: 50 }, exec: { max: 0.5 }, run: { max: 2 } },
-    gvisor: { create: { max: 2 }, reset: { max: 1 } },
-    docker: { create: { max: 1 }, reset: { max: 0.3 } },
-  } as Partial<Record<BackendName, Partial<Record<"create" | "reset" | "exec" | "run", Target>>>>,
-  reset10k: { max: 0.1 } as Target,
-  sync: { min: 0.8, inverse: true } as Target,
-  /** Idle workspace RSS (issue 18: 50 idle workspaces in 1.5 GiB). */
-  idleRssMib: { maxAbs: 30, unit: "MiB" } as Target,
-};
-
 function output(rows: BenchRow[], extra: Record<string, unknown>, json: boolean): void {
   if (json) process.stdout.write(`${JSON.stringify({ rows, ...extra }, null, 2)}\n`);
   else process.stdout.write(`${printTable(rows)}\n`);
@@ -312,88 +271,6 @@ function output(rows: BenchRow[], extra: Record<string, unknown>, json: boolean)
   process.exitCode = 1;
 }
 
-/** Create, warm exec, one-shot run and reset on one backend, against its floor. */
-async function backendRows(
-  pyro: Pyro,
-  backend: BackendName,
-  floorName: string,
-  floor: number[],
-  n: number,
-  quick: boolean,
-  extra: Record<string, unknown>,
-): Promise<BenchRow[]> {
-  const goal = GOALS.backend[backend] ?? {};
-  const rows: BenchRow[] = [];
-  const createMs = await sampleMs(
-    quick ? 2 : 5,
-    async () => {
-      const w = await pyro.createWorkspace({ backend });
-      await pyro.deleteWorkspace(w.workspace_id);
-    },
-    0,
-  );
-  rows.push(row(`${backend}: workspace create (warm env)`, createMs, floorName, floor, goal.create ?? {}));
-  const ws = await pyro.createWorkspace({ backend });
-  try {
-    const execMs = await sampleMs(
-      n * 2,
-      async () => {
-        const r = await pyro.execWorkspace(ws.workspace_id, "true");
-        if (r.exit_code !== 0) throw new Error("exec failed");
-      },
-      3,
-    );
-    rows.push(row(`${backend}: workspace exec true (warm)`, execMs, floorName, floor, goal.exec ?? {}));
-    // The hangup of a command's leftovers (a background job, ended when the call returns).
-    const leftoverMs = await sampleMs(
-      n,
-      async () => {
-        const r = await pyro.execWorkspace(ws.workspace_id, "sleep 100 & true");
-        if (r.exit_code !== 0) throw new Error("exec failed");
-      },
-      1,
-    );
-    rows.push(row(`${backend}: exec leaving a background job (hung up)`, leftoverMs, floorName, floor, {}));
-    const resetMs = await sampleMs(quick ? 2 : 5, () => pyro.resetWorkspace(ws.workspace_id), 0);
-    rows.push(row(`${backend}: reset (small workspace)`, resetMs, floorName, floor, goal.reset ?? {}));
-    if (backend === "bwrap") rows.push(await idleRssRow(ws.workspace_id, extra));
-  } finally {
-    await pyro.deleteWorkspace(ws.workspace_id);
-  }
-  const runMs = await sampleMs(quick ? 3 : 10, async () => {
-    const r = await pyro.run("debian:12", "true", { backend });
-    if (r.exit_code !== 0) throw new Error("run failed");
-  });
-  rows.push(
-    row(`${backend}: run debian:12 -- true (in-process SDK)`, runMs, floorName, floor, goal.run ?? {}),
-  );
-  return rows;
-}
-
-/**
- * The idle workspace's memory: its sandbox processes' RSS (the agent, mostly), read a
- * few times after it settled, against an idle `node` process (what any Node agent costs).
- */
-async function idleRssRow(id: string, extra: Record<string, unknown>): Promise<BenchRow> {
-  await new Promise((r) => setTimeout(r, 1000));
-  const readings: number[] = [];
-  for (let i = 0; i < 5; i++) {
-    const kib = await sandboxRssKib(id);
-    if (kib !== null) readings.push(kib / 1024);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  extra.agent_rss_kib = readings.length ? Math.round(median(readings) * 1024) : null;
-  const nodeMib = (await idleNodeRssKib()) / 1024;
-  return row(
-    "bwrap: idle workspace RSS (agent and sandbox processes)",
-    readings.length ? readings : [Number.NaN],
-    "idle node process",
-    nodeMib,
-    GOALS.idleRssMib,
-    readings.length ? undefined : "no cgroup to read the sandbox's processes from",
-  );
-}
-
 /** Why a backend cannot be benchmarked here, or null. */
 async function unavailable(pyro: Pyro, backend: BackendName): Promise<string | null> {
   if (!pyro.engine.implemented().includes(backend)) return "not implemented in this build";
@@ -403,25 +280,6 @@ async function unavailable(pyro: Pyro, backend: BackendName): Promise<string | n
   } catch (err) {
     return (err as Error).message;
   }
-}
-
-/** Sum of VmRSS of the processes in a workspace's cgroup (v1 pids controller or v2). */
-async function sandboxRssKib(id: string): Promise<number | null> {
-  for (const dir of [`/sys/fs/cgroup/pids/pyro/${id}`, `/sys/fs/cgroup/pyro/${id}`]) {
-    try {
-      const pids = (await readFile(join(dir, "cgroup.procs"), "utf8")).split("\n").filter(Boolean);
-      let total = 0;
-      for (const pid of pids) {
-        const status = await readFile(`/proc/${pid}/status`, "utf8").catch(() => "");
-        total += Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
-      }
-      return total;
-    } catch {
-      // try the next layout
-    }
-  }
-  void readdir;
-  return null;
 }
 
 main().catch((err) => {
