@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { closeSync, openSync } from "node:fs";
+import { closeSync, type FSWatcher, openSync, watch } from "node:fs";
 import { link, lstat, mkdir, open, readFile, unlink } from "node:fs/promises";
 import { type NetConnectOpts, connect as netConnect, type Socket } from "node:net";
 import { dirname, join } from "node:path";
@@ -106,33 +106,72 @@ export async function waitForSocket(
 ): Promise<void> {
   const deadline = Date.now() + options.timeoutMs;
   let delay = 5;
-  for (;;) {
-    try {
-      const s = await connectSandboxSocket(path, 1000);
-      s.destroy();
-      return;
-    } catch (err) {
-      // Not yet; a tampered socket is final.
-      if (err instanceof PyroError && err.code === "backend_unavailable") throw err;
-    }
-    if (options.signal?.aborted) throw new PyroError("cancelled", `${options.what} start was cancelled`);
-    if (!(await alive())) {
-      throw new PyroError(
-        "backend_unavailable",
-        `${options.what} exited during start: ${await logTail(options.logFile)}`,
-      );
-    }
-    if (Date.now() > deadline) {
-      throw new PyroError(
-        "timeout",
-        `${options.what} did not answer within ${options.timeoutMs} ms: ${await logTail(options.logFile)}`,
-      );
-    }
-    await new Promise((r) => setTimeout(r, delay));
-    // A try is a connect and a /proc read: cheap enough to keep the overshoot small
-    // (an agent answers a few hundred ms after its sandbox starts).
-    delay = Math.min(delay * 2, 20);
+  // The socket's directory is watched, so a try follows the agent's bind at once instead
+  // of up to one poll later (the polls stay: inotify can miss or be unavailable).
+  const wake = watchDir(dirname(path));
+  try {
+    await waitLoop();
+  } finally {
+    wake.close();
   }
+
+  async function waitLoop(): Promise<void> {
+    for (;;) {
+      try {
+        const s = await connectSandboxSocket(path, 1000);
+        s.destroy();
+        return;
+      } catch (err) {
+        // Not yet; a tampered socket is final.
+        if (err instanceof PyroError && err.code === "backend_unavailable") throw err;
+      }
+      if (options.signal?.aborted) throw new PyroError("cancelled", `${options.what} start was cancelled`);
+      if (!(await alive())) {
+        throw new PyroError(
+          "backend_unavailable",
+          `${options.what} exited during start: ${await logTail(options.logFile)}`,
+        );
+      }
+      if (Date.now() > deadline) {
+        throw new PyroError(
+          "timeout",
+          `${options.what} did not answer within ${options.timeoutMs} ms: ${await logTail(options.logFile)}`,
+        );
+      }
+      await wake.next(delay);
+      // A try is a connect and a /proc read: cheap enough to keep the overshoot small
+      // (an agent answers a few hundred ms after its sandbox starts).
+      delay = Math.min(delay * 2, 20);
+    }
+  }
+}
+
+/**
+ * Wakes a waiter when an entry of `dir` changes, or after `ms`, whichever comes first.
+ * Where the directory cannot be watched, it is a plain sleep.
+ */
+function watchDir(dir: string): { next(ms: number): Promise<void>; close(): void } {
+  let wakeUp: (() => void) | null = null;
+  let watcher: FSWatcher | null = null;
+  try {
+    watcher = watch(dir, () => wakeUp?.());
+    watcher.on("error", () => {});
+  } catch {
+    watcher = null;
+  }
+  return {
+    next: (ms) =>
+      new Promise<void>((resolve) => {
+        const timer = setTimeout(done, ms);
+        function done(): void {
+          clearTimeout(timer);
+          wakeUp = null;
+          resolve();
+        }
+        wakeUp = done;
+      }),
+    close: () => watcher?.close(),
+  };
 }
 
 /** Bytes read from the end of a log for {@link logTail}: sandbox logs are sandbox-written. */
