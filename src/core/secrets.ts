@@ -242,3 +242,56 @@ export function redactError(err: PyroError, secrets: Map<string, string>): PyroE
   const redacted = err.withTexts(secretRedactor(secrets));
   return redacted.message === err.message && redacted.hint === err.hint ? err : redacted;
 }
+
+/**
+ * The secret values of one client's workspaces: saved encrypted in each workspace's
+ * directory (`fileOf`), decrypted once per client, with one redactor per workspace.
+ * Synchronous, because the state store redacts inside its write transactions.
+ */
+export class WorkspaceSecrets {
+  private readonly cache = new Map<string, Map<string, string>>();
+  private readonly redactors = new Map<string, (text: string) => string>();
+  private readonly vault: SecretVault;
+
+  constructor(
+    home: string,
+    env: NodeJS.ProcessEnv,
+    private readonly fileOf: (id: string) => string,
+  ) {
+    this.vault = new SecretVault(home, env);
+  }
+
+  /** Encrypts and saves a new workspace's values, and keeps them. */
+  save(id: string, values: Map<string, string>): void {
+    this.vault.save(this.fileOf(id), values);
+    this.cache.set(id, values);
+  }
+
+  /** Workspace `id`'s values (none without secret refs; decrypted on first use). */
+  values(id: string, refCount: number): Map<string, string> {
+    if (refCount === 0) return new Map();
+    let values = this.cache.get(id);
+    if (!values) {
+      values = this.vault.load(this.fileOf(id));
+      this.cache.set(id, values);
+    }
+    return values;
+  }
+
+  /** The redactor of workspace `id`'s values. */
+  redactor(id: string): (text: string) => string {
+    let r = this.redactors.get(id);
+    if (!r) {
+      // The store asks only for workspaces that have secret refs.
+      r = secretRedactor(this.values(id, 1));
+      this.redactors.set(id, r);
+    }
+    return r;
+  }
+
+  /** Forgets a deleted workspace's values. */
+  forget(id: string): void {
+    this.cache.delete(id);
+    this.redactors.delete(id);
+  }
+}

@@ -31,7 +31,7 @@ import {
 } from "./network.js";
 import { currentOwner, interrupted, makeWorkspaceDir, recoverInterrupted } from "./recovery.js";
 import { secretKeyPaths } from "./secret-key.js";
-import { redactError, resolveSecrets, SecretVault, secretRedactor } from "./secrets.js";
+import { redactError, resolveSecrets, WorkspaceSecrets } from "./secrets.js";
 import { seedInto } from "./seed.js";
 import { restartServices } from "./services.js";
 import { workspaceListItem, workspaceView } from "./views.js";
@@ -97,14 +97,12 @@ export interface WorkspaceDeps {
  */
 export class Workspaces {
   private readonly agents = new AgentConnections();
-  private readonly secretCache = new Map<string, Map<string, string>>();
-  private readonly redactorCache = new Map<string, (text: string) => string>();
-  private readonly vault: SecretVault;
+  private readonly secrets: WorkspaceSecrets;
 
   readonly net: WorkspaceNetwork;
 
   constructor(private readonly engine: WorkspaceDeps) {
-    this.vault = new SecretVault(engine.paths.home, engine.env);
+    this.secrets = new WorkspaceSecrets(engine.paths.home, engine.env, (id) => this.secretsFile(id));
     this.net = new WorkspaceNetwork({
       dbPath: join(engine.paths.home, "state.db"),
       workspaceDir: (id) => this.workspaceDir(id),
@@ -164,20 +162,10 @@ export class Workspaces {
   /** A workspace's secret values (decrypted once per client). */
   secretValues(w: WorkspaceRow): Promise<Map<string, string>> {
     try {
-      return Promise.resolve(this.secretValuesSync(w.workspace_id, w.secret_refs.length));
+      return Promise.resolve(this.secrets.values(w.workspace_id, w.secret_refs.length));
     } catch (err) {
       return Promise.reject(err);
     }
-  }
-
-  private secretValuesSync(id: string, refCount: number): Map<string, string> {
-    if (refCount === 0) return new Map();
-    let values = this.secretCache.get(id);
-    if (!values) {
-      values = this.vault.load(this.secretsFile(id));
-      this.secretCache.set(id, values);
-    }
-    return values;
   }
 
   /**
@@ -185,13 +173,7 @@ export class Workspaces {
    * inside its write transactions, hence synchronous).
    */
   secretRedactorById(id: string): (text: string) => string {
-    let r = this.redactorCache.get(id);
-    if (!r) {
-      // The store asks only for workspaces that have secret refs.
-      r = secretRedactor(this.secretValuesSync(id, 1));
-      this.redactorCache.set(id, r);
-    }
-    return r;
+    return this.secrets.redactor(id);
   }
 
   workspaceDir(id: string): string {
@@ -300,8 +282,7 @@ export class Workspaces {
         current_snapshot: "baseline",
         secret_refs: secrets.refs,
       });
-      this.vault.save(this.secretsFile(id), secrets.values);
-      this.secretCache.set(id, secrets.values);
+      this.secrets.save(id, secrets.values);
       this.store.upsertSnapshot({
         workspace_id: id,
         name: "baseline",
@@ -508,8 +489,7 @@ export class Workspaces {
     await backend.destroy(this.sandboxSpec(w), sandboxState(w));
     await removeTree(this.workspaceDir(w.workspace_id));
     this.store.deleteWorkspace(w.workspace_id);
-    this.secretCache.delete(w.workspace_id);
-    this.redactorCache.delete(w.workspace_id);
+    this.secrets.forget(w.workspace_id);
   }
 
   private lastReap = 0;
