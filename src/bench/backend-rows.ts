@@ -116,7 +116,8 @@ async function idleRssRow(id: string, extra: Record<string, unknown>): Promise<B
     readings.length ? readings : [Number.NaN],
     "idle node process",
     nodeMib,
-    GOALS.idleRssMib,
+    // Without a reading there is nothing to judge: no goal rather than a miss.
+    readings.length ? GOALS.idleRssMib : { unit: "MiB" },
     readings.length ? undefined : "no cgroup to read the sandbox's processes from",
   );
 }
