@@ -130,8 +130,14 @@ export class Pyro {
   }
   async pullEnvironment(name: string, options: PullOptions = {}): Promise<PullResult> {
     checkArgs("pullEnvironment", [name, options]);
-    // Like `pyro env pull`: an image tag is re-resolved at the registry (a new digest is a new version).
-    return this.engine.environments.pull(name, { ...coreOptions(options), refresh: true });
+    // Like `pyro env pull`: an image tag is re-resolved at the registry (a new digest is a
+    // new version). The core's option is spelled `insecureRegistry` too (coreOptions
+    // would pass it on as `insecure_registry`, which the core does not read).
+    return this.engine.environments.pull(name, {
+      ...(options.signal ? { signal: options.signal } : {}),
+      ...(options.insecureRegistry ? { insecureRegistry: true } : {}),
+      refresh: true,
+    });
   }
   /**
    * Builds an environment from a recipe in a sandbox with network egress (contract §10),
