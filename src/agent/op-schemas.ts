@@ -5,6 +5,25 @@
  */
 import * as z from "zod/mini";
 import "./zod.js";
+import { count, envName, envValue, pathArg } from "./schema-parts.js";
+import {
+  shellCloseArgs,
+  shellCloseResult,
+  shellListArgs,
+  shellListResult,
+  shellOpenArgs,
+  shellOpenResult,
+  shellReadArgs,
+  shellReadResult,
+  shellResizeArgs,
+  shellResizeResult,
+  shellSignalArgs,
+  shellSignalResult,
+  shellWriteArgs,
+  shellWriteResult,
+} from "./shell-schemas.js";
+
+export * from "./shell-schemas.js";
 
 /** Cap on `exec.max_output_bytes`: two streams this size must fit in one message. */
 export const MAX_EXEC_OUTPUT_BYTES = 4 * 1024 * 1024;
@@ -14,17 +33,6 @@ export const MAX_INLINE_READ_BYTES = 16 * 1024 * 1024;
 export const DEFAULT_INLINE_READ_BYTES = 1024 * 1024;
 /** Longest `exec.timeout_ms` accepted (24 h). */
 export const MAX_EXEC_TIMEOUT_MS = 24 * 60 * 60 * 1000;
-
-const count = z.int().check(z.minimum(0));
-// Paths travel as strings; containment is the agent's job (guest/paths.ts), here we
-// only refuse what can never be a path.
-const pathArg = z.string().check(z.refine((s) => !s.includes("\0"), "path must not contain NUL"));
-const envName = z
-  .string()
-  .check(z.regex(/^[^=\0]+$/, "environment variable names must be non-empty, without '=' or NUL"));
-const envValue = z
-  .string()
-  .check(z.refine((s) => !s.includes("\0"), "environment values must not contain NUL"));
 
 const artifactType = z.enum(["file", "directory", "symlink", "other"]);
 const changeStatus = z.enum(["added", "modified", "deleted"]);
@@ -254,91 +262,6 @@ export const serviceStopArgs = z.strictObject({
   grace_ms: z._default(z.int().check(z.minimum(0), z.maximum(60_000)), 5000),
 });
 export const serviceStopResult = z.strictObject({ service: serviceStatus, killed: z.boolean() });
-
-// --- shells (guest/ops/shells.ts) -----------------------------------------------------
-
-/** A shell's id as the agent makes it: `sh_` and 12 hex digits. */
-export const shellId = z
-  .string()
-  .check(z.regex(/^sh_[0-9a-f]{12}$/, "shell ids look like sh_ and 12 hex digits"));
-/** Terminal size bounds (columns, rows). */
-export const SHELL_MAX_COLS = 500;
-export const SHELL_MAX_ROWS = 200;
-/** Most bytes one write sends, and one read returns. */
-export const SHELL_MAX_INPUT_BYTES = 64 * 1024;
-export const SHELL_MAX_READ_BYTES = 1024 * 1024;
-/** Longest idle wait, and longest a read waits in all. */
-export const SHELL_MAX_IDLE_MS = 10_000;
-export const SHELL_MAX_WAIT_MS = 60_000;
-
-export const shellStatus = z.strictObject({
-  shell_id: z.string(),
-  pid: z.nullable(z.int()),
-  cwd: z.string(),
-  cols: z.int(),
-  rows: z.int(),
-  state: z.enum(["running", "exited"]),
-  exit_code: z.nullable(z.int()),
-  started_at: z.string(),
-  /** Bytes the shell has printed so far (the cursor of the end of its output). */
-  end_cursor: count,
-  /** The oldest byte still kept (older output fell out of the bounded buffer). */
-  buffer_start: count,
-});
-
-export const shellOpenArgs = z.strictObject({
-  cwd: z.optional(pathArg),
-  cols: z._default(z.int().check(z.minimum(1), z.maximum(SHELL_MAX_COLS)), 120),
-  rows: z._default(z.int().check(z.minimum(1), z.maximum(SHELL_MAX_ROWS)), 40),
-  env: z.optional(z.record(envName, envValue)),
-});
-export const shellOpenResult = z.strictObject({ shell: shellStatus });
-export const shellWriteArgs = z.strictObject({
-  shell_id: shellId,
-  input: z.string().check(z.maxLength(SHELL_MAX_INPUT_BYTES)),
-  newline: z._default(z.boolean(), true),
-});
-export const shellWriteResult = z.strictObject({ shell: shellStatus, bytes: count });
-/**
- * Output from `cursor` (default: where the last read ended), at most `max_bytes`;
- * `prefix_bytes` of what came before it too (for rendering); `wait_for_idle_ms` first
- * waits until the shell has printed nothing for that long (at most `max_wait_ms`).
- */
-export const shellReadArgs = z.strictObject({
-  shell_id: shellId,
-  cursor: z.optional(count),
-  max_bytes: z._default(z.int().check(z.minimum(1), z.maximum(SHELL_MAX_READ_BYTES)), 64 * 1024),
-  prefix_bytes: z._default(z.int().check(z.minimum(0), z.maximum(SHELL_MAX_READ_BYTES)), 0),
-  wait_for_idle_ms: z._default(z.int().check(z.minimum(0), z.maximum(SHELL_MAX_IDLE_MS)), 0),
-  max_wait_ms: z._default(z.int().check(z.minimum(0), z.maximum(SHELL_MAX_WAIT_MS)), 30_000),
-});
-export const shellReadResult = z.strictObject({
-  shell: shellStatus,
-  output: z.string(),
-  prefix: z.string(),
-  /** Where `output` starts: the asked cursor, or the buffer's start when that fell out (`truncated`). */
-  cursor: count,
-  next_cursor: count,
-  truncated: z.boolean(),
-  /** More output is already there past `next_cursor`. */
-  has_more: z.boolean(),
-});
-export const shellSignalArgs = z.strictObject({
-  shell_id: shellId,
-  signal: z.enum(["INT", "TERM", "KILL"]),
-});
-/** `pgid`: the process group signalled (the terminal's foreground job, or the shell). */
-export const shellSignalResult = z.strictObject({ shell: shellStatus, pgid: z.int() });
-export const shellResizeArgs = z.strictObject({
-  shell_id: shellId,
-  cols: z.int().check(z.minimum(1), z.maximum(SHELL_MAX_COLS)),
-  rows: z.int().check(z.minimum(1), z.maximum(SHELL_MAX_ROWS)),
-});
-export const shellResizeResult = z.strictObject({ shell: shellStatus });
-export const shellCloseArgs = z.strictObject({ shell_id: shellId });
-export const shellCloseResult = z.strictObject({ shell: shellStatus });
-export const shellListArgs = z.strictObject({});
-export const shellListResult = z.strictObject({ shells: z.array(shellStatus) });
 
 /**
  * Every op, with its schemas and how it uses the request's channel:
