@@ -127,6 +127,33 @@ describe("file_read and file_write", () => {
     expect(Buffer.concat(chunks).equals(big)).toBe(true);
   });
 
+  it("stops reading while onData's promise is pending (a slow consumer bounds the memory), in order", async () => {
+    const big = Buffer.alloc(3 * 1024 * 1024 + 17);
+    for (let i = 0; i < big.length; i++) big[i] = (i * 13) & 0xff;
+    await writeFile(path.join(fx.root, "slow.bin"), big);
+    const chunks: Buffer[] = [];
+    let pending = 0;
+    let arrivedWhilePending = 0;
+    await fx.client.request(
+      "file_read",
+      { path: "slow.bin", stream: true },
+      {
+        onData: (c) => {
+          chunks.push(c);
+          if (pending > 0) arrivedWhilePending++;
+          pending++;
+          return new Promise<void>((r) => setTimeout(r, 5)).then(() => {
+            pending--;
+          });
+        },
+      },
+    );
+    expect(Buffer.concat(chunks).equals(big)).toBe(true);
+    // Only chunks already read from the socket may arrive before the pause takes hold;
+    // without it, nearly every chunk would arrive while an earlier one is pending.
+    expect(arrivedWhilePending, `${arrivedWhilePending} of ${chunks.length}`).toBeLessThan(chunks.length / 2);
+  });
+
   it("refuses to read or write through '..', absolute paths elsewhere, symlinks out and hard links, changing nothing", async () => {
     await writeFile(path.join(fx.outside, "secret"), "s3cret");
     await symlink(fx.outside, path.join(fx.root, "out"));
