@@ -9,7 +9,7 @@
  *   the extractor only ever sees archives that are safe in full.
  */
 import { spawn } from "node:child_process";
-import { constants, type Dirent, lstatSync, readdirSync } from "node:fs";
+import { constants, createReadStream, type Dirent, lstatSync, readdirSync } from "node:fs";
 import { access, lstat } from "node:fs/promises";
 import path from "node:path";
 import { PassThrough, type Readable } from "node:stream";
@@ -89,39 +89,98 @@ function refusal(label: string, why: string): AgentError {
 
 /** Reads a spooled archive and refuses it unless every entry is safe to extract. */
 export async function validateArchive(file: string, options: ValidateOptions): Promise<Checked> {
+  const v = archiveValidator(options);
+  for await (const chunk of createReadStream(file, { highWaterMark: 1024 * 1024 }))
+    await v.write(chunk as Buffer);
+  return v.finish();
+}
+
+/**
+ * validateArchive fed as the bytes arrive (tar_in checks an upload while spooling it, so
+ * the archive is not read a second time before extraction). Nothing is extracted here:
+ * the caller extracts only after finish() accepted the whole archive.
+ */
+export function archiveValidator(options: ValidateOptions): {
+  /** Resolves when the parser can take more. */
+  write(chunk: Buffer): Promise<void>;
+  /** Ends the archive; resolves with the counts, or rejects with the refusal. */
+  finish(): Promise<Checked>;
+} {
   const problems: string[] = [];
   const links = new Set<string>();
   const names: { name: string; type: string }[] = [];
   const checked: Checked = { files: 0, bytes: 0, entries: 0 };
-  await tar.t({
-    file,
-    strict: true,
-    onReadEntry: (entry) => {
-      const raw = entry.path;
-      const name = posix.normalize(raw.replace(/^(\.\/)+/, "")).replace(/\/+$/, "");
-      checked.entries++;
-      if (posix.isAbsolute(raw) || /^[a-zA-Z]:/.test(raw)) problems.push(`absolute entry name '${raw}'`);
-      else if (name.split("/").includes("..")) problems.push(`entry '${raw}' climbs out with '..'`);
-      else if (entry.type === "Link") problems.push(`hard link '${raw}'`);
-      else if (entry.type === "SymbolicLink") {
-        const target = entry.linkpath ?? "";
-        const ok =
-          (options.allowAbsoluteSymlinks && posix.isAbsolute(target)) || linkStaysInside(name, target);
-        if (!ok) problems.push(`symlink '${raw}' -> '${target}' leads outside the extraction directory`);
-        links.add(name);
-      } else if (FILE_TYPES.has(entry.type)) {
-        checked.files++;
-        checked.bytes += entry.size;
-      } else if (entry.type !== "Directory")
-        problems.push(`entry '${raw}' has unsupported type ${entry.type}`);
-      names.push({ name, type: entry.type });
-    },
+  const parser = new tar.Parser({ strict: true });
+  let failure: Error | null = null;
+  const ended = new Promise<void>((resolve, reject) => {
+    parser.on("error", (e: Error) => {
+      failure ??= e;
+      reject(e);
+    });
+    parser.on("end", () => resolve());
   });
-  if (problems.length > 0)
-    throw refusal(options.destLabel, `the archive has ${problems.slice(0, 5).join("; ")}`);
+  ended.catch(() => {});
+  parser.on("entry", (entry: tar.ReadEntry) => {
+    checkListed(entry, options, { problems, links, names, checked });
+    entry.resume();
+  });
+  return {
+    write: async (chunk) => {
+      if (failure) throw failure;
+      // A failed parse never drains: `ended` settles then instead.
+      if (!parser.write(chunk))
+        await Promise.race([new Promise((r) => parser.once("drain", r)), ended.catch(() => {})]);
+    },
+    finish: async () => {
+      parser.end();
+      await ended;
+      if (problems.length > 0)
+        throw refusal(options.destLabel, `the archive has ${problems.slice(0, 5).join("; ")}`);
+      await checkPrefixes(names, links, options);
+      return checked;
+    },
+  };
+}
 
-  // Nothing may be extracted through a symlink, whether the archive makes it or it
-  // already exists under the destination.
+/** The per-entry checks of validateArchive: names, types and link targets. */
+function checkListed(
+  entry: tar.ReadEntry,
+  options: ValidateOptions,
+  acc: {
+    problems: string[];
+    links: Set<string>;
+    names: { name: string; type: string }[];
+    checked: Checked;
+  },
+): void {
+  const { problems, links, checked } = acc;
+  const raw = entry.path;
+  const name = posix.normalize(raw.replace(/^(\.\/)+/, "")).replace(/\/+$/, "");
+  checked.entries++;
+  if (posix.isAbsolute(raw) || /^[a-zA-Z]:/.test(raw)) problems.push(`absolute entry name '${raw}'`);
+  else if (name.split("/").includes("..")) problems.push(`entry '${raw}' climbs out with '..'`);
+  else if (entry.type === "Link") problems.push(`hard link '${raw}'`);
+  else if (entry.type === "SymbolicLink") {
+    const target = entry.linkpath ?? "";
+    const ok = (options.allowAbsoluteSymlinks && posix.isAbsolute(target)) || linkStaysInside(name, target);
+    if (!ok) problems.push(`symlink '${raw}' -> '${target}' leads outside the extraction directory`);
+    links.add(name);
+  } else if (FILE_TYPES.has(entry.type)) {
+    checked.files++;
+    checked.bytes += entry.size;
+  } else if (entry.type !== "Directory") problems.push(`entry '${raw}' has unsupported type ${entry.type}`);
+  acc.names.push({ name, type: entry.type });
+}
+
+/**
+ * Nothing may be extracted through a symlink, whether the archive makes it or it
+ * already exists under the destination.
+ */
+async function checkPrefixes(
+  names: { name: string; type: string }[],
+  links: Set<string>,
+  options: ValidateOptions,
+): Promise<void> {
   const existing = new Map<string, boolean>();
   const isLink = async (rel: string): Promise<boolean> => {
     if (links.has(rel)) return true;
@@ -147,7 +206,6 @@ export async function validateArchive(file: string, options: ValidateOptions): P
       throw new AgentError("conflict", `'${name}' exists as a symlink where the archive has a directory`);
     }
   }
-  return checked;
 }
 
 /**

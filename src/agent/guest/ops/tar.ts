@@ -11,9 +11,10 @@ import type { Stats } from "node:fs";
 import { createWriteStream } from "node:fs";
 import { lstat, mkdir, mkdtemp, rm, stat } from "node:fs/promises";
 import path from "node:path";
+import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { AgentError } from "../../errors.js";
-import { type Checked, extractArchive, packTree, validateArchive } from "../../tarsafe.js";
+import { archiveValidator, type Checked, extractArchive, packTree } from "../../tarsafe.js";
 import { outsideError, Workspace } from "../paths.js";
 import type { OpContext, OpHandler } from "./context.js";
 
@@ -80,8 +81,27 @@ export const tarOut: OpHandler<"tar_out"> = async (args, ctx) => {
   return { artifact_type: isDir ? "directory" : "file", bytes, entries };
 };
 
-async function spool(ctx: OpContext, file: string): Promise<number> {
-  await pipeline(ctx.upload!, createWriteStream(file, { mode: 0o600 }), { signal: ctx.signal });
+/**
+ * Writes the upload to `file` and feeds the same bytes to `validator` as they arrive (the
+ * archive is checked while it is received, not read again after). Returns the size.
+ */
+async function spool(
+  ctx: OpContext,
+  file: string,
+  validator: ReturnType<typeof archiveValidator>,
+): Promise<number> {
+  const out = createWriteStream(file, { mode: 0o600 });
+  const check = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      // A chunk the parser refuses still goes to the file: the whole upload is read (the
+      // request's stream must be drained) and finish() reports the parser's error.
+      validator.write(chunk).then(
+        () => done(null, chunk),
+        () => done(null, chunk),
+      );
+    },
+  });
+  await pipeline(ctx.upload!, check, out, { signal: ctx.signal });
   return (await stat(file)).size;
 }
 
@@ -93,7 +113,8 @@ export const tarIn: OpHandler<"tar_in"> = async (args, ctx) => {
   const scratch = await mkdtemp(path.join(ctx.tmpDir, "pyro-upload-"));
   try {
     const file = path.join(scratch, "upload.tar");
-    const size = await spool(ctx, file).catch((err: unknown) => {
+    const validator = archiveValidator({ destReal: dest.real, destLabel: Workspace.show(dest.rel) });
+    const size = await spool(ctx, file, validator).catch((err: unknown) => {
       if (ctx.signal.aborted) throw new AgentError("cancelled", "the upload was cancelled");
       throw err instanceof AgentError
         ? err
@@ -102,7 +123,7 @@ export const tarIn: OpHandler<"tar_in"> = async (args, ctx) => {
     if (size === 0) throw new AgentError("invalid_argument", "the uploaded archive is empty");
     let checked: Checked;
     try {
-      checked = await validateArchive(file, { destReal: dest.real, destLabel: Workspace.show(dest.rel) });
+      checked = await validator.finish();
     } catch (err) {
       if (err instanceof AgentError) throw err;
       throw new AgentError(
