@@ -54,3 +54,5 @@ export const socketSandboxShape = {
   log: z.string(),
   cgroup: z.string().min(1),
 };
+/** What {@link socketSandboxShape} reads. */
+export type SocketSandbox = z.output<z.ZodObject<typeof socketSandboxShape>>;

@@ -4,27 +4,21 @@ import type { Duplex } from "node:stream";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import {
-  connectForward,
-  connectSandboxSocket,
-  killAndWait,
-  sameProcessAlive,
-  waitForSocket,
-} from "../common.js";
+import { sameProcessAlive, waitForSocket } from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
 import { agentArgv, guestNet, sandboxHostname } from "../guest.js";
 import { CgroupLimits, detectCgroups, limitedCgroup } from "../linux/cgroups.js";
-import { detectLaunchTools, type LaunchTools, launchArgv } from "../linux/launch.js";
+import { launchArgv } from "../linux/launch.js";
 import {
   detectLayout,
-  discardLayers,
   layoutDisk,
   layoutOverlays,
   prepareLayout,
   type SandboxLayout,
 } from "../linux/layout.js";
+import { LinuxSocketBackend } from "../linux/socket-backend.js";
 import { prepareNodeRuntime } from "../runtime.js";
-import { socketSandboxShape, stateReader } from "../sandbox-state.js";
+import { type SocketSandbox, socketSandboxShape, stateReader } from "../sandbox-state.js";
 import { linuxDiskView, openDiskView } from "./disk-view.js";
 import { isolationArgs } from "./isolation.js";
 import { bwrapRunOnce } from "./oneshot.js";
@@ -48,16 +42,10 @@ const BWRAP_STATE = stateReader("bwrap", socketSandboxShape);
  * capabilities dropped, a seccomp filter, cgroup limits, and a copy-on-write root per
  * workspace. Needs root (overlay mounts, cgroups).
  */
-export class BwrapBackend implements WorkspaceBackend {
+export class BwrapBackend extends LinuxSocketBackend<SocketSandbox> implements WorkspaceBackend {
   readonly name = "bwrap" as const;
   readonly executionMode = "guest_agent" as const;
-
-  private tools: Promise<LaunchTools> | undefined;
-
-  private launchTools(): Promise<LaunchTools> {
-    this.tools ??= detectLaunchTools();
-    return this.tools;
-  }
+  protected readonly sandboxState = BWRAP_STATE;
 
   async runOnce(spec: OneShotSpec): Promise<OneShotResult> {
     return bwrapRunOnce(spec, await this.launchTools());
@@ -168,14 +156,6 @@ export class BwrapBackend implements WorkspaceBackend {
     return state;
   }
 
-  connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
-    return connectSandboxSocket(BWRAP_STATE.read(state).socket, options.timeoutMs ?? 5000);
-  }
-
-  connectPort(state: SandboxState, port: number, options: { timeoutMs?: number } = {}): Promise<Duplex> {
-    return connectForward(BWRAP_STATE.read(state).socket, port, options.timeoutMs ?? 5000);
-  }
-
   isRunning(state: SandboxState): Promise<boolean> {
     const s = BWRAP_STATE.read(state);
     return sameProcessAlive(s.pid, s.start_time);
@@ -183,10 +163,7 @@ export class BwrapBackend implements WorkspaceBackend {
 
   /** Kills every process of the sandbox (through its cgroup) and waits for them. */
   async stop(state: SandboxState): Promise<void> {
-    const s = BWRAP_STATE.readPartial(state);
-    const cg = s.cgroup ? await CgroupLimits.attach(await detectCgroups(), s.cgroup) : null;
-    if (cg) await cg.destroy();
-    if (s.pid !== undefined && s.start_time !== undefined) await killAndWait(s.pid, s.start_time);
+    await this.killSandbox(BWRAP_STATE.readPartial(state));
   }
 
   /** A stopped workspace's files, read by a read-only agent in its own bwrap sandbox (disk-view.ts). */
@@ -194,16 +171,8 @@ export class BwrapBackend implements WorkspaceBackend {
     return openDiskView(spec, await linuxDiskView(spec));
   }
 
-  discardChanges(spec: SandboxSpec): Promise<void> {
-    return discardLayers(spec.dir);
-  }
-
   async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
-    if (state) await this.stop(state);
-    else {
-      const cg = await CgroupLimits.attach(await detectCgroups(), spec.workspace_id);
-      if (cg) await cg.destroy();
-    }
+    await this.killSandbox(state ? BWRAP_STATE.readPartial(state) : {}, spec.workspace_id);
     await removeTree(spec.dir);
   }
 }

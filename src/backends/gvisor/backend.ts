@@ -7,20 +7,13 @@ import { removeTree } from "../../util/mounts.js";
 import { which } from "../../util/run.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { linuxDiskView, openDiskView } from "../bwrap/disk-view.js";
-import {
-  connectForward,
-  connectSandboxSocket,
-  killAndWait,
-  sameProcessAlive,
-  waitForSocket,
-} from "../common.js";
+import { connectSandboxSocket, sameProcessAlive, waitForSocket } from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
 import { agentArgv, guestNet, sandboxHostname } from "../guest.js";
 import { type KvmCheck, kvmCheck } from "../kvm.js";
 import { CgroupLimits, detectCgroups, limitedCgroup } from "../linux/cgroups.js";
-import { detectLaunchTools, type LaunchTools, launchArgv } from "../linux/launch.js";
+import { launchArgv } from "../linux/launch.js";
 import {
-  discardLayers,
   isLegacyLayout,
   layoutDisk,
   layoutOverlays,
@@ -28,6 +21,7 @@ import {
   type SandboxLayout,
   sandboxLayout,
 } from "../linux/layout.js";
+import { LinuxSocketBackend } from "../linux/socket-backend.js";
 import { prepareNodeRuntime } from "../runtime.js";
 import { socketSandboxShape, stateReader } from "../sandbox-state.js";
 import { GVISOR_IN_SANDBOX, workspaceConfig } from "./oci.js";
@@ -47,12 +41,13 @@ export function gvisorLayout(dir: string, legacy = false): GvisorLayout {
 }
 
 /** What a gVisor sandbox records: a Linux sandbox's fields and runsc's state directory and ids. */
-const GVISOR_STATE = stateReader("gvisor", {
+const GVISOR_SHAPE = {
   ...socketSandboxShape,
   runsc_root: z.string().min(1),
   container_id: z.string().min(1),
   platform: z.string().min(1),
-});
+};
+const GVISOR_STATE = stateReader("gvisor", GVISOR_SHAPE);
 
 const START_TIMEOUT_MS = 30_000;
 
@@ -71,23 +66,22 @@ const START_TIMEOUT_MS = 30_000;
  * `runsc exec` and a fresh Node per connection). Everything runs in the workspace's
  * cgroup, created and verified before anything starts (fail closed).
  */
-export class GvisorBackend implements WorkspaceBackend {
+export class GvisorBackend
+  extends LinuxSocketBackend<z.output<z.ZodObject<typeof GVISOR_SHAPE>>>
+  implements WorkspaceBackend
+{
   readonly name = "gvisor" as const;
   readonly executionMode = "guest_agent" as const;
+  protected readonly sandboxState = GVISOR_STATE;
 
-  private tools: Promise<LaunchTools> | undefined;
   private runscBin: Promise<string | null> | undefined;
 
   private readonly kvm: KvmCheck;
 
   /** `kvm`: the KVM verdict to use (the engine's); default: a check of its own in process.env. */
   constructor(private readonly options: { probeTimeoutMs?: number; kvm?: KvmCheck } = {}) {
+    super();
     this.kvm = options.kvm ?? kvmCheck(process.env, options.probeTimeoutMs);
-  }
-
-  private launchTools(): Promise<LaunchTools> {
-    this.tools ??= detectLaunchTools();
-    return this.tools;
   }
 
   /** runsc and the platform to use, or `backend_unavailable` with the reason. */
@@ -227,14 +221,6 @@ export class GvisorBackend implements WorkspaceBackend {
     return state;
   }
 
-  connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
-    return connectSandboxSocket(GVISOR_STATE.read(state).socket, options.timeoutMs ?? 5000);
-  }
-
-  connectPort(state: SandboxState, port: number, options: { timeoutMs?: number } = {}): Promise<Duplex> {
-    return connectForward(GVISOR_STATE.read(state).socket, port, options.timeoutMs ?? 5000);
-  }
-
   /**
    * The launch process runs `runsc run` (and the capped log reader), and lives as long as
    * the container. A sandbox
@@ -263,10 +249,7 @@ export class GvisorBackend implements WorkspaceBackend {
    */
   async stop(state: SandboxState): Promise<void> {
     const s = GVISOR_STATE.readPartial(state);
-    const layout = await detectCgroups();
-    const cg = s.cgroup ? await CgroupLimits.attach(layout, s.cgroup) : null;
-    if (cg) await cg.destroy();
-    if (s.pid !== undefined && s.start_time !== undefined) await killAndWait(s.pid, s.start_time);
+    const layout = await this.killSandbox(s);
     if (s.cgroup) await this.sweep(layout.root, layout.base, s.cgroup);
     if (s.runsc_root) await rm(s.runsc_root, { recursive: true, force: true });
   }
@@ -280,16 +263,10 @@ export class GvisorBackend implements WorkspaceBackend {
     return openDiskView(spec, await linuxDiskView(spec));
   }
 
-  discardChanges(spec: SandboxSpec): Promise<void> {
-    return discardLayers(spec.dir);
-  }
-
   async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
     if (state) await this.stop(state);
     else {
-      const layout = await detectCgroups();
-      const cg = await CgroupLimits.attach(layout, spec.workspace_id);
-      if (cg) await cg.destroy();
+      const layout = await this.killSandbox({}, spec.workspace_id);
       await this.sweep(layout.root, layout.base, spec.workspace_id);
     }
     await removeTree(spec.dir);
