@@ -44,6 +44,8 @@ export class TreeWriter {
   private readonly made = new Map<string, "dir" | "file" | "symlink">([[".", "dir"]]);
   private readonly dirs: DirMeta[] = [];
   private openFd: number | null = null;
+  /** Directories made because an entry implied them (they had no entry of their own). */
+  implied = 0;
 
   /**
    * `keepOwners`: chown to the archive's owners (snapshots); otherwise everything stays
@@ -53,6 +55,8 @@ export class TreeWriter {
     private readonly tree: string,
     private readonly keepOwners: boolean,
     private readonly report: (problem: string) => void,
+    /** How many implied directories may have been made so far (untrusted-tar.ts's bound). */
+    private readonly limits: { impliedDirs: () => number },
   ) {}
 
   /** Writes `entry` (already checked) at `name`; its body is consumed here. */
@@ -89,17 +93,28 @@ export class TreeWriter {
 
   /** Makes missing parents (as plain directories); false, reported, if one is not a directory made here. */
   private parentsAreDirs(name: string): boolean {
-    const parts = name.split("/");
-    for (let i = 1; i < parts.length; i++) {
-      const prefix = parts.slice(0, i).join("/");
-      const kind = this.made.get(prefix);
-      if (kind === undefined) {
-        mkdirSync(path.join(this.tree, prefix), 0o700);
-        this.made.set(prefix, "dir");
-      } else if (kind !== "dir") {
-        this.report(`entry '${name}' would be written through '${prefix}', which is not a directory`);
-        return false;
-      }
+    // Up from the entry's parent to the nearest one made here (a directory made here had
+    // its own parents checked), then down again making the missing ones.
+    const missing: string[] = [];
+    let prefix = path.posix.dirname(name);
+    let kind = this.made.get(prefix);
+    while (kind === undefined) {
+      missing.push(prefix);
+      prefix = path.posix.dirname(prefix);
+      kind = this.made.get(prefix);
+    }
+    if (kind !== "dir") {
+      this.report(`entry '${name}' would be written through '${prefix}', which is not a directory`);
+      return false;
+    }
+    if (this.implied + missing.length > this.limits.impliedDirs()) {
+      this.report(`entry '${name}' implies more directories than the archive names`);
+      return false;
+    }
+    for (const dir of missing.reverse()) {
+      mkdirSync(path.join(this.tree, dir), 0o700);
+      this.made.set(dir, "dir");
+      this.implied++;
     }
     return true;
   }

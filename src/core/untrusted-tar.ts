@@ -45,12 +45,34 @@ function refusal(label: string, problems: readonly string[]): PyroError {
   );
 }
 
+/**
+ * Bounds on what one archive may make the host do (a hijacked agent chooses every byte):
+ * a name no longer than PATH_MAX, at most 256 directory levels, at most 4 million entries
+ * (as for image layers), and at most 256 Mi characters of names kept in memory. A
+ * directory an entry implies without its own entry counts as an entry, and there may be
+ * at most 1024 more of those than explicit entries: pyro's own archives name every
+ * directory, and without the bound a few kilobytes of deep names made the host create
+ * thousands of directories synchronously.
+ */
+export const UNTRUSTED_LIMITS = {
+  nameBytes: 4096,
+  depth: 256,
+  entries: 4_000_000,
+  nameChars: 256 * 1024 * 1024,
+  impliedDirsOverEntries: 1024,
+} as const;
+
 /** The entry's name as it is written, or a reason to refuse it. */
 function checkName(raw: string): { name: string } | { problem: string } {
   if (raw.includes("\0")) return { problem: "an entry name with a NUL byte" };
+  if (Buffer.byteLength(raw) > UNTRUSTED_LIMITS.nameBytes)
+    return { problem: `an entry name longer than ${UNTRUSTED_LIMITS.nameBytes} bytes` };
   if (posix.isAbsolute(raw) || /^[a-zA-Z]:/.test(raw)) return { problem: `absolute entry name '${raw}'` };
   const name = normalName(raw);
-  if (name.split("/").includes("..")) return { problem: `entry '${raw}' climbs out with '..'` };
+  const parts = name.split("/");
+  if (parts.includes("..")) return { problem: `entry '${raw}' climbs out with '..'` };
+  if (parts.length > UNTRUSTED_LIMITS.depth)
+    return { problem: `entry '${raw.slice(0, 200)}…' is deeper than ${UNTRUSTED_LIMITS.depth} levels` };
   return { name };
 }
 
@@ -90,21 +112,40 @@ export interface UntrustedUnpacker {
  * it is written, into a private directory the caller moves into place only after `done`.
  */
 export function untrustedUnpacker(tree: string, mode: UntrustedMode, label: string): UntrustedUnpacker {
+  // The first few problems are kept for the refusal; after the first, entries are only skipped.
   const problems: string[] = [];
+  const report = (p: string) => {
+    if (problems.length < 5) problems.push(p);
+  };
   const seen = new Map<string, string>();
+  let nameChars = 0;
   const result: Extracted = { files: 0, bytes: 0, entries: 0, top: [] };
-  const writer = new TreeWriter(tree, mode === "snapshot", (p) => problems.push(p));
+  // Exports land as files the invoking user made: its umask applies (snapshots keep modes).
+  const umask = mode === "export" ? process.umask() : 0;
+  const writer = new TreeWriter(tree, mode === "snapshot", report, {
+    impliedDirs: () => result.entries + UNTRUSTED_LIMITS.impliedDirsOverEntries,
+  });
   const parser = new tar.Parser({
     strict: false,
     onwarn: (code, message) => {
-      problems.push(`${message} (${code})`);
+      report(`${message} (${code})`);
     },
   });
   parser.on("entry", (entry: Entry) => {
     result.entries++;
+    if (problems.length > 0) {
+      entry.resume();
+      return;
+    }
     const raw = entry.path;
-    const problem = checkEntry(raw, entry, mode, seen);
-    if (problem) problems.push(problem);
+    nameChars += raw.length;
+    const problem =
+      result.entries + writer.implied > UNTRUSTED_LIMITS.entries
+        ? `more than ${UNTRUSTED_LIMITS.entries} entries`
+        : nameChars > UNTRUSTED_LIMITS.nameChars
+          ? `more than ${UNTRUSTED_LIMITS.nameChars} characters of entry names`
+          : checkEntry(raw, entry, mode, seen, umask);
+    if (problem) report(problem);
     else if (FILE_TYPES.has(entry.type)) {
       result.files++;
       result.bytes += entry.size ?? 0;
@@ -140,6 +181,7 @@ function checkEntry(
   entry: Entry,
   mode: UntrustedMode,
   seen: Map<string, string>,
+  umask: number,
 ): string | null {
   const checked = checkName(raw);
   if ("problem" in checked) return checked.problem;
@@ -157,9 +199,10 @@ function checkEntry(
     return `entry '${raw}' has unsupported type ${entry.type}`;
   }
   if (mode === "export" && entry.type !== "SymbolicLink") {
-    // Plain permission bits only, and the owner may always read and write what it got.
+    // Plain permission bits under the user's umask, and the owner may always read and
+    // write what it got.
     const base = typeof entry.mode === "number" ? entry.mode : 0o644;
-    entry.mode = (base & 0o777) | (entry.type === "Directory" ? 0o700 : 0o600);
+    entry.mode = (base & 0o777 & ~umask) | (entry.type === "Directory" ? 0o700 : 0o600);
   }
   return null;
 }

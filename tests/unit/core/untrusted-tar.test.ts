@@ -277,3 +277,66 @@ describe("archives from a hijacked agent", () => {
     if (process.getuid?.() === 0) expect((await stat(join(out, "bin", "tool"))).mode & 0o7777).toBe(0o4755);
   });
 });
+
+describe("bounds on what an archive may make the host do", () => {
+  it("applies the invoking user's umask to an export's modes (world-writable entries land 755/644)", async () => {
+    const old = process.umask(0o022);
+    try {
+      const data = tarOf(
+        block({ name: "./", type: "5", mode: 0o777 }),
+        block({ name: "./bin/", type: "5", mode: 0o777 }),
+        block({ name: "./bin/run.sh", type: "0", mode: 0o777, body: Buffer.from("#!/bin/sh\n") }),
+        block({ name: "./notes.txt", type: "0", mode: 0o666, body: Buffer.from("x") }),
+      );
+      const out = join(dir, "out");
+      await commit(out, data, "directory");
+      expect((await stat(out)).mode & 0o7777).toBe(0o755);
+      expect((await stat(join(out, "bin"))).mode & 0o7777).toBe(0o755);
+      expect((await stat(join(out, "bin", "run.sh"))).mode & 0o7777).toBe(0o755);
+      expect((await stat(join(out, "notes.txt"))).mode & 0o7777).toBe(0o644);
+    } finally {
+      process.umask(old);
+    }
+  });
+
+  it("refuses a name past PATH_MAX or deeper than 256 levels, writing nothing", async () => {
+    const deep = `${Array.from({ length: 300 }, () => "a").join("/")}/f`;
+    const long = `${"b".repeat(5000)}`;
+    for (const name of [deep, long]) {
+      const data = tarOf(
+        block({ name: "PaxHeader", type: "x", body: pax({ path: name }) }),
+        block({ name: "f", type: "0", body: Buffer.from("x") }),
+      );
+      const out = join(dir, "out");
+      await expect(commit(out, data, "directory")).rejects.toMatchObject({
+        code: "path_outside_workspace",
+        message: expect.stringMatching(/deeper than 256 levels|longer than 4096 bytes/),
+      });
+      expect(await readdir(dir)).toEqual([]);
+    }
+  });
+
+  it("refuses an archive whose entries imply far more directories than it names", async () => {
+    // Ten files, each 200 directories deep under its own top: 2000 implied directories
+    // for 10 entries (pyro's own archives name every directory).
+    const blocks: Buffer[] = [];
+    for (let i = 0; i < 10; i++) {
+      const name = `t${i}/${Array.from({ length: 199 }, () => "d").join("/")}/f`;
+      blocks.push(block({ name: "PaxHeader", type: "x", body: pax({ path: name }) }));
+      blocks.push(block({ name: "f", type: "0", body: Buffer.from("x") }));
+    }
+    const out = join(dir, "out");
+    await expect(commit(out, tarOf(...blocks), "directory")).rejects.toMatchObject({
+      code: "path_outside_workspace",
+      message: expect.stringContaining("implies more directories than the archive names"),
+    });
+    expect(await readdir(dir)).toEqual([]);
+  });
+
+  it("still makes a few directories an entry implies", async () => {
+    const data = tarOf(block({ name: "a/b/c/f.txt", type: "0", body: Buffer.from("x") }));
+    const out = join(dir, "out");
+    await commit(out, data, "directory");
+    expect((await stat(join(out, "a", "b", "c", "f.txt"))).size).toBe(1);
+  });
+});
