@@ -4,7 +4,7 @@ import { fileURLToPath } from "node:url";
 import { type BenchRow, median, round, row } from "./stats.js";
 
 /** The CLI as a user runs it (bin/pyro.js over dist/). */
-const PYRO_BIN = fileURLToPath(new URL("../../bin/pyro.js", import.meta.url));
+const CLI_ENTRY = fileURLToPath(new URL("../../bin/pyro.js", import.meta.url));
 
 /** Runs argv to its end with no output kept: its wall time; rejects on a non-zero exit. */
 export function timeProcess(argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
@@ -77,12 +77,12 @@ export async function cliRows(o: {
   const node = process.execPath;
   const commands: Record<string, string[]> = {
     node: [node, "-e", "0"],
-    version: [node, PYRO_BIN, "--version"],
-    list: [node, PYRO_BIN, "workspace", "list"],
+    version: [node, CLI_ENTRY, "--version"],
+    list: [node, CLI_ENTRY, "workspace", "list"],
   };
   if (o.bwrapTrue) {
     commands.bwrap = o.bwrapTrue;
-    commands.run = [node, PYRO_BIN, "run", "debian:12", "--backend", "bwrap", "--", "true"];
+    commands.run = [node, CLI_ENTRY, "run", "debian:12", "--backend", "bwrap", "--", "true"];
   }
   o.log("bench: CLI processes");
   const t = await alternate(commands, o.quick ? 7 : 20, env);
