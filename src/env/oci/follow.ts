@@ -24,6 +24,10 @@ export class LayerFollower {
   private failure: unknown = null;
   private verified = false;
   private got: string | null = null;
+  /** Reads happen one at a time, in order: the unpacker's stream and finish() share `pos`. */
+  private queue: Promise<unknown> = Promise.resolve();
+  /** Set by finish(): the stream handed out asks for nothing more. */
+  private finishing = false;
 
   constructor(
     private readonly partial: string,
@@ -57,7 +61,11 @@ export class LayerFollower {
     const self = this;
     async function* chunks() {
       if (start.length > 0) yield start;
-      for (let b = await self.next(); b; b = await self.next()) yield b;
+      while (!self.finishing) {
+        const b = await self.next();
+        if (!b) return;
+        yield b;
+      }
     }
     return { head: start, stream: Readable.from(chunks(), { objectMode: false }) };
   }
@@ -67,6 +75,10 @@ export class LayerFollower {
    * of everything read. Called after the layer is applied, before it counts.
    */
   async finish(): Promise<void> {
+    // The unpacker may stop reading before the end (gunzip ends with its member while
+    // bytes follow) with its stream still pulling: stop that stream, then read the rest
+    // in turn after whatever it asked for.
+    this.finishing = true;
     while (!this.verified && (await this.next())) {}
     await this.close();
   }
@@ -78,7 +90,13 @@ export class LayerFollower {
   }
 
   /** The next chunk, waiting for the download when the reader has caught up; null at the end (verified). */
-  private async next(): Promise<Buffer | null> {
+  private next(): Promise<Buffer | null> {
+    const read = this.queue.then(() => this.readNext());
+    this.queue = read.catch(() => {});
+    return read;
+  }
+
+  private async readNext(): Promise<Buffer | null> {
     if (this.pos >= this.size) {
       this.verify();
       return null;
@@ -113,6 +131,8 @@ export class LayerFollower {
         }
       }
       if (this.failure) throw this.failure;
+      // Downloaded, yet neither file is there (swept meanwhile): nothing more will come.
+      if (this.settled) throw mismatch(this.digest, "the downloaded blob disappeared");
       await sleep(POLL_MS);
     }
   }

@@ -2,10 +2,13 @@
  * LayerFollower (src/env/oci/follow.ts): a layer is unpacked while it downloads, and what
  * was unpacked must be exactly the bytes of the layer's digest, whatever the download did.
  */
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { appendFile, mkdtemp, rename, rm, truncate, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Writable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { createGunzip, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LayerFollower } from "../../../src/env/oci/follow.js";
 
@@ -82,5 +85,49 @@ describe("LayerFollower", () => {
     const f = new LayerFollower(partial, join(dir, "b4"), sha(Buffer.from("1234")), 4, Promise.reject(err));
     await expect(readAll(f)).rejects.toThrow("dropped for good");
     await f.close();
+  });
+
+  it("verifies a valid layer whose unpacker stops early (gzip member, then more bytes) while its stream still reads", async () => {
+    // gunzip ends with its member; the stream piped into it keeps pulling while finish()
+    // reads the rest: both must read in turn, each byte hashed once, in order.
+    for (const trailing of [randomBytes(4 << 20), Buffer.alloc(4 << 20)]) {
+      trailing[0] = 0;
+      const body = Buffer.concat([gzipSync(Buffer.alloc(100_000, 7)), trailing]);
+      const partial = join(dir, `p-trailing-${trailing[1]}`);
+      await writeFile(partial, body);
+      const f = new LayerFollower(
+        partial,
+        join(dir, "b-trailing"),
+        sha(body),
+        body.length,
+        Promise.resolve(),
+      );
+      const { stream } = await f.stream(4);
+      const gunzip = stream.pipe(createGunzip({ chunkSize: 1 << 20 }));
+      await pipeline(
+        gunzip,
+        new Writable({
+          write(_c, _e, cb) {
+            cb();
+          },
+        }),
+      );
+      await expect(f.finish()).resolves.toBeUndefined();
+    }
+  });
+
+  it("fails, instead of waiting forever, when the download finished but its blob is gone", async () => {
+    const f = new LayerFollower(
+      join(dir, "none-p"),
+      join(dir, "none-b"),
+      sha(Buffer.from("x")),
+      1,
+      Promise.resolve(),
+    );
+    await tick();
+    await expect(readAll(f)).rejects.toMatchObject({
+      code: "build_failed",
+      message: expect.stringContaining("disappeared"),
+    });
   });
 });
