@@ -13,6 +13,7 @@ import type { SandboxSpec } from "../../../src/backends/backend.js";
 import { FirecrackerBackend } from "../../../src/backends/firecracker/backend.js";
 import { firecrackerProbe } from "../../../src/backends/firecracker/probe.js";
 import { killVm, launchVm, spawnFirecracker } from "../../../src/backends/firecracker/vm.js";
+import { AGENT_ENTRY } from "../../../src/backends/guest.js";
 import { kvmCheck } from "../../../src/backends/kvm.js";
 import { loadConfig } from "../../../src/core/config.js";
 import { REPO_ROOT } from "../../helpers/cli.js";
@@ -39,7 +40,7 @@ async function workspaceSkip(): Promise<{ reason: string; rootfs: string }> {
     (e) => e.startsWith("debian_12@") || e.startsWith("debian:12@"),
   );
   if (!entry) return { reason: `no debian:12 environment in ${cache}`, rootfs: "" };
-  if (!existsSync(join(REPO_ROOT, "dist", "agent", "guest", "main.js")))
+  if (!existsSync(join(REPO_ROOT, AGENT_ENTRY)))
     return { reason: "the agent is not built (npm run build)", rootfs: "" };
   return { reason: "", rootfs: join(cache, entry, "rootfs") };
 }

@@ -1,6 +1,7 @@
 import { mkdir, readdir, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AGENT_ENTRY } from "../../../src/backends/guest.js";
 import { HostBackend } from "../../../src/backends/host/backend.js";
 import { pyro as cli } from "../../helpers/cli.js";
 import {
@@ -106,8 +107,8 @@ describe.skipIf(skip !== "")(suiteTitle("the host-compat backend", skip), () => 
     // An agent that never answers (a package whose agent only sleeps), and a start
     // cancelled while it waits: the backend must end what it spawned.
     const base = await h.tempDir("host-silent");
-    await mkdir(join(base, "app", "dist", "agent", "guest"), { recursive: true });
-    await writeFile(join(base, "app", "dist", "agent", "guest", "main.js"), "setInterval(() => {}, 1000);\n");
+    await mkdir(dirname(join(base, "app", AGENT_ENTRY)), { recursive: true });
+    await writeFile(join(base, "app", AGENT_ENTRY), "setInterval(() => {}, 1000);\n");
     await mkdir(join(base, "snapshots", "baseline"), { recursive: true });
     const spec = {
       workspace_id: "ws_000000000001",

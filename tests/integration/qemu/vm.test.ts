@@ -4,6 +4,7 @@ import { mkdir, readdir, symlink, writeFile } from "node:fs/promises";
 import { release } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AGENT_ENTRY } from "../../../src/backends/guest.js";
 import type { QemuBackend } from "../../../src/backends/qemu/backend.js";
 import { pyro, REPO_ROOT } from "../../helpers/cli.js";
 import {
@@ -157,7 +158,7 @@ describe.skipIf(skip !== "")(suiteTitle("qemu backend (microVM)", skip), () => {
       const app = await h.tempDir("broken-app");
       execFileSync("cp", ["-r", join(REPO_ROOT, "dist"), app]);
       await symlink(join(REPO_ROOT, "node_modules"), join(app, "node_modules"));
-      await writeFile(join(app, "dist", "agent", "guest", "main.js"), "process.exit(3);\n");
+      await writeFile(join(app, AGENT_ENTRY), "process.exit(3);\n");
       const env = await h.pyro.engine.environments.pull("debian:12");
       const dir = await h.tempDir("broken-vm");
       await mkdir(join(dir, "snapshots", "baseline"), { recursive: true });
