@@ -124,6 +124,12 @@ export function archiveValidator(options: ValidateOptions): {
     checkListed(entry, options, { problems, links, names, checked });
     entry.resume();
   });
+  // Entries node-tar does not know (an unrecognised type flag) it skips without an
+  // "entry" event, but GNU tar, which extracts afterwards, writes them as regular files:
+  // one under a symlink the sandbox planted would be written through it. Refused.
+  parser.on("ignoredEntry", (entry: tar.ReadEntry) => {
+    problems.push(`entry '${entry.path}' has an unknown type`);
+  });
   return {
     write: async (chunk) => {
       if (failure) throw failure;

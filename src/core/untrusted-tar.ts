@@ -131,6 +131,9 @@ export function untrustedUnpacker(tree: string, mode: UntrustedMode, label: stri
       report(`${message} (${code})`);
     },
   });
+  // An entry of a type node-tar does not know is skipped by it, so never written; an
+  // archive with one is still not what pyro's agents make: refused.
+  parser.on("ignoredEntry", (entry: Entry) => report(`entry '${entry.path}' has an unknown type`));
   parser.on("entry", (entry: Entry) => {
     result.entries++;
     if (problems.length > 0) {

@@ -53,3 +53,37 @@ describe("packTree without GNU tar (node-tar)", () => {
     }
   });
 });
+
+describe("archiveValidator", () => {
+  /** One ustar header block (type flag `type`) plus its body padded to 512 bytes. */
+  function block(name: string, type: string, body: Buffer): Buffer {
+    const head = Buffer.alloc(512);
+    const octal = (n: number, w: number) => `${n.toString(8).padStart(w - 1, "0")}\0`;
+    head.write(name, 0);
+    head.write(octal(0o644, 8), 100);
+    head.write(octal(0, 8), 108);
+    head.write(octal(0, 8), 116);
+    head.write(octal(body.length, 12), 124);
+    head.write(octal(0, 12), 136);
+    head.write("        ", 148);
+    head.write(type, 156);
+    head.write("ustar\0", 257);
+    head.write("00", 263);
+    let sum = 0;
+    for (const b of head) sum += b;
+    head.write(`${sum.toString(8).padStart(6, "0")}\0 `, 148);
+    return Buffer.concat([head, body, Buffer.alloc((512 - (body.length % 512)) % 512)]);
+  }
+
+  it("refuses an entry of a type node-tar skips but GNU tar would extract (through a planted symlink)", async () => {
+    const { archiveValidator } = await import("../../../src/agent/tarsafe.js");
+    const archive = Buffer.concat([
+      block("ok.txt", "0", Buffer.from("fine\n")),
+      block("ln/planted", "Z", Buffer.from("written through the symlink\n")),
+      Buffer.alloc(1024),
+    ]);
+    const v = archiveValidator({ destReal: dir, destLabel: "/workspace" });
+    await v.write(archive);
+    await expect(v.finish()).rejects.toThrow(/unknown type/);
+  });
+});
