@@ -17,7 +17,7 @@
  *   with lstat before it is moved into place: any entry that is not what was accepted
  *   refuses the whole archive.
  */
-import { createReadStream, lstatSync, readdirSync, readlinkSync } from "node:fs";
+import { lstatSync, readdirSync, readlinkSync } from "node:fs";
 import path from "node:path";
 import * as tar from "tar";
 import { linkStaysInside } from "../agent/tarsafe.js";
@@ -76,25 +76,6 @@ function checkName(raw: string): { name: string } | { problem: string } {
   return { name };
 }
 
-/**
- * Extracts `archive` into `tree` (an empty directory only this process uses) under the
- * rules above; refuses with `path_outside_workspace` and leaves `tree` to the caller to
- * discard when anything is off.
- */
-export async function extractUntrusted(
-  archive: string,
-  tree: string,
-  mode: UntrustedMode,
-  label: string,
-): Promise<Extracted> {
-  const u = untrustedUnpacker(tree, mode, label);
-  for await (const chunk of createReadStream(archive, { highWaterMark: 1024 * 1024 })) {
-    if (!u.input.write(chunk as Buffer)) await new Promise((res) => u.input.once("drain", res));
-  }
-  u.input.end();
-  return u.done;
-}
-
 /** Where an archive's bytes go: node-tar's parser (write returns false until "drain"). */
 export type ArchiveInput = Pick<tar.Parser, "write" | "end" | "once" | "off" | "on">;
 
@@ -106,10 +87,12 @@ export interface UntrustedUnpacker {
 }
 
 /**
- * The same extraction as extractUntrusted, fed as the bytes arrive (an export is
- * extracted while the agent is still packing it, as `tar | tar` would). The rules do not
- * depend on the archive being complete first: the one parser checks each entry before
- * it is written, into a private directory the caller moves into place only after `done`.
+ * Extracts an archive into `tree` (an empty directory only this process uses) under the
+ * rules above, fed as the bytes arrive (an export is extracted while the agent is still
+ * packing it, as `tar | tar` would). The rules do not depend on the archive being
+ * complete first: the one parser checks each entry before it is written, into a private
+ * directory the caller moves into place only after `done`; a refusal is
+ * `path_outside_workspace`, and the caller discards `tree`.
  */
 export function untrustedUnpacker(tree: string, mode: UntrustedMode, label: string): UntrustedUnpacker {
   // The first few problems are kept for the refusal; after the first, entries are only skipped.
