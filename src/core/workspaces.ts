@@ -1,103 +1,61 @@
-import { randomBytes } from "node:crypto";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentClient } from "../agent/client.js";
-import { AgentError } from "../agent/errors.js";
-import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
-import type { EnvironmentCache, PullOptions } from "../env/cache.js";
+import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { ACTIONS, PyroError, toPyroError } from "../errors.js";
 import type { StateStore } from "../state/store.js";
-import type {
-  NetworkPolicy,
-  PublishedPort,
-  WorkspacePatch,
-  WorkspaceRow,
-  WorkspaceSeed,
-  WorkspaceState,
-} from "../state/types.js";
+import type { WorkspacePatch, WorkspaceRow, WorkspaceState } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
 import { acquireLock } from "../util/lock.js";
-import { removeTree } from "../util/mounts.js";
-import type { PyroPaths } from "./config.js";
-import { AgentConnections, stillRunningAfterBreak } from "./connections.js";
-import type { EngineEvent, EngineEvents } from "./events.js";
-import { assertAllowed, assertTransition, type Operation } from "./lifecycle.js";
-import {
-  approvedPolicy,
-  checkNetworkSupport,
-  checkPublishedPorts,
-  parseNetworkPolicy,
-  WorkspaceNetwork,
-} from "./network.js";
-import { currentOwner, interrupted, makeWorkspaceDir, recoverInterrupted } from "./recovery.js";
-import { secretKeyPaths } from "./secret-key.js";
-import { redactError, resolveSecrets, WorkspaceSecrets } from "./secrets.js";
-import { seedInto } from "./seed.js";
-import { restartServices } from "./services.js";
+import { AgentConnections } from "./connections.js";
+import type { EngineEvent } from "./events.js";
+import { assertTransition, type Operation } from "./lifecycle.js";
+import { WorkspaceNetwork } from "./network.js";
+import { interrupted } from "./recovery.js";
+import { WorkspaceSecrets } from "./secrets.js";
 import { workspaceListItem, workspaceView } from "./views.js";
+import { type AgentCall, withAgent } from "./workspace-agent.js";
+import { createWorkspace } from "./workspace-create.js";
 import {
-  type CreateOptions,
-  checkDiskMib,
-  checkLimits,
-  createSpec,
-  DEFAULTS,
-  validateName,
-} from "./workspace-spec.js";
+  type JournalReader,
+  type JournalWriter,
+  label,
+  sandboxState,
+  type WorkspaceDeps,
+  type WorkspaceInternals,
+} from "./workspace-deps.js";
+import { sandboxSpecOf, workspaceDirOf } from "./workspace-paths.js";
+import { deleteWorkspace, destroyWorkspace, ReapSchedule, reapExpired } from "./workspace-removal.js";
+import type { CreateOptions } from "./workspace-spec.js";
+import { refreshState, startWorkspace, stopWorkspace } from "./workspace-starts.js";
+import {
+  approveNetwork,
+  networkBlocks,
+  reportNetworkBlocks,
+  updateWorkspace,
+  type WorkspaceUpdate,
+} from "./workspace-update.js";
 
-/** What an operation may write to the journal. */
-export type JournalWriter = Pick<
-  StateStore,
-  "recordCommand" | "recordEvent" | "updateWorkspace" | "getWorkspace" | "upsertSnapshot" | "deleteSnapshot"
->;
-
-/**
- * What an operation may read of the journal: its history (commands, their output, review
- * events) and its snapshots. Feature modules read through this and write through
- * `journal`; the store itself stays inside Workspaces.
- */
-export type JournalReader = Pick<
-  StateStore,
-  | "listCommands"
-  | "getCommand"
-  | "countCommands"
-  | "commandOutputSizes"
-  | "commandOutput"
-  | "listEvents"
-  | "countEvents"
-  | "getSnapshot"
-  | "listSnapshots"
->;
-
-/**
- * What Workspaces needs from the engine, and nothing more: the store, the backends (one
- * by name, or the default choice), the environment cache, the paths, the environment
- * and where the pyro package is. The Engine provides it; tests may provide less.
- */
-export interface WorkspaceDeps {
-  store(): StateStore;
-  backend(name: BackendName): WorkspaceBackend;
-  chooseBackend(requested: BackendName | undefined, allowHostCompat: boolean): Promise<WorkspaceBackend>;
-  readonly environments: Pick<EnvironmentCache, "pull">;
-  readonly paths: Pick<PyroPaths, "home" | "environmentsDir">;
-  readonly env: NodeJS.ProcessEnv;
-  readonly appDir: string;
-  /** Test-only destination overrides for the egress proxy (EngineOptions.networkTestHosts). */
-  readonly networkTestHosts?: Record<string, string> | undefined;
-  /** The environment a seed's `.pyro/environment.toml` builds, or null without one (core/recipes.ts). */
-  seedRecipe?(seedPath: string, options: PullOptions): Promise<string | null>;
-  /** Where lifecycle events go (sandbox starts and restarts, workspaces created and removed). */
-  readonly events?: EngineEvents;
-}
+export type { JournalReader, JournalWriter, WorkspaceDeps } from "./workspace-deps.js";
+export { sandboxState } from "./workspace-deps.js";
 
 /**
  * The workspace service: every workspace operation of every surface goes through here.
  * It owns the lifecycle, the state store and the agent connections; backends own the
  * sandboxes. Agent connections are cached per instance, so an SDK user or the MCP server
  * gets warm round trips while a CLI call makes one connection.
+ *
+ * The operations live in modules of their own (workspace-create.ts, workspace-starts.ts,
+ * workspace-agent.ts, workspace-update.ts, workspace-removal.ts); this class keeps the
+ * state they share, hands them its private steps as one WorkspaceInternals, and keeps
+ * the sandbox's starts and restarts.
  */
 export class Workspaces {
   private readonly agents = new AgentConnections();
+  private readonly reaping = new ReapSchedule(10_000);
   private readonly secrets: WorkspaceSecrets;
+  /** What the operation modules get of this class (never handed to feature modules). */
+  private readonly inner: WorkspaceInternals;
 
   readonly net: WorkspaceNetwork;
 
@@ -109,6 +67,16 @@ export class Workspaces {
       appDir: engine.appDir,
       ...(engine.networkTestHosts ? { testHosts: engine.networkTestHosts } : {}),
     });
+    this.inner = {
+      ws: this,
+      deps: engine,
+      secrets: this.secrets,
+      setState: (id, to, patch) => this.setState(id, to, patch),
+      startNetwork: (w, backend) => this.startNetwork(w, backend),
+      startSandbox: (w, spec) => this.startSandbox(w, spec),
+      client: (w, backend) => this.client(w, backend),
+      dropClient: (id) => this.dropClient(id),
+    };
   }
 
   private get store(): StateStore {
@@ -177,39 +145,16 @@ export class Workspaces {
   }
 
   workspaceDir(id: string): string {
-    return join(this.engine.paths.home, "workspaces", id);
+    return workspaceDirOf(this.engine.paths.home, id);
   }
 
+  /** What a backend is given for `w`'s sandbox (workspace-paths.ts). */
   sandboxSpec(
     w: WorkspaceRow,
     snapshot = w.current_snapshot ?? "baseline",
     rootfs = String(w.runtime.rootfs ?? ""),
   ): SandboxSpec {
-    const dir = this.workspaceDir(w.workspace_id);
-    return {
-      workspace_id: w.workspace_id,
-      dir: join(dir, "sandbox"),
-      rootfs,
-      snapshotsDir: join(dir, "snapshots"),
-      snapshot,
-      limits: {
-        vcpus: w.spec.vcpus,
-        memory_mib: w.spec.memory_mib,
-        pids_max: w.spec.pids_max ?? DEFAULTS.pids_max,
-        disk_mib: w.spec.disk_mib ?? DEFAULTS.disk_mib,
-      },
-      appDir: this.engine.appDir,
-      runtimeCacheDir: join(this.engine.paths.home, "runtime"),
-      ...this.net.specFor(w.workspace_id, this.backendOrNull(w.backend)),
-    };
-  }
-
-  private backendOrNull(name: BackendName | undefined): WorkspaceBackend | undefined {
-    try {
-      return name ? this.engine.backend(name) : undefined;
-    } catch {
-      return undefined;
-    }
+    return sandboxSpecOf(this.engine, this.net, w, snapshot, rootfs);
   }
 
   /**
@@ -217,10 +162,12 @@ export class Workspaces {
    * first, and finishes a create or delete whose process died (then it is not found).
    */
   async get(idOrName: string): Promise<WorkspaceRow> {
-    await this.reapExpiredSometimes();
+    // Reaping costs a query: on the hot path (every exec of a warm SDK or MCP client) it
+    // runs at most once every 10 s per client. Listing always reaps.
+    if (this.reaping.due()) await this.reapExpired();
     let w = this.store.getWorkspace(idOrName);
     if (w && (await interrupted(w))) {
-      await this.destroy(w).catch(() => {});
+      await destroyWorkspace(this.inner, w).catch(() => {});
       w = this.store.getWorkspace(idOrName);
     }
     if (!w) {
@@ -234,126 +181,8 @@ export class Workspaces {
     return w;
   }
 
-  async create(options: CreateOptions) {
-    // No environment named: the seed repository's recipe, when it has one.
-    const recipeEnv =
-      options.environment === undefined && options.seed_path && this.engine.seedRecipe
-        ? await this.engine.seedRecipe(options.seed_path, {
-            ...(options.signal ? { signal: options.signal } : {}),
-            ...(options.on_progress ? { onProgress: options.on_progress } : {}),
-          })
-        : null;
-    const environment = options.environment ?? recipeEnv ?? "debian:12";
-    const backend = await this.engine.chooseBackend(options.backend, options.allow_host_compat === true);
-    const { diskMib, policy, ports } = this.checkCreate(options, backend);
-    // Secrets first: a missing host variable or terminal fails before anything is made.
-    const secrets = await resolveSecrets(options.secrets ?? {}, this.engine.env, options.prompt_secret);
-    const env = await this.engine.environments.pull(environment, {
-      ...(options.signal ? { signal: options.signal } : {}),
-      ...(options.on_progress ? { onProgress: options.on_progress } : {}),
-    });
-    const id = `ws_${randomBytes(6).toString("hex")}`;
-    const dir = this.workspaceDir(id);
-    const baseline = join(dir, "snapshots", "baseline");
-    // Until the create is recorded as done, another client can tell whether this process
-    // still works on it (recovery.ts rolls back creates whose process died).
-    await makeWorkspaceDir(dir);
-    let created: WorkspaceRow | null = null;
-    try {
-      const seed = await seedInto(
-        baseline,
-        options,
-        options.signal,
-        [this.engine.paths.home, this.engine.paths.environmentsDir, ...secretKeyPaths(this.engine.env)],
-        join(this.engine.paths.home, "repos", id),
-      );
-      created = this.store.createWorkspace({
-        workspace_id: id,
-        name: options.name ?? null,
-        labels: options.labels ?? {},
-        environment,
-        backend: backend.name,
-        state: "creating",
-        network_policy: policy,
-        ttl_seconds: options.ttl_seconds === undefined ? DEFAULTS.ttl_seconds : options.ttl_seconds,
-        workspace_seed: seed,
-        spec: createSpec(options, diskMib, ports, env.image_env),
-        runtime: { rootfs: env.rootfs, env_key: env.recipe_key, owner: await currentOwner() },
-        current_snapshot: "baseline",
-        secret_refs: secrets.refs,
-      });
-      this.secrets.save(id, secrets.values);
-      this.store.upsertSnapshot({
-        workspace_id: id,
-        name: "baseline",
-        kind: "baseline",
-        layer: baseline,
-        bytes: seed.bytes,
-        file_count: seed.file_count,
-      });
-      created = await this.startNetwork(created, backend);
-      const state = await backend.start(
-        this.sandboxSpec(created),
-        options.signal ? { signal: options.signal } : {},
-      );
-      const w = this.setState(id, "running", { runtime: { sandbox: state, owner: null } });
-      this.recordCreated(w, environment, backend, seed);
-      return workspaceView(w, backend.executionMode);
-    } catch (err) {
-      await this.rollbackCreate(id, created, backend);
-      throw err;
-    }
-  }
-
-  /** The create's event in the workspace's history, and the engine event hosts see. */
-  private recordCreated(
-    w: WorkspaceRow,
-    environment: string,
-    backend: WorkspaceBackend,
-    seed: WorkspaceSeed,
-  ): void {
-    const id = w.workspace_id;
-    this.store.recordEvent(id, "create", {
-      environment,
-      backend: backend.name,
-      seed: seed.kind,
-      source: seed.source,
-    });
-    this.emit({
-      level: "notice",
-      kind: "workspace",
-      message: `workspace ${label(w)} created: ${environment} on ${backend.name}, sandbox started`,
-      workspace_id: id,
-      workspaces_changed: true,
-      data: { environment, backend: backend.name },
-    });
-  }
-
-  /** What a create is refused for before anything is made: limits, seed, policy, name. */
-  private checkCreate(
-    options: CreateOptions,
-    backend: WorkspaceBackend,
-  ): { diskMib: number; policy: NetworkPolicy; ports: PublishedPort[] } {
-    const diskMib = checkDiskMib(options.disk_mib, backend.name);
-    checkLimits(options);
-    if (options.repo_ref !== undefined && !options.repo_url)
-      throw new PyroError(
-        "invalid_argument",
-        "a repository ref (--repo-ref) needs a repository URL (--repo-url)",
-        "give the repository with --repo-url, or drop --repo-ref",
-      );
-    const policy = parseNetworkPolicy(options.network_policy);
-    const ports = checkPublishedPorts(options.published_ports);
-    checkNetworkSupport(backend, policy, ports);
-    if (options.name !== undefined) validateName(options.name);
-    if (options.name && this.store.nameTaken(options.name)) {
-      throw new PyroError(
-        "conflict",
-        `a workspace named '${options.name}' already exists`,
-        "pick another name or delete the old one",
-      );
-    }
-    return { diskMib, policy, ports };
+  create(options: CreateOptions) {
+    return createWorkspace(this.inner, options);
   }
 
   /**
@@ -367,20 +196,6 @@ export class Workspaces {
     return this.store.updateWorkspace(w.workspace_id, { spec: { ...w.spec, published_ports: bound } });
   }
 
-  /** Undoes a create that failed: its row, its sandbox and its directory (best effort). */
-  private async rollbackCreate(
-    id: string,
-    created: WorkspaceRow | null,
-    backend: WorkspaceBackend,
-  ): Promise<void> {
-    await this.net.stop(id).catch(() => {});
-    if (created) this.store.deleteWorkspace(id);
-    const row =
-      created ?? ({ workspace_id: id, spec: { vcpus: 1, memory_mib: 1 }, runtime: {} } as WorkspaceRow);
-    await backend.destroy(this.sandboxSpec(row), null).catch(() => {});
-    await removeTree(this.workspaceDir(id)).catch(() => {});
-  }
-
   async list() {
     await this.reapExpired();
     const rows = this.store.listWorkspaces();
@@ -390,240 +205,39 @@ export class Workspaces {
   async status(idOrName: string) {
     // An `error` workspace is shown as it is (with why); a use retries its start.
     const found = await this.get(idOrName);
-    const w = found.state === "error" ? found : await this.refreshState(found);
+    const w = found.state === "error" ? found : await refreshState(this.inner, found);
     return workspaceView(w, this.engine.backend(w.backend).executionMode);
   }
 
-  async update(
-    idOrName: string,
-    patch: {
-      name?: string;
-      set_labels?: Record<string, string>;
-      clear_labels?: string[];
-      network_policy?: string;
-    },
-  ) {
-    const w = await this.get(idOrName);
-    assertAllowed(w.state, "update", w.workspace_id);
-    const policy = patch.network_policy === undefined ? undefined : parseNetworkPolicy(patch.network_policy);
-    if (policy !== undefined)
-      checkNetworkSupport(this.engine.backend(w.backend), policy, w.spec.published_ports ?? []);
-    if (patch.name !== undefined) {
-      validateName(patch.name);
-      if (this.store.nameTaken(patch.name, w.workspace_id))
-        throw new PyroError("conflict", `a workspace named '${patch.name}' already exists`);
-    }
-    const updated = this.journal(w.workspace_id, (store) => {
-      const row = store.updateWorkspace(w.workspace_id, {
-        ...(patch.name !== undefined ? { name: patch.name } : {}),
-        ...(patch.set_labels ? { set_labels: patch.set_labels } : {}),
-        ...(patch.clear_labels ? { clear_labels: patch.clear_labels } : {}),
-        ...(policy !== undefined ? { network_policy: policy } : {}),
-      });
-      store.recordEvent(w.workspace_id, "update", patch as Record<string, unknown>);
-      return row;
-    });
-    // The helper reads the policy per connection: starting or stopping it is all a change needs.
-    if (policy !== undefined && updated.state === "running")
-      await this.startNetwork(updated, this.engine.backend(w.backend));
-    return workspaceView(updated, this.engine.backend(w.backend).executionMode);
+  update(idOrName: string, patch: WorkspaceUpdate) {
+    return updateWorkspace(this.inner, idOrName, patch);
   }
 
   /** The capability blocks of a workspace: destinations its proxy refused. */
-  async networkBlocks(idOrName: string) {
-    const w = await this.get(idOrName);
-    const blocks = this.store.listNetworkBlocks(w.workspace_id).map((b) => ({
-      kind: b.kind,
-      target: b.target,
-      reason: b.reason,
-      count: b.count,
-      first_at: b.first_at,
-      last_at: b.last_at,
-    }));
-    return { workspace_id: w.workspace_id, network_policy: w.network_policy, count: blocks.length, blocks };
+  networkBlocks(idOrName: string) {
+    return networkBlocks(this.inner, idOrName);
   }
 
-  /**
-   * A human's approval of `target` (`host[:port]`): allowed from the next connection
-   * on (the helper reads the row per connection). Never an MCP tool: a model must not
-   * approve its own egress.
-   */
-  async approveNetwork(idOrName: string, target: string) {
-    const w = await this.get(idOrName);
-    assertAllowed(w.state, "update", w.workspace_id);
-    const next = approvedPolicy(w, target);
-    const updated = this.journal(w.workspace_id, (store) => {
-      const row = store.updateWorkspace(w.workspace_id, {
-        network_policy: next.policy,
-        spec: { ...w.spec, network_approved: next.approved },
-      });
-      store.recordEvent(w.workspace_id, "network_approve", { target: next.target });
-      return row;
-    });
-    return {
-      workspace_id: w.workspace_id,
-      target: next.target,
-      network_policy: updated.network_policy,
-      approved: next.approved,
-    };
+  /** A human's approval of `target` (`host[:port]`); never an MCP tool (workspace-update.ts). */
+  approveNetwork(idOrName: string, target: string) {
+    return approveNetwork(this.inner, idOrName, target);
   }
 
-  async delete(idOrName: string) {
-    const w = await this.get(idOrName);
-    await this.destroy(w);
-    this.emit({
-      level: "info",
-      kind: "workspace",
-      message: `workspace ${label(w)} deleted`,
-      workspaces_changed: true,
-      data: { workspace_id: w.workspace_id },
-    });
-    return { workspace_id: w.workspace_id, name: w.name, deleted: true };
+  delete(idOrName: string) {
+    return deleteWorkspace(this.inner, idOrName);
   }
 
-  private async destroy(w: WorkspaceRow): Promise<void> {
-    this.setState(w.workspace_id, "deleting", { runtime: { owner: await currentOwner() } });
-    await this.dropClient(w.workspace_id);
-    await this.net.stop(w.workspace_id);
-    const backend = this.engine.backend(w.backend);
-    await backend.destroy(this.sandboxSpec(w), sandboxState(w));
-    await removeTree(this.workspaceDir(w.workspace_id));
-    this.store.deleteWorkspace(w.workspace_id);
-    this.secrets.forget(w.workspace_id);
+  /** Deletes expired workspaces and finishes interrupted creates and deletes (workspace-removal.ts). */
+  reapExpired(): Promise<string[]> {
+    return reapExpired(this.inner);
   }
 
-  private lastReap = 0;
-
-  /**
-   * Reaping costs a query; on the hot path (every exec of a warm SDK or MCP client) it
-   * runs at most once every 10 s per client. Listing always reaps.
-   */
-  private async reapExpiredSometimes(): Promise<void> {
-    const now = Date.now();
-    if (now - this.lastReap < 10_000) return;
-    this.lastReap = now;
-    await this.reapExpired();
+  stop(idOrName: string) {
+    return stopWorkspace(this.inner, idOrName);
   }
 
-  /**
-   * Deletes workspaces whose TTL ran out, and cleans up after clients that died mid-create
-   * or mid-delete (recovery.ts). Errors on one do not block the others.
-   */
-  async reapExpired(): Promise<string[]> {
-    const reaped: string[] = await recoverInterrupted({
-      rows: () => this.store.listWorkspaces(),
-      row: (id) => this.store.getWorkspace(id),
-      workspacesDir: join(this.engine.paths.home, "workspaces"),
-      destroy: (w) => this.destroy(w),
-    });
-    for (const id of reaped)
-      this.emit({
-        level: "notice",
-        kind: "workspace",
-        message: `workspace ${id} removed: an interrupted create or delete was cleaned up`,
-        workspaces_changed: true,
-        data: { workspace_id: id, reason: "interrupted" },
-      });
-    for (const w of this.store.expiredWorkspaces()) {
-      try {
-        await this.destroy(w);
-        reaped.push(w.workspace_id);
-        this.emit({
-          level: "notice",
-          kind: "workspace",
-          message: `workspace ${label(w)} reaped: it expired at ${w.expires_at}`,
-          workspaces_changed: true,
-          data: { workspace_id: w.workspace_id, reason: "expired" },
-        });
-      } catch {
-        // retried at the next reap
-      }
-    }
-    return reaped;
-  }
-
-  async stop(idOrName: string) {
-    const w = await this.get(idOrName);
-    assertAllowed(w.state, "stop", w.workspace_id);
-    await this.dropClient(w.workspace_id);
-    const state = sandboxState(w);
-    if (state) await this.engine.backend(w.backend).stop(state);
-    await this.net.stop(w.workspace_id);
-    const updated = this.setState(w.workspace_id, "stopped", { runtime: { sandbox: null } });
-    this.store.recordEvent(w.workspace_id, "stop", {});
-    this.emit({
-      level: "info",
-      kind: "sandbox",
-      message: `workspace ${label(w)}: sandbox stopped`,
-      workspace_id: w.workspace_id,
-    });
-    return workspaceView(updated, this.engine.backend(w.backend).executionMode);
-  }
-
-  async start(idOrName: string) {
-    const w = await this.get(idOrName);
-    if (w.state === "running") return this.status(idOrName);
-    assertAllowed(w.state, "start", w.workspace_id);
-    const started = await this.ensureStarted(w, true);
-    this.store.recordEvent(w.workspace_id, "start", {});
-    return workspaceView(started, this.engine.backend(w.backend).executionMode);
-  }
-
-  /**
-   * A workspace marked running whose sandbox died (host reboot, OOM of the sandbox) is
-   * restarted on its kept writable layer; one marked stopped stays stopped.
-   */
-  private async refreshState(w: WorkspaceRow): Promise<WorkspaceRow> {
-    // An `error` workspace is one whose last start failed: every use tries again.
-    if (w.state !== "running" && w.state !== "error") return w;
-    const state = sandboxState(w);
-    const backend = this.engine.backend(w.backend);
-    if (state && (await backend.isRunning(state))) {
-      // A helper that died (killed, host restarted it away) is started again on its own.
-      if (this.net.needed(w) && !(await this.net.running(w.workspace_id)))
-        return this.startNetwork(w, backend);
-      return w;
-    }
-    return this.ensureStarted(w, false);
-  }
-
-  private async ensureStarted(w: WorkspaceRow, explicit: boolean): Promise<WorkspaceRow> {
-    const release = await acquireLock(join(this.workspaceDir(w.workspace_id), "start.lock"), {
-      timeoutMs: 60_000,
-    });
-    try {
-      const fresh = this.store.getWorkspace(w.workspace_id);
-      if (!fresh) throw new PyroError("workspace_not_found", `workspace ${w.workspace_id} was deleted`);
-      const backend = this.engine.backend(fresh.backend);
-      const state = sandboxState(fresh);
-      if (state && (await backend.isRunning(state))) return fresh;
-      if (!explicit && fresh.state !== "running") assertAllowed(fresh.state, "exec", fresh.workspace_id);
-      if (state) await backend.stop(state);
-      const started = await this.startSandbox(fresh, this.sandboxSpec(fresh));
-      this.emit(
-        explicit
-          ? {
-              level: "info",
-              kind: "sandbox",
-              message: `workspace ${label(fresh)}: sandbox started on ${fresh.backend}`,
-              workspace_id: fresh.workspace_id,
-            }
-          : {
-              level: "warning",
-              kind: "sandbox",
-              message: `workspace ${label(fresh)}: its sandbox was not running (${fresh.state === "error" ? "its last start failed" : "it died"}); restarted on its kept files${(started.spec.services ?? []).length > 0 ? ", services starting again" : ""}`,
-              workspace_id: fresh.workspace_id,
-            },
-      );
-      // Its services died with the sandbox: the kept ones start again (core/services.ts).
-      if ((started.spec.services ?? []).length > 0) {
-        await this.dropClient(started.workspace_id);
-        await restartServices(this, await this.client(started, backend), started);
-      }
-      return started;
-    } finally {
-      await release();
-    }
+  start(idOrName: string) {
+    return startWorkspace(this.inner, idOrName);
   }
 
   /**
@@ -640,72 +254,10 @@ export class Workspaces {
 
   /**
    * Runs `fn` with a connected agent of a running workspace; reconnects once on a dead
-   * channel. `fn` records what it did through `journal` (one transaction, activity
-   * included); a call that journals nothing still counts as activity.
+   * channel; errors leave redacted (workspace-agent.ts).
    */
-  async withAgent<T>(
-    idOrName: string,
-    op: Operation,
-    fn: (
-      agent: AgentClient,
-      w: WorkspaceRow,
-      journal: <R>(write: (store: JournalWriter) => R) => R,
-    ) => Promise<T>,
-  ): Promise<T> {
-    let w = await this.get(idOrName);
-    assertAllowed(w.state, op, w.workspace_id);
-    w = await this.refreshState(w);
-    const backend = this.engine.backend(w.backend);
-    for (let attempt = 0; ; attempt++) {
-      let client: AgentClient;
-      try {
-        client = await this.client(w, backend);
-        // A cached connection whose sandbox went away (restarted by another process, or
-        // died): reconnect before sending anything.
-        if (client.closed)
-          throw new PyroError("backend_unavailable", "the cached agent connection is closed");
-      } catch (err) {
-        await this.dropClient(w.workspace_id);
-        if (attempt > 0) throw toPyroError(err);
-        w = await this.refreshState(this.store.getWorkspace(w.workspace_id) ?? w);
-        continue;
-      }
-      try {
-        let journaled = false;
-        const id = w.workspace_id;
-        const journal = <R>(write: (store: JournalWriter) => R): R => {
-          journaled = true;
-          return this.journal(id, write);
-        };
-        const result = await fn(client, w, journal);
-        if (!journaled) this.store.touch(id);
-        return result;
-      } catch (err) {
-        if (
-          err instanceof AgentError &&
-          (err.code === "agent_disconnected" || err.code === "protocol_violation")
-        ) {
-          // The connection broke while the request was in flight: it may have run in part,
-          // so it is not run again. The next request finds the sandbox dead and restarts it.
-          await this.dropClient(w.workspace_id);
-          const state = sandboxState(w);
-          const alive = state ? await stillRunningAfterBreak(backend, state) : false;
-          throw redactError(
-            new PyroError(
-              "backend_unavailable",
-              alive
-                ? `the connection to workspace ${w.workspace_id}'s agent broke during the request (${(err as Error).message})`
-                : `workspace ${w.workspace_id}'s sandbox died during the request`,
-              alive
-                ? "retry the request"
-                : "retry: the next request restarts the sandbox with the workspace's files kept",
-            ),
-            await this.secretValues(w),
-          );
-        }
-        throw redactError(toPyroError(err), await this.secretValues(w));
-      }
-    }
+  withAgent<T>(idOrName: string, op: Operation, fn: AgentCall<T>): Promise<T> {
+    return withAgent(this.inner, idOrName, op, fn);
   }
 
   private client(w: WorkspaceRow, backend: WorkspaceBackend): Promise<AgentClient> {
@@ -739,10 +291,12 @@ export class Workspaces {
 
   private async restartLocked(w: WorkspaceRow, snapshot: string): Promise<WorkspaceRow> {
     const backend = this.engine.backend(w.backend);
+    const spec = this.sandboxSpec(w, snapshot);
+    const inPlace = await this.resetInPlace(w, backend, spec);
+    if (inPlace) return inPlace;
     await this.dropClient(w.workspace_id);
     const state = sandboxState(w);
     if (state) await backend.stop(state);
-    const spec = this.sandboxSpec(w, snapshot);
     await backend.discardChanges(spec);
     // A reset ends the services with the sandbox, for good.
     const updated = this.store.updateWorkspace(w.workspace_id, {
@@ -759,6 +313,35 @@ export class Workspaces {
       workspace_id: w.workspace_id,
     });
     return started;
+  }
+
+  /**
+   * A reset that keeps the running sandbox (the backend's resetInPlace), or null when the
+   * backend has none or could not (the caller then restarts the sandbox, which also ends
+   * whatever a failed attempt left). Recorded as not running meanwhile (`in_place_reset`),
+   * so a process killed halfway leaves a sandbox the next use replaces.
+   */
+  private async resetInPlace(w: WorkspaceRow, backend: WorkspaceBackend, spec: SandboxSpec) {
+    const state = sandboxState(w);
+    if (w.state !== "running" || !state || !backend.resetInPlace) return null;
+    if (!(await backend.isRunning(state).catch(() => false))) return null;
+    const agent = await this.client(w, backend).catch(() => null);
+    if (!agent) return null;
+    this.store.updateWorkspace(w.workspace_id, { runtime: { sandbox: { ...state, in_place_reset: true } } });
+    const kept = await backend.resetInPlace(spec, state, agent).catch(() => null);
+    if (!kept) return null;
+    const updated = this.store.updateWorkspace(w.workspace_id, {
+      current_snapshot: spec.snapshot,
+      runtime: { sandbox: kept },
+      spec: { ...w.spec, services: [] },
+    });
+    this.emit({
+      level: "info",
+      kind: "sandbox",
+      message: `workspace ${label(w)}: reset in place on snapshot ${spec.snapshot}`,
+      workspace_id: w.workspace_id,
+    });
+    return updated;
   }
 
   /**
@@ -800,17 +383,7 @@ export class Workspaces {
    * after a command that may have dialled out: one warning per refused destination.
    */
   reportNetworkBlocks(w: WorkspaceRow, since: string): void {
-    if (!this.engine.events?.listening || w.network_policy === "off") return;
-    for (const b of this.store.listNetworkBlocks(w.workspace_id)) {
-      if (b.last_at < since) break; // most recent first
-      this.emit({
-        level: "warning",
-        kind: "network",
-        message: `workspace ${label(w)}: network policy ${w.network_policy} refused ${b.target} (${b.reason}; ${b.count} time(s) so far); a person can approve it with \`pyro workspace network approve ${w.workspace_id} ${b.target}\``,
-        workspace_id: w.workspace_id,
-        data: { target: b.target, count: b.count, reason: b.reason },
-      });
-    }
+    reportNetworkBlocks(this.inner, w, since);
   }
 
   /** Reports a lifecycle event to the engine's watchers (none in tests that provide no events). */
@@ -837,14 +410,4 @@ export class Workspaces {
   async removeSnapshotDir(w: WorkspaceRow, name: string): Promise<void> {
     await rm(this.snapshotDir(w, name), { recursive: true, force: true });
   }
-}
-
-export function sandboxState(w: WorkspaceRow): SandboxState | null {
-  const s = w.runtime.sandbox;
-  return s && typeof s === "object" ? (s as SandboxState) : null;
-}
-
-/** How events name a workspace: its id, and its name when it has one. */
-function label(w: { workspace_id: string; name: string | null }): string {
-  return w.name ? `${w.workspace_id} (${w.name})` : w.workspace_id;
 }

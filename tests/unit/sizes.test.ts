@@ -42,7 +42,6 @@ const LONG_FUNCTIONS: Record<string, string> = {
 };
 
 const LONG_FILES: Record<string, string> = {
-  "core/workspaces.ts": "Workspaces is to be narrowed (issue 12, item 4)",
   "state/store.ts": "the SQLite store: one statement per method",
   "backends/linux/cgroups.ts": "cgroup v1 and v2 detection, limits and teardown",
   "sdk/schemas.ts": "the SDK's argument table: one schema per argument of every method",
