@@ -45,6 +45,7 @@ import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import * as tar from "tar";
 import { PyroError } from "../../errors.js";
+import { LayerRefused } from "./unpack-budget.js";
 
 const posix = path.posix;
 const WHITEOUT = ".wh.";
@@ -60,18 +61,17 @@ export interface ApplyStats {
   skipped: number;
 }
 
-/** Refusal of a layer whose names try to leave the root. */
+/** Refusal of a layer past LayerLimits. */
 function tooBig(layer: string, why: string): PyroError {
-  return new PyroError(
-    "build_failed",
+  return new LayerRefused(
     `refused layer ${layer}: ${why}`,
     "the layer is larger than pyro unpacks (a decompression bomb, or a broken image); nothing was kept",
   );
 }
 
+/** Refusal of a layer whose names try to leave the root. */
 function unsafe(layer: string, why: string): PyroError {
-  return new PyroError(
-    "build_failed",
+  return new LayerRefused(
     `refused layer ${layer}: ${why}`,
     "the image has a layer that tries to write outside its root filesystem; nothing was kept",
   );
@@ -171,6 +171,11 @@ interface Parent {
 export interface LayerLimits {
   bytes: number;
   entries: number;
+  /**
+   * Asked before each entry and each chunk of contents is written, with the layer's
+   * totals including it; throws to refuse the layer (unpack-budget.ts: ratio, free space).
+   */
+  check?: (bytes: number, entries: number) => void;
 }
 
 /** 64 GiB of file contents and 4 million entries per layer: far past real images, short of a full disk. */
@@ -219,6 +224,11 @@ export async function applyLayer(
   /** Directories to date once the layer is written, by entry path (resolved again then). */
   const dirTimes: { parts: string[]; mtime: Date }[] = [];
   let failure: unknown = null;
+  /** Keeps the first problem and stops reading: a bomb is not decompressed to its end for nothing. */
+  const fail = (err: unknown) => {
+    failure ??= err;
+    input.destroy();
+  };
   const parser = new tar.Parser({
     strict: true,
     onReadEntry: (entry) => {
@@ -229,7 +239,7 @@ export async function applyLayer(
       try {
         handle(entry);
       } catch (err) {
-        failure = err;
+        fail(err);
         entry.resume();
       }
     },
@@ -243,6 +253,7 @@ export async function applyLayer(
 
   const handle = (e: tar.ReadEntry) => {
     if (++stats.entries > limits.entries) throw tooBig(label, `it holds more than ${limits.entries} entries`);
+    limits.check?.(stats.bytes, stats.entries);
     const parts = entryComponents(e.path, label);
     if (parts.length === 0) {
       e.resume();
@@ -318,11 +329,12 @@ export async function applyLayer(
           try {
             if (stats.bytes + chunk.length > limits.bytes)
               throw tooBig(label, `it unpacks to more than ${limits.bytes} bytes`);
+            limits.check?.(stats.bytes + chunk.length, stats.entries);
             writeSync(fd, chunk);
             stats.bytes += chunk.length;
             onBytes?.(chunk.length);
           } catch (err) {
-            failure = err;
+            fail(err);
           }
         });
         e.on("end", () => {
@@ -336,7 +348,7 @@ export async function applyLayer(
               futimesSync(fd, mtime, mtime);
             }
           } catch (err) {
-            failure = err;
+            fail(err);
           } finally {
             close();
           }
@@ -392,15 +404,17 @@ export async function applyLayer(
     parser.on("error", reject);
     parser.on("abort", (err: Error) => reject(err));
   });
+  // When the pipeline fails first (a refusal stops the input), `done` is not awaited.
+  done.catch(() => {});
   try {
     await pipeline(input, parser as unknown as NodeJS.WritableStream);
     await done;
   } catch (err) {
     if (failure) throw failure;
     if (err instanceof PyroError) throw err;
-    throw new PyroError(
-      "build_failed",
+    throw new LayerRefused(
       `layer ${label} is not a valid tar archive: ${(err as Error).message}`,
+      "the image is broken or was tampered with; nothing was kept",
     );
   }
   if (failure) throw failure;

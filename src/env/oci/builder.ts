@@ -9,10 +9,17 @@ import { pidAlive, treeSizeSync } from "../../util/fs.js";
 import { acquireLock } from "../../util/lock.js";
 import type { BuildContext, Builder, BuildOutput, VersionCheck } from "../builder.js";
 import type { EnvironmentSpec } from "../catalog.js";
-import { applyLayer } from "./apply.js";
+import { applyLayer, LAYER_LIMITS } from "./apply.js";
 import { LayerFollower } from "./follow.js";
 import { formatReference, type ImageReference, parseReference } from "./reference.js";
 import { type Descriptor, RegistryClient, RegistryUnreachable } from "./registry.js";
+import {
+  checkDownloadSpace,
+  LayerBudget,
+  LayerRefused,
+  type Statfs,
+  type UnpackBounds,
+} from "./unpack-budget.js";
 
 /** How many layers download at once (the rest of the image applies meanwhile, in order). */
 const PARALLEL = 3;
@@ -47,6 +54,10 @@ export class OciBuilder implements Builder {
       env: NodeJS.ProcessEnv;
       /** PYRO_REGISTRY_AUTH (core/config.ts). */
       registryAuth?: string | undefined;
+      /** What a layer may write (unpack-budget.ts UNPACK_BOUNDS); tests pass smaller ones. */
+      bounds?: UnpackBounds;
+      /** Free space of the cache's filesystem (statfs); tests pass a fake. */
+      statfs?: Statfs;
     },
   ) {}
 
@@ -80,8 +91,11 @@ export class OciBuilder implements Builder {
   async build(spec: EnvironmentSpec, ctx: BuildContext): Promise<BuildOutput> {
     if (spec.source.kind !== "oci") throw new Error(`not an image: ${spec.name}`);
     const ref = parseReference(spec.source.reference);
+    // Stops this pull's downloads when a layer fails (or the caller cancels).
+    const stop = new AbortController();
+    const signal = ctx.signal ? AbortSignal.any([ctx.signal, stop.signal]) : stop.signal;
     // A tag pinned to the digest it was resolved to: the tag moving meanwhile changes nothing.
-    const client = this.client(ctx.version ? { ...ref, digest: ctx.version } : ref, ctx);
+    const client = this.client(ctx.version ? { ...ref, digest: ctx.version } : ref, { ...ctx, signal });
     ctx.onProgress?.({ phase: "resolve", message: `resolving ${formatReference(ref)}` });
     const image = await client.resolve();
     const layers = image.manifest.layers;
@@ -101,29 +115,36 @@ export class OciBuilder implements Builder {
     await mkdir(join(this.options.storeDir, "partial"), { recursive: true, mode: 0o700 });
     await mkdir(join(this.options.storeDir, "locks"), { recursive: true, mode: 0o700 });
     await this.sweepPartials();
+    await this.checkDownloads(layers);
 
     // Layers apply strictly in order, each as soon as its turn comes: from the store, or
     // followed while it still downloads.
-    const { fetched, started, startNext } = this.downloads(client, layers, (i, n) => {
+    const { fetched, started, startNext } = this.downloads(client, layers, signal, (i, n) => {
       got += n;
       report(`layer ${i + 1}/${layers.length}`);
     });
     let skipped = 0;
     for (let i = 0; i < layers.length; i++) {
       const l = layers[i] as Descriptor;
-      const partial = await Promise.race([
-        (fetched[i] as Promise<void>).then(() => null),
-        started[i] as Promise<string>,
-      ]);
-      ctx.onProgress?.({
-        phase: "extract",
-        message: `applying layer ${i + 1}/${layers.length}`,
-        bytes: got,
-        total_bytes: total,
-        done_count: applied,
-        total_count: layers.length,
-      });
-      skipped += await this.applyOne(ctx.rootfs, l, partial, fetched[i] as Promise<void>);
+      try {
+        const partial = await Promise.race([
+          (fetched[i] as Promise<void>).then(() => null),
+          started[i] as Promise<string>,
+        ]);
+        ctx.onProgress?.({
+          phase: "extract",
+          message: `applying layer ${i + 1}/${layers.length}`,
+          bytes: got,
+          total_bytes: total,
+          done_count: applied,
+          total_count: layers.length,
+        });
+        const label = `layer ${i + 1}/${layers.length} (${l.digest})`;
+        skipped += await this.applyOne(ctx.rootfs, l, label, partial, fetched[i] as Promise<void>);
+      } catch (err) {
+        await this.abandon(err, l, stop, fetched);
+        throw err;
+      }
       applied++;
       startNext();
       if (ctx.signal?.aborted) throw new PyroError("cancelled", `pull of ${spec.name} was cancelled`);
@@ -150,7 +171,12 @@ export class OciBuilder implements Builder {
    * `started[i]` resolves with the partial file when layer i is being downloaded (it was
    * not in the store); `fetched[i]` when it is stored and verified.
    */
-  private downloads(client: RegistryClient, layers: Descriptor[], onBytes: (i: number, n: number) => void) {
+  private downloads(
+    client: RegistryClient,
+    layers: Descriptor[],
+    signal: AbortSignal,
+    onBytes: (i: number, n: number) => void,
+  ) {
     const fetched: Promise<void>[] = new Array(layers.length);
     const started: Promise<string>[] = new Array(layers.length);
     let next = 0;
@@ -161,7 +187,7 @@ export class OciBuilder implements Builder {
       started[i] = new Promise((r) => {
         onStart = r;
       });
-      fetched[i] = this.fetchLayer(client, layers[i] as Descriptor, (n) => onBytes(i, n), onStart);
+      fetched[i] = this.fetchLayer(client, layers[i] as Descriptor, signal, (n) => onBytes(i, n), onStart);
       // A failure surfaces when that layer's turn comes; keep unhandled rejections away.
       fetched[i].catch(() => {});
     };
@@ -177,14 +203,28 @@ export class OciBuilder implements Builder {
   private async applyOne(
     rootfs: string,
     l: Descriptor,
+    label: string,
     partial: string | null,
     download: Promise<void>,
   ): Promise<number> {
+    // Held to the bounds whether followed or from the store: a digest the registry
+    // named (a tag's manifest) vouches for nothing (unpack-budget.ts).
+    const budget = new LayerBudget({
+      dir: rootfs,
+      label,
+      size: l.size,
+      ...(this.options.bounds ? { bounds: this.options.bounds } : {}),
+      ...(this.options.statfs ? { statfs: this.options.statfs } : {}),
+    });
     const follower = partial
       ? new LayerFollower(partial, this.blobPath(l.digest), l.digest, l.size, download)
       : null;
     try {
-      const stats = await applyLayer(rootfs, await this.decompressed(l, follower), l.digest.slice(7, 19));
+      const input = await this.decompressed(l, follower, budget);
+      const stats = await applyLayer(rootfs, input, l.digest.slice(7, 19), undefined, {
+        ...LAYER_LIMITS,
+        check: budget.check,
+      });
       await follower?.finish();
       await download;
       return stats.skipped;
@@ -193,10 +233,48 @@ export class OciBuilder implements Builder {
     }
   }
 
+  /** Refuses, before downloading, layers that would not fit on the cache's filesystem. */
+  private async checkDownloads(layers: Descriptor[]): Promise<void> {
+    let need = 0;
+    for (const l of layers)
+      if (!(await stat(this.blobPath(l.digest)).catch(() => null))?.isFile()) need += l.size;
+    checkDownloadSpace(this.options.storeDir, need, this.options.statfs, this.options.bounds);
+  }
+
+  /**
+   * After layer `l` failed: stops the pull's downloads and waits for them, so nothing is
+   * written once the pull has failed; a refused layer's blob and partial download are
+   * removed (it would be refused again; nothing of it stays in the store as verified).
+   * Other layers' partial downloads stay, to resume, as after a cancel.
+   */
+  private async abandon(
+    err: unknown,
+    l: Descriptor,
+    stop: AbortController,
+    fetched: Promise<void>[],
+  ): Promise<void> {
+    stop.abort();
+    await Promise.allSettled(fetched.filter(Boolean));
+    if (!(err instanceof LayerRefused)) return;
+    const hex = l.digest.slice("sha256:".length);
+    // Briefly: a lock held this long is another pull's download of it, which refuses it too.
+    const release = await acquireLock(join(this.options.storeDir, "locks", `${hex}.lock`), {
+      timeoutMs: 10_000,
+    }).catch(() => null);
+    if (!release) return;
+    try {
+      await rm(join(this.options.storeDir, "partial", hex), { force: true });
+      await rm(this.blobPath(l.digest), { force: true });
+    } finally {
+      await release();
+    }
+  }
+
   /** Makes sure the blob is in the store: already there, or downloaded (resumed) and verified. */
   private async fetchLayer(
     client: RegistryClient,
     l: Descriptor,
+    signal: AbortSignal,
     onBytes: (n: number) => void,
     onStart: (partial: string) => void,
   ): Promise<void> {
@@ -207,7 +285,7 @@ export class OciBuilder implements Builder {
       return;
     }
     const hex = l.digest.slice("sha256:".length);
-    const release = await acquireLock(join(this.options.storeDir, "locks", `${hex}.lock`));
+    const release = await acquireLock(join(this.options.storeDir, "locks", `${hex}.lock`), { signal });
     try {
       const raced = await stat(dest).catch(() => null);
       if (raced?.isFile()) {
@@ -227,10 +305,14 @@ export class OciBuilder implements Builder {
    * by their magic bytes, not only the media type. A read error (a digest mismatch the
    * follower found) fails the decompressed stream too.
    */
-  private async decompressed(l: Descriptor, follower: LayerFollower | null): Promise<Readable> {
+  private async decompressed(
+    l: Descriptor,
+    follower: LayerFollower | null,
+    budget: LayerBudget,
+  ): Promise<Readable> {
     let head: Buffer;
-    let raw: Readable;
-    if (follower) ({ head, stream: raw } = await follower.stream(4));
+    let source: Readable;
+    if (follower) ({ head, stream: source } = await follower.stream(4));
     else {
       const path = this.blobPath(l.digest);
       head = Buffer.alloc(4);
@@ -240,18 +322,29 @@ export class OciBuilder implements Builder {
       } finally {
         await fh.close();
       }
-      raw = createReadStream(path, { highWaterMark: CHUNK });
+      source = createReadStream(path, { highWaterMark: CHUNK });
     }
+    // What the decompressor is handed is counted: the ratio bound's denominator.
+    const raw = source.pipe(budget.meter());
+    source.once("error", (err) => raw.destroy(err));
+    // The unpacker destroys what it reads on a failure: the file (or the follower) goes too.
+    raw.once("close", () => source.destroy());
     let out: Readable;
     // 1 MiB chunks: with zlib's 16 KiB default the unpacker waits on the thread pool's
     // round trips (measured: most of an unpack's time was idle).
     if (head[0] === 0x1f && head[1] === 0x8b) out = raw.pipe(createGunzip({ chunkSize: CHUNK }));
     else if (head.length >= 4 && head.readUInt32LE(0) === 0xfd2fb528) out = zstdStream(raw);
     else if (/gzip|zstd/.test(l.mediaType)) {
+      source.destroy();
       raw.destroy();
-      throw new PyroError("build_failed", `layer ${l.digest} says ${l.mediaType} but is not`);
+      throw new LayerRefused(
+        `layer ${l.digest} says ${l.mediaType} but is not`,
+        "the image is broken or was tampered with; nothing was kept",
+      );
     } else return raw;
     raw.once("error", (err) => out.destroy(err));
+    // An unpacker that stops early (a refusal) stops the reading behind it too.
+    out.once("close", () => raw.destroy());
     return out;
   }
 
