@@ -6,7 +6,8 @@ import type { WorkspaceRow } from "../state/types.js";
 import { acquireLock } from "../util/lock.js";
 import { secretRedactor } from "./secrets.js";
 import { exportThrough } from "./transfer.js";
-import { sandboxState, type Workspaces } from "./workspaces.js";
+import { sandboxState } from "./workspace-deps.js";
+import type { Workspaces } from "./workspaces.js";
 
 /**
  * The disk tools: a STOPPED workspace's /workspace (its snapshot under its writable

@@ -10,8 +10,9 @@ import {
   type OutputListener,
 } from "./output.js";
 import { secretRedactor } from "./secrets.js";
+import type { JournalWriter } from "./workspace-deps.js";
 import { DEFAULTS } from "./workspace-spec.js";
-import type { JournalWriter, Workspaces } from "./workspaces.js";
+import type { Workspaces } from "./workspaces.js";
 
 export interface ExecOptions {
   timeout_seconds?: number;

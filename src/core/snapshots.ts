@@ -1,4 +1,6 @@
+import { rm } from "node:fs/promises";
 import { ACTIONS, PyroError } from "../errors.js";
+import { treeSize } from "../util/fs.js";
 import { assertAllowed } from "./lifecycle.js";
 import { ExportWriter } from "./transfer.js";
 import { workspaceView } from "./views.js";
@@ -41,7 +43,7 @@ export async function createSnapshot(ws: Workspaces, idOrName: string, name: str
       await writer.abort();
       throw err;
     }
-    const size = await ws.snapshotSize(dir);
+    const size = await treeSize(dir);
     const row = journal((store) => {
       const made = store.upsertSnapshot({
         workspace_id: w.workspace_id,
@@ -88,7 +90,7 @@ export async function deleteSnapshot(ws: Workspaces, idOrName: string, name: str
     store.deleteSnapshot(w.workspace_id, name);
     store.recordEvent(w.workspace_id, "snapshot_delete", { snapshot_name: name });
   });
-  await ws.removeSnapshotDir(w, name);
+  await rm(ws.snapshotDir(w, name), { recursive: true, force: true });
   return { workspace_id: w.workspace_id, snapshot_name: name, deleted: true };
 }
 

@@ -1,4 +1,5 @@
 import { join } from "node:path";
+import type { WorkspaceBackend } from "../backends/backend.js";
 import { PyroError } from "../errors.js";
 import type { WorkspaceRow } from "../state/types.js";
 import { acquireLock } from "../util/lock.js";
@@ -104,4 +105,19 @@ async function ensureStarted(
   } finally {
     await release();
   }
+}
+
+/**
+ * Starts (or stops) the workspace's network helper to match its row, recording the
+ * published ports as bound (a host port 0 becomes the one picked, kept for restarts).
+ */
+export async function syncNetwork(
+  inner: WorkspaceInternals,
+  w: WorkspaceRow,
+  backend: WorkspaceBackend,
+): Promise<WorkspaceRow> {
+  const bound = await inner.ws.net.ensure(w, backend);
+  const asked = w.spec.published_ports ?? [];
+  if (!bound || JSON.stringify(bound) === JSON.stringify(asked)) return w;
+  return inner.deps.store().updateWorkspace(w.workspace_id, { spec: { ...w.spec, published_ports: bound } });
 }

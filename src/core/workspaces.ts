@@ -1,11 +1,9 @@
-import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentClient } from "../agent/client.js";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { ACTIONS, PyroError, toPyroError } from "../errors.js";
 import type { StateStore } from "../state/store.js";
 import type { WorkspacePatch, WorkspaceRow, WorkspaceState } from "../state/types.js";
-import { treeSize } from "../util/fs.js";
 import { acquireLock } from "../util/lock.js";
 import { AgentConnections } from "./connections.js";
 import type { EngineEvent } from "./events.js";
@@ -27,7 +25,7 @@ import {
 import { sandboxSpecOf, workspaceDirOf } from "./workspace-paths.js";
 import { deleteWorkspace, destroyWorkspace, ReapSchedule, reapExpired } from "./workspace-removal.js";
 import type { CreateOptions } from "./workspace-spec.js";
-import { refreshState, startWorkspace, stopWorkspace } from "./workspace-starts.js";
+import { refreshState, startWorkspace, stopWorkspace, syncNetwork } from "./workspace-starts.js";
 import {
   approveNetwork,
   networkBlocks,
@@ -35,9 +33,6 @@ import {
   updateWorkspace,
   type WorkspaceUpdate,
 } from "./workspace-update.js";
-
-export type { JournalReader, JournalWriter, WorkspaceDeps } from "./workspace-deps.js";
-export { sandboxState } from "./workspace-deps.js";
 
 /**
  * The workspace service: every workspace operation of every surface goes through here.
@@ -82,8 +77,6 @@ export class Workspaces {
   private get store(): StateStore {
     return this.engine.store();
   }
-
-  // ------------------------------------------------ journal reads (for feature modules)
 
   /** The journal's read side: command history, review events, snapshots. */
   get history(): JournalReader {
@@ -185,15 +178,9 @@ export class Workspaces {
     return createWorkspace(this.inner, options);
   }
 
-  /**
-   * Starts (or stops) the workspace's network helper to match its row, recording the
-   * published ports as bound (a host port 0 becomes the one picked, kept for restarts).
-   */
-  private async startNetwork(w: WorkspaceRow, backend: WorkspaceBackend): Promise<WorkspaceRow> {
-    const bound = await this.net.ensure(w, backend);
-    const asked = w.spec.published_ports ?? [];
-    if (!bound || JSON.stringify(bound) === JSON.stringify(asked)) return w;
-    return this.store.updateWorkspace(w.workspace_id, { spec: { ...w.spec, published_ports: bound } });
+  /** Starts (or stops) the network helper to match `w`'s row (workspace-starts.ts). */
+  private startNetwork(w: WorkspaceRow, backend: WorkspaceBackend): Promise<WorkspaceRow> {
+    return syncNetwork(this.inner, w, backend);
   }
 
   async list() {
@@ -401,13 +388,5 @@ export class Workspaces {
 
   snapshotDir(w: WorkspaceRow, name: string): string {
     return join(this.workspaceDir(w.workspace_id), "snapshots", name);
-  }
-
-  async snapshotSize(dir: string) {
-    return treeSize(dir);
-  }
-
-  async removeSnapshotDir(w: WorkspaceRow, name: string): Promise<void> {
-    await rm(this.snapshotDir(w, name), { recursive: true, force: true });
   }
 }
