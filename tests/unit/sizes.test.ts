@@ -28,10 +28,6 @@ const LONG_FUNCTIONS: Record<string, string> = {
   // Benchmarks: a list of rows, each measured in turn.
   "bench/main.ts:main": "the bench's list of rows, run in order",
   "bench/qemu.ts:qemuRows": "the qemu bench rows, run in order",
-  // To be split (issue 12, item 7): one state machine each, kept whole until then.
-  "backends/firecracker/vsock.ts:handshake": "Firecracker's vsock CONNECT handshake as one state machine",
-  "backends/firecracker/vsock.ts:(anon)": "the handshake's promise body",
-  "core/summary.ts:summarizeWorkspace": "one object literal of the summary's sections",
   "env/oci/apply.ts:applyLayer":
     "the one rule for writing registry layers on the host (whiteouts, links, times, bounds), kept in one place on purpose",
   "env/oci/apply.ts:handle":

@@ -40,8 +40,7 @@ export async function connectVsock(
   let delay = options.retryDelayMs ?? 20;
   let reason = "no attempt finished";
   for (;;) {
-    if (options.signal?.aborted)
-      throw new PyroError("cancelled", `connecting to vsock port ${port} was cancelled`);
+    if (options.signal?.aborted) throw cancelledError(port);
     const remaining = deadline - Date.now();
     if (remaining <= 0) {
       throw new PyroError(
@@ -60,6 +59,11 @@ export async function connectVsock(
   }
 }
 
+/**
+ * One attempt: connect to `connectPath` (the usable spelling of `udsPath`), send the
+ * CONNECT line and read the reply line. Every way it ends (reply, close, error, timeout,
+ * abort) settles it once and removes every listener; a socket not handed back is destroyed.
+ */
 function handshake(
   connectPath: string,
   udsPath: string,
@@ -85,79 +89,27 @@ function handshake(
       if (a.kind !== "ok") sock.destroy();
       resolve(a);
     };
-    const onAbort = () =>
-      settle({
-        kind: "fatal",
-        error: new PyroError("cancelled", `connecting to vsock port ${port} was cancelled`),
-      });
-    const timer = setTimeout(
-      () =>
-        settle({
-          kind: "fatal",
-          error: new PyroError(
-            "timeout",
-            connected
-              ? `vsock port ${port} via ${udsPath}: no handshake reply within ${timeoutMs} ms`
-              : `vsock port ${port}: connecting to ${udsPath} timed out`,
-          ),
-        }),
-      timeoutMs,
-    );
+    const onAbort = () => settle({ kind: "fatal", error: cancelledError(port) });
+    const timer = setTimeout(() => settle(timedOut(connected, udsPath, port, timeoutMs)), timeoutMs);
     const onConnect = () => {
       connected = true;
       sock.write(`CONNECT ${port}\n`);
     };
     const onReadable = () => {
-      for (;;) {
-        const chunk: Buffer | null = sock.read();
-        if (chunk === null) return;
+      for (let chunk: Buffer | null = sock.read(); chunk !== null; chunk = sock.read()) {
         buf = buf.length === 0 ? chunk : Buffer.concat([buf, chunk]);
-        const nl = buf.indexOf(0x0a);
-        if (nl < 0) {
-          if (buf.length > MAX_LINE_BYTES) {
-            settle({ kind: "fatal", error: badReply(udsPath, port, buf.subarray(0, MAX_LINE_BYTES)) });
-            return;
-          }
-          continue;
-        }
-        const line = buf.subarray(0, nl);
-        if (!OK_LINE.test(line.toString("latin1"))) {
-          settle({ kind: "fatal", error: badReply(udsPath, port, line) });
-          return;
-        }
-        const rest = buf.subarray(nl + 1);
+        const reply = parseReply(buf);
+        if (reply.kind === "more") continue;
+        if (reply.kind === "bad")
+          return settle({ kind: "fatal", error: badReply(udsPath, port, reply.line) });
         settle({ kind: "ok", socket: sock });
         // Whatever the guest sent right behind the OK line belongs to the caller.
-        if (rest.length > 0) sock.unshift(rest);
+        if (reply.rest.length > 0) sock.unshift(reply.rest);
         return;
       }
     };
-    const onEnd = () =>
-      settle({
-        kind: "retry",
-        reason: connected
-          ? `Firecracker closed the connection: nothing listens on guest vsock port ${port} yet`
-          : `${udsPath} closed before the handshake`,
-      });
-    const onError = (err: NodeJS.ErrnoException) => {
-      // The socket file is missing or refuses until Firecracker has configured the device;
-      // a reset during the handshake is Firecracker giving up on the guest port.
-      if (
-        err.code === "ENOENT" ||
-        err.code === "ECONNREFUSED" ||
-        err.code === "ECONNRESET" ||
-        err.code === "EPIPE"
-      )
-        settle({ kind: "retry", reason: `${udsPath}: ${err.code}` });
-      else
-        settle({
-          kind: "fatal",
-          error: new PyroError(
-            "backend_unavailable",
-            `vsock port ${port}: cannot connect to ${udsPath}: ${err.message}`,
-          ),
-        });
-    };
+    const onEnd = () => settle(closed(connected, udsPath, port));
+    const onError = (err: NodeJS.ErrnoException) => settle(failed(err, udsPath, port));
     sock.on("connect", onConnect);
     sock.on("readable", onReadable);
     sock.on("end", onEnd);
@@ -165,6 +117,68 @@ function handshake(
     sock.on("error", onError);
     signal?.addEventListener("abort", onAbort, { once: true });
   });
+}
+
+/** What the bytes read so far say: wait for more, the OK line (and what followed it), or a bad reply. */
+type Reply = { kind: "more" } | { kind: "ok"; rest: Buffer } | { kind: "bad"; line: Buffer };
+
+function parseReply(buf: Buffer): Reply {
+  const nl = buf.indexOf(0x0a);
+  if (nl < 0)
+    return buf.length > MAX_LINE_BYTES
+      ? { kind: "bad", line: buf.subarray(0, MAX_LINE_BYTES) }
+      : { kind: "more" };
+  const line = buf.subarray(0, nl);
+  if (!OK_LINE.test(line.toString("latin1"))) return { kind: "bad", line };
+  return { kind: "ok", rest: buf.subarray(nl + 1) };
+}
+
+function cancelledError(port: number): PyroError {
+  return new PyroError("cancelled", `connecting to vsock port ${port} was cancelled`);
+}
+
+function timedOut(connected: boolean, udsPath: string, port: number, timeoutMs: number): Attempt {
+  return {
+    kind: "fatal",
+    error: new PyroError(
+      "timeout",
+      connected
+        ? `vsock port ${port} via ${udsPath}: no handshake reply within ${timeoutMs} ms`
+        : `vsock port ${port}: connecting to ${udsPath} timed out`,
+    ),
+  };
+}
+
+/** The connection closed before a reply: Firecracker found nothing listening on the guest port yet. */
+function closed(connected: boolean, udsPath: string, port: number): Attempt {
+  return {
+    kind: "retry",
+    reason: connected
+      ? `Firecracker closed the connection: nothing listens on guest vsock port ${port} yet`
+      : `${udsPath} closed before the handshake`,
+  };
+}
+
+/**
+ * A socket error: the socket file is missing or refuses until Firecracker has configured
+ * the device, and a reset during the handshake is Firecracker giving up on the guest
+ * port (both retried); anything else is fatal.
+ */
+function failed(err: NodeJS.ErrnoException, udsPath: string, port: number): Attempt {
+  if (
+    err.code === "ENOENT" ||
+    err.code === "ECONNREFUSED" ||
+    err.code === "ECONNRESET" ||
+    err.code === "EPIPE"
+  )
+    return { kind: "retry", reason: `${udsPath}: ${err.code}` };
+  return {
+    kind: "fatal",
+    error: new PyroError(
+      "backend_unavailable",
+      `vsock port ${port}: cannot connect to ${udsPath}: ${err.message}`,
+    ),
+  };
 }
 
 function badReply(udsPath: string, port: number, line: Buffer): PyroError {
