@@ -49,6 +49,18 @@ export const infoResult = z.strictObject({
   root: z.string(),
 });
 
+/**
+ * `reset`: the agent's part of an in-place reset (docs/protocol.md). `begin` refuses new
+ * processes and leaves /workspace; `finish` forgets the ended services and shells and
+ * enters the new /workspace.
+ */
+export const resetArgs = z.strictObject({ phase: z.enum(["begin", "finish"]) });
+export const resetResult = z.strictObject({
+  phase: z.enum(["begin", "finish"]),
+  /** `begin`: System V IPC objects in the agent's IPC namespace (-1: unknown). */
+  ipc_objects: z.optional(z.int()),
+});
+
 export const execArgs = z
   .strictObject({
     command: z.string().check(z.minLength(1)),
@@ -270,6 +282,7 @@ export const serviceStopResult = z.strictObject({ service: serviceStatus, killed
 export const OPS = {
   ping: { args: pingArgs, result: pingResult, upload: false, download: false },
   info: { args: infoArgs, result: infoResult, upload: false, download: false },
+  reset: { args: resetArgs, result: resetResult, upload: false, download: false },
   exec: { args: execArgs, result: execResult, upload: false, download: false },
   file_list: { args: fileListArgs, result: fileListResult, upload: false, download: false },
   file_read: { args: fileReadArgs, result: fileReadResult, upload: false, download: true },

@@ -134,6 +134,19 @@ export interface WorkspaceBackend {
   stop(state: SandboxState): Promise<void>;
   /** Discards the writable layers, so the next start shows `spec.snapshot` exactly. */
   discardChanges(spec: SandboxSpec): Promise<void>;
+  /**
+   * Optional: resets a running sandbox onto `spec.snapshot` without restarting it (its
+   * processes but the agent ended, both writable layers as a restart would leave them).
+   * Returns the state to record, or null when it could not, leaving the sandbox in any
+   * state: the caller then stops it and restarts it. While it runs, the core records the
+   * state with `in_place_reset: true`, which makes it not running for every other reader
+   * (a process killed mid-reset leaves a sandbox the next use replaces).
+   */
+  resetInPlace?(
+    spec: SandboxSpec,
+    state: SandboxState,
+    agent: import("../agent/client.js").AgentClient,
+  ): Promise<SandboxState | null>;
   /** Removes every host file and process the workspace had. */
   destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void>;
   /** Where the agent sees `/workspace` (its `--root`). */

@@ -49,7 +49,7 @@ export function agentArgv(
   dirs: { runtime: string; app: string },
   root: string,
   channel: AgentChannel,
-  options: { idleCommands?: boolean; net?: GuestNet; readOnly?: boolean } = {},
+  options: { idleCommands?: boolean; net?: GuestNet; readOnly?: boolean; tmp?: string } = {},
 ): string[] {
   const serve =
     "listen" in channel
@@ -64,6 +64,7 @@ export function agentArgv(
     root,
     ...serve,
     ...(options.idleCommands ? ["--idle-commands"] : []),
+    ...(options.tmp ? ["--tmp", options.tmp] : []),
     ...(options.readOnly ? ["--read-only"] : []),
     ...(options.net ? ["--egress", options.net.egress, "--forward", options.net.forward] : []),
   );

@@ -100,6 +100,14 @@ export class LazyBackend implements WorkspaceBackend {
   ): Promise<void> {
     await (await this.load()).exposeSnapshot?.(spec, state, name, agent);
   }
+  async resetInPlace(
+    spec: SandboxSpec,
+    state: SandboxState,
+    agent: AgentClient,
+  ): Promise<SandboxState | null> {
+    const backend = await this.load();
+    return backend.resetInPlace ? backend.resetInPlace(spec, state, agent) : null;
+  }
   agentRoot(spec: SandboxSpec): string {
     return this.loaded().agentRoot(spec);
   }

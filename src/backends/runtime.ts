@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import {
   chmod,
+  chown,
   copyFile,
   mkdir,
   mkdtemp,
@@ -94,7 +95,7 @@ export async function prepareNodeRuntime(
   const st = await stat(source);
   const version = await nodeVersion(source, options);
   const key = createHash("sha256")
-    .update(JSON.stringify([source, st.size, st.mtimeMs, version]))
+    .update(JSON.stringify([source, st.size, st.mtimeMs, version, EXEC_ONLY]))
     .digest("hex")
     .slice(0, 16);
   const dir = join(cacheDir, `node-${key}`);
@@ -147,6 +148,7 @@ async function build(
   for (const l of libs) bytes += await copyDurably(await realpath(l.path), join(lib, l.name));
   const loaderName = loader ? basename(loader) : null;
   if (loader && loaderName) bytes += await copyDurably(await realpath(loader), join(lib, loaderName));
+  await makeExecuteOnly(loaderName ? join(lib, loaderName) : join(bin, "node"));
 
   const manifest: Manifest = {
     key,
@@ -202,6 +204,24 @@ async function sharedLibraries(
   // The loader is copied on its own; drop it if it was also listed as a dependency.
   const loaderName = basename(loader);
   return { libs: libs.filter((l) => l.name !== loaderName), loader };
+}
+
+/**
+ * The file a sandbox executes to start the agent (the loader, or node when static) is
+ * owned by nobody and mode 0711: a sandbox's root without capabilities may run it but
+ * not read it, and the kernel makes a process that executes a file it cannot read
+ * non-dumpable. A command in the sandbox (uid 0 too, but without CAP_SYS_PTRACE) can
+ * then neither ptrace the agent nor open its /proc/PID/mem, fd or environ: the agent
+ * outlives a reset in place (backends/bwrap/reset.ts) and must not carry a command's
+ * code across it. Only when run as root (a chown needs it); the host, root, still reads it.
+ */
+const EXEC_ONLY = "exec-only-v1";
+const NOBODY = 65534;
+
+async function makeExecuteOnly(file: string): Promise<void> {
+  if (process.getuid?.() !== 0) return;
+  await chown(file, NOBODY, NOBODY);
+  await chmod(file, 0o711);
 }
 
 async function copyDurably(from: string, to: string): Promise<number> {

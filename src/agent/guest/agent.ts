@@ -5,7 +5,7 @@
  */
 
 import { setMaxListeners } from "node:events";
-import { chmod, lstat, stat, unlink } from "node:fs/promises";
+import { chmod, lstat, mkdir, stat, unlink } from "node:fs/promises";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -225,6 +225,9 @@ export async function startGuest(
   log = debugLog(),
 ): Promise<GuestHandle> {
   const workspace = await Workspace.open(path.resolve(opts.root), opts.alias);
+  // A spool directory of its own (bwrap's in-place reset leaves it out of the root
+  // layer's signature and has the agent empty it).
+  if (opts.tmpDir) await mkdir(opts.tmpDir, { recursive: true, mode: 0o700 });
   const handle = await serveGuest(workspace, opts, io, log);
   // A closing guest ends its services (in a sandbox they would die with it; in-process
   // guests and host-compat's are host processes).

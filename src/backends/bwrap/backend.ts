@@ -1,6 +1,8 @@
 import { closeSync, openSync } from "node:fs";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
+import { z } from "zod";
+import type { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
@@ -18,10 +20,11 @@ import {
 } from "../linux/layout.js";
 import { LinuxSocketBackend } from "../linux/socket-backend.js";
 import { prepareNodeRuntime } from "../runtime.js";
-import { type SocketSandbox, socketSandboxShape, stateReader } from "../sandbox-state.js";
+import { socketSandboxShape, stateReader } from "../sandbox-state.js";
 import { linuxDiskView, openDiskView } from "./disk-view.js";
 import { isolationArgs } from "./isolation.js";
 import { bwrapRunOnce } from "./oneshot.js";
+import { AGENT_TMP, type ResetBase, resetBase, resetInPlace } from "./reset.js";
 import { writeSeccompFile } from "./seccomp.js";
 
 /** Mount points inside the sandbox. */
@@ -34,15 +37,25 @@ export const IN_SANDBOX = {
   net: "/run/pyro/net",
 } as const;
 
-/** What a bwrap sandbox records: its launch process, agent socket, log and cgroup. */
-const BWRAP_STATE = stateReader("bwrap", socketSandboxShape);
+/**
+ * What a bwrap sandbox records: its launch process, agent socket, log and cgroup, and
+ * what an in-place reset compares against (reset.ts; absent when it cannot be done).
+ */
+const BWRAP_STATE = stateReader("bwrap", {
+  ...socketSandboxShape,
+  agent_pid: z.optional(z.number().int().positive()),
+  agent_start_time: z.optional(z.string().min(1)),
+  layers_sig: z.optional(z.string().min(1)),
+  in_place_reset: z.optional(z.boolean()),
+});
+type BwrapState = z.output<z.ZodObject<typeof socketSandboxShape>> & Partial<ResetBase>;
 
 /**
  * The bubblewrap backend: Linux namespaces (mount, pid, ipc, uts, net, cgroup), all
  * capabilities dropped, a seccomp filter, cgroup limits, and a copy-on-write root per
  * workspace. Needs root (overlay mounts, cgroups).
  */
-export class BwrapBackend extends LinuxSocketBackend<SocketSandbox> implements WorkspaceBackend {
+export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements WorkspaceBackend {
   readonly name = "bwrap" as const;
   readonly executionMode = "guest_agent" as const;
   protected readonly sandboxState = BWRAP_STATE;
@@ -107,7 +120,7 @@ export class BwrapBackend extends LinuxSocketBackend<SocketSandbox> implements W
       IN_SANDBOX,
       IN_SANDBOX.workspace,
       { listen: `${IN_SANDBOX.sock}/agent.sock` },
-      { idleCommands: true, ...(spec.netDir ? { net: guestNet(IN_SANDBOX) } : {}) },
+      { idleCommands: true, tmp: AGENT_TMP, ...(spec.netDir ? { net: guestNet(IN_SANDBOX) } : {}) },
     );
     const seccompFile = join(spec.dir, "seccomp.bpf");
     await writeSeccompFile(seccompFile);
@@ -120,8 +133,10 @@ export class BwrapBackend extends LinuxSocketBackend<SocketSandbox> implements W
     const cgroups = await limitedCgroup(cgLayout, spec.workspace_id, spec.limits);
 
     const logFile = join(l.logs, "sandbox.log");
+    // /workspace's overlay shared, so that an in-place reset can mount over it (reset.ts).
+    const [root, ws] = layoutOverlays(l, spec);
     const argv = launchArgv(
-      layoutOverlays(l, spec),
+      [root!, { ...ws!, shared: true }],
       this.bwrapArgv(spec, l, runtime.dir, argvOfAgent),
       await this.launchTools(),
       { cappedLog: true, ...layoutDisk(l) },
@@ -153,12 +168,30 @@ export class BwrapBackend extends LinuxSocketBackend<SocketSandbox> implements W
       await this.stop(state);
       throw err;
     }
-    return state;
+    return { ...state, ...(await resetBase(l, pid, spec.workspace_id)) };
   }
 
   isRunning(state: SandboxState): Promise<boolean> {
     const s = BWRAP_STATE.read(state);
+    if (s.in_place_reset) return Promise.resolve(false);
     return sameProcessAlive(s.pid, s.start_time);
+  }
+
+  /** Resets the running sandbox without restarting it, when it can (reset.ts). */
+  async resetInPlace(
+    spec: SandboxSpec,
+    state: SandboxState,
+    agent: AgentClient,
+  ): Promise<SandboxState | null> {
+    const s = BWRAP_STATE.read(state);
+    if (s.agent_pid === undefined || s.agent_start_time === undefined || s.layers_sig === undefined)
+      return null;
+    const base = { agent_pid: s.agent_pid, agent_start_time: s.agent_start_time, layers_sig: s.layers_sig };
+    const l = await detectLayout(spec.dir);
+    const done = await resetInPlace(l, spec, s, base, agent, await this.launchTools()).catch(() => false);
+    if (!done) return null;
+    const { in_place_reset: _, ...kept } = state as SandboxState & { in_place_reset?: boolean };
+    return kept;
   }
 
   /** Kills every process of the sandbox (through its cgroup) and waits for them. */

@@ -186,6 +186,13 @@ export class CgroupLimits {
     for (const dir of this.dirs.values()) await writeControl(dir, "cgroup.procs", String(pid));
   }
 
+  /** The processes in the group (any one of its directories lists them all). */
+  async pids(): Promise<number[]> {
+    const dir = this.dirs.get("unified") ?? this.dirs.get("pids") ?? [...this.dirs.values()][0];
+    const text = dir ? await readText(join(dir, "cgroup.procs")) : null;
+    return (text ?? "").split("\n").filter(Boolean).map(Number);
+  }
+
   /** Current memory use and number of tasks; null where the controller is not in use. */
   async stats(): Promise<CgroupStats> {
     const v2 = this.dirs.get("unified");

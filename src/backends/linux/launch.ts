@@ -4,6 +4,12 @@ export interface Overlay {
   upper: string;
   work: string;
   target: string;
+  /**
+   * Made a shared mount once mounted: a sandbox's bind of it is then its slave, and an
+   * overlay mounted over it later in the launch step's namespace appears in the sandbox
+   * (bwrap's in-place reset). Nothing flows back: the sandbox's copy is a slave.
+   */
+  shared?: boolean;
 }
 
 /**
@@ -33,10 +39,16 @@ export interface LaunchTools {
   shell: string[];
   mount: string;
   loopMount: string;
+  umount: string;
 }
 
 /** Portable: bash and util-linux mount (dash cannot name descriptors above 9). */
-export const BASH_TOOLS: LaunchTools = { shell: ["/bin/bash"], mount: "mount", loopMount: "mount" };
+export const BASH_TOOLS: LaunchTools = {
+  shell: ["/bin/bash"],
+  mount: "mount",
+  loopMount: "mount",
+  umount: "umount",
+};
 
 /** Faster where busybox-static is installed (setup installs it): ~3 ms less per launch. */
 export const BUSYBOX_TOOLS: LaunchTools = {
@@ -44,6 +56,7 @@ export const BUSYBOX_TOOLS: LaunchTools = {
   mount: "/bin/busybox mount",
   // By path: busybox's shell runs its own applet for a bare `mount`.
   loopMount: "/usr/bin/mount",
+  umount: "/bin/busybox umount",
 };
 
 export async function detectLaunchTools(): Promise<LaunchTools> {
@@ -97,8 +110,8 @@ export function launchArgv(
         ]
       : []),
     ...overlays.map(
-      () =>
-        `${tools.mount} -t overlay pyro -o "lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}" "$4"; shift 4`,
+      (o) =>
+        `${tools.mount} -t overlay pyro -o "lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}" "$4"; ${o.shared ? `${tools.mount} --make-shared "$4"; ` : ""}shift 4`,
     ),
     // The reader is outside the sandbox (this shell's mount namespace, not bwrap's or
     // runsc's) and holds no descriptor but the pipe and the log. One-shots keep their

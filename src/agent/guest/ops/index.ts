@@ -8,6 +8,7 @@ import type { OpName } from "../../op-schemas.js";
 import type { OpHandler, OpHandlers } from "./context.js";
 import { exec } from "./exec.js";
 import { fileList, fileRead, fileWrite } from "./files.js";
+import { refuseWhileResetting, reset } from "./reset.js";
 import { serviceList, serviceLogs, serviceStart, serviceStatus, serviceStop } from "./services.js";
 import { info, ping } from "./system.js";
 
@@ -26,13 +27,22 @@ const tarOps = () => import("./tar.js");
 const vmOps = () => import("./vm.js");
 const shellOps = () => import("./shells.js");
 
+/** An op that starts processes: refused while a reset is under way (ops/reset.ts). */
+function spawning<O extends OpName>(handler: OpHandler<O>): OpHandler<O> {
+  return (args, ctx) => {
+    refuseWhileResetting();
+    return handler(args, ctx);
+  };
+}
+
 export type { OpContext, OpHandler, OpHandlers } from "./context.js";
 
 /** Every op the agent implements. */
 export const BUILTIN_OPS: OpHandlers = {
   ping,
   info,
-  exec,
+  reset,
+  exec: spawning(exec),
   file_list: fileList,
   file_read: fileRead,
   file_write: fileWrite,
@@ -43,12 +53,12 @@ export const BUILTIN_OPS: OpHandlers = {
   vm_setup: lazy(async () => (await vmOps()).vmSetup),
   vm_snapshot_in: lazy(async () => (await vmOps()).vmSnapshotIn),
   vm_sync: lazy(async () => (await vmOps()).vmSync),
-  service_start: serviceStart,
+  service_start: spawning(serviceStart),
   service_list: serviceList,
   service_status: serviceStatus,
   service_logs: serviceLogs,
   service_stop: serviceStop,
-  shell_open: lazy(async () => (await shellOps()).shellOpen),
+  shell_open: spawning(lazy(async () => (await shellOps()).shellOpen)),
   shell_write: lazy(async () => (await shellOps()).shellWrite),
   shell_read: lazy(async () => (await shellOps()).shellRead),
   shell_signal: lazy(async () => (await shellOps()).shellSignal),

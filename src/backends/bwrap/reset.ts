@@ -1,0 +1,306 @@
+/**
+ * In-place reset of a bwrap sandbox: a reset that keeps the sandbox and its agent running
+ * and replaces only what the reset discards, instead of stopping the sandbox and starting
+ * a new one (issue 18: a restart costs an agent start, ~200 ms of CPU here).
+ *
+ * What a reset must discard, and how it is done in place:
+ * - every process but the agent: killed from outside, through the sandbox's cgroup (the
+ *   host does not trust the agent to do it);
+ * - /workspace's writable layer: the launch step mounted /workspace's first overlay
+ *   `shared` in its mount namespace, and the sandbox's bind of it is a slave of it, so an
+ *   overlay mounted over it there (the new snapshot as the lower layer, fresh upper and
+ *   work directories) appears at the sandbox's /workspace; the one before is lazily
+ *   unmounted and its upper directory removed;
+ * - System V IPC objects and POSIX message queues of the sandbox's IPC namespace;
+ * - the root layer and /dev: these cannot be swapped under a running agent (the root is
+ *   its `/`), so the reset is in place only when both are exactly as they were when the
+ *   sandbox started (a signature of every entry's name, type, mode, owner, size and
+ *   ctime, taken at start). A package installed, a file left in /tmp or /dev/shm, an
+ *   `rm` in /etc: the reset restarts the sandbox instead, as before.
+ *
+ * Whatever fails or looks unexpected returns null, and the caller restarts the sandbox:
+ * the restart ends every process through the cgroup and discards both layers, so a half
+ * done in-place reset is never what a workspace is left with.
+ *
+ * The agent survives the reset, so a command must not be able to take it over: the
+ * agent is started through an execute-only loader (runtime.ts), which makes it
+ * non-dumpable, and a process without CAP_SYS_PTRACE (every process in the sandbox) can
+ * then neither ptrace it nor open its /proc/PID/mem, fd or environ.
+ */
+import { createHash } from "node:crypto";
+import { lstat, mkdir, readdir, readFile, rename, rm, unlink } from "node:fs/promises";
+import { join } from "node:path";
+import type { AgentClient } from "../../agent/client.js";
+import { run } from "../../util/run.js";
+import type { SandboxSpec } from "../backend.js";
+import { procStartTime, sameProcessAlive } from "../common.js";
+import { CgroupLimits, detectCgroups } from "../linux/cgroups.js";
+import { type LaunchTools, OVERLAY_OPTIONS } from "../linux/launch.js";
+import type { SandboxLayout } from "../linux/layout.js";
+
+/** What a bwrap sandbox records at start so that it can be reset in place. */
+export interface ResetBase {
+  agent_pid: number;
+  agent_start_time: string;
+  layers_sig: string;
+}
+
+/** The agent's spool directory inside the sandbox: emptied by the agent, not part of the signature. */
+export const AGENT_TMP = "/run/pyro/tmp";
+
+/** Past this many entries in the root layer and /dev, a sandbox is not reset in place. */
+const MAX_SIGNED_ENTRIES = 20_000;
+/** Rounds of killing before giving up (a fork bomb outrunning the kills): the caller restarts. */
+const MAX_KILL_ROUNDS = 200;
+
+interface ProcInfo {
+  /** The pid in each pid namespace, the host's first. */
+  nspid: number[];
+  state: string;
+  startTime: string;
+}
+
+async function procInfo(pid: number): Promise<ProcInfo | null> {
+  try {
+    const [status, stat] = await Promise.all([
+      readFile(`/proc/${pid}/status`, "utf8"),
+      readFile(`/proc/${pid}/stat`, "utf8"),
+    ]);
+    const line = /^NSpid:\s+(.*)$/m.exec(status);
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return {
+      nspid: (line?.[1] ?? String(pid)).trim().split(/\s+/).map(Number),
+      state: fields[0] ?? "?",
+      startTime: fields[19] ?? "",
+    };
+  } catch {
+    return null; // gone
+  }
+}
+
+async function sandboxCgroup(cgroupId: string): Promise<CgroupLimits | null> {
+  return CgroupLimits.attach(await detectCgroups(), cgroupId);
+}
+
+/**
+ * The agent: the one process inside the sandbox's pid namespace that is not its init
+ * (bwrap's pid 1), right after the agent listens, when nothing else runs there yet.
+ */
+async function findAgent(cgroupId: string): Promise<{ pid: number; startTime: string } | null> {
+  const pids = await (await sandboxCgroup(cgroupId))?.pids();
+  if (!pids) return null;
+  const inside: { pid: number; startTime: string }[] = [];
+  for (const pid of pids) {
+    const p = await procInfo(pid);
+    if (p && p.nspid.length > 1 && p.nspid.at(-1) !== 1) inside.push({ pid, startTime: p.startTime });
+  }
+  return inside.length === 1 ? inside[0]! : null;
+}
+
+/**
+ * A hash of every entry under `root` (name, type, mode, owner, size, ctime), without
+ * following symlinks; null when `root` is missing or holds more than `budget.left` entries.
+ */
+async function treeSignature(
+  root: string,
+  skip: (rel: string) => boolean,
+  budget: { left: number },
+): Promise<string | null> {
+  const hash = createHash("sha256");
+  const walk = async (rel: string): Promise<boolean> => {
+    const names = (await readdir(join(root, rel))).sort();
+    for (const name of names) {
+      const r = rel ? `${rel}/${name}` : name;
+      if (skip(r)) continue;
+      if (--budget.left < 0) return false;
+      const st = await lstat(join(root, r), { bigint: true });
+      hash.update(`${r}\0${st.mode}\0${st.uid}\0${st.gid}\0${st.size}\0${st.ctimeNs}\0${st.rdev}\n`);
+      if (st.isDirectory() && !(await walk(r))) return false;
+    }
+    return true;
+  };
+  try {
+    const top = await lstat(root, { bigint: true });
+    if (!top.isDirectory()) return null;
+    hash.update(`.\0${top.mode}\0${top.uid}\0${top.gid}\0${top.ctimeNs}\n`);
+    return (await walk("")) ? hash.digest("hex") : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The signature of what an in-place reset cannot replace: the root layer's upper
+ * directory (seen in the launch step's mount namespace, through its process) and the
+ * sandbox's /dev (through the agent). The agent's spool directory and /dev/pts (PTYs
+ * come and go with shells) are left out.
+ */
+async function layersSignature(
+  l: SandboxLayout,
+  launchPid: number,
+  agentPid: number,
+): Promise<string | null> {
+  const budget = { left: MAX_SIGNED_ENTRIES };
+  const tmp = AGENT_TMP.slice(1);
+  const root = await treeSignature(
+    `/proc/${launchPid}/root${l.rootUpper}`,
+    (r) => r === tmp || r.startsWith(`${tmp}/`),
+    budget,
+  );
+  const dev = root && (await treeSignature(`/proc/${agentPid}/root/dev`, (r) => r === "pts", budget));
+  return root && dev ? `${root}:${dev}` : null;
+}
+
+/** Taken when a sandbox has started: what an in-place reset later compares against. */
+export async function resetBase(
+  l: SandboxLayout,
+  launchPid: number,
+  cgroupId: string,
+): Promise<ResetBase | null> {
+  if (l.legacy) return null;
+  const agent = await findAgent(cgroupId);
+  if (!agent) return null;
+  const sig = await layersSignature(l, launchPid, agent.pid);
+  await removeOldLayers(l, launchPid);
+  return sig ? { agent_pid: agent.pid, agent_start_time: agent.startTime, layers_sig: sig } : null;
+}
+
+/**
+ * Kills every process inside the sandbox's pid namespace but its init and the agent,
+ * in rounds until none is left. False when they outran the rounds.
+ */
+async function killAllButAgent(cg: CgroupLimits, agent: number): Promise<boolean> {
+  for (let round = 0; round < MAX_KILL_ROUNDS; round++) {
+    const pids = await cg.pids();
+    let left = 0;
+    for (const pid of pids) {
+      if (pid === agent) continue;
+      const p = await procInfo(pid);
+      // Outside the pid namespace: the launch step (shell, log reader, bwrap's parent).
+      if (!p || p.nspid.length < 2 || p.nspid.at(-1) === 1) continue;
+      if (p.state === "Z" || p.state === "X") continue;
+      left++;
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {}
+    }
+    if (left === 0) return true;
+    await new Promise((r) => setTimeout(r, round < 10 ? 1 : 5));
+  }
+  return false;
+}
+
+/** How many mounts sit at `path` in the mount namespace of `pid`. */
+async function mountsAt(pid: number, path: string): Promise<number> {
+  const info = await readFile(`/proc/${pid}/mountinfo`, "utf8");
+  return info.split("\n").filter((line) => line.split(" ")[4] === path).length;
+}
+
+/**
+ * Replaces /workspace's layer. File operations go through the launch step's root
+ * (`/proc/PID/root`, where the disk image is mounted; every path component up to the
+ * layer directories is the host's): the current layer's directories are moved aside
+ * and new ones made. One process in the launch step's mount namespace (and the
+ * sandbox's IPC namespace) then clears the System V IPC objects when there are any,
+ * mounts the sandbox's POSIX message queues where the host can empty them (once),
+ * unmounts the overlay stacked by the previous reset and mounts the new one. Returns where the old
+ * directories are (for the caller to remove once the reset is done), null on failure.
+ */
+async function swapWorkspaceLayer(
+  l: SandboxLayout,
+  spec: SandboxSpec,
+  pids: { launch: number; agent: number },
+  ipcObjects: number,
+  tools: LaunchTools,
+): Promise<string | null> {
+  const inLaunch = (p: string) => `/proc/${pids.launch}/root${p}`;
+  const mq = join(spec.dir, "mnt", "mq");
+  const [stacked, mqMounted] = await Promise.all([
+    mountsAt(pids.launch, l.wsMerged),
+    mountsAt(pids.launch, mq).then((n) => n > 0),
+  ]);
+  const old = join(l.diskMount, "ws", `old-${Date.now()}-${process.pid}`);
+  await mkdir(inLaunch(old));
+  await rename(inLaunch(l.wsUpper), inLaunch(join(old, "upper")));
+  await rename(inLaunch(l.wsWork), inLaunch(join(old, "work")));
+  await mkdir(inLaunch(l.wsUpper), { mode: 0o755 });
+  await mkdir(inLaunch(l.wsWork), { mode: 0o755 });
+  if (!mqMounted) await mkdir(mq, { recursive: true, mode: 0o700 });
+  const options = `nosuid,nodev,lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}`;
+  const script = [
+    "set -eu",
+    ...(ipcObjects !== 0 ? ["ipcrm --all"] : []),
+    ...(mqMounted ? [] : [`${tools.mount} -t mqueue pyro-mq "$5"`]),
+    ...(stacked > 1 ? [`${tools.umount} -l "$4"`] : []),
+    `${tools.mount} -t overlay pyro -o "${options}" "$4"`,
+  ].join("\n");
+  const lower = join(spec.snapshotsDir, spec.snapshot);
+  const r = await run(
+    [
+      "nsenter",
+      `--mount=/proc/${pids.launch}/ns/mnt`,
+      `--ipc=/proc/${pids.agent}/ns/ipc`,
+      "--",
+      ...tools.shell,
+      "-c",
+      script,
+      "pyro-reset",
+      lower,
+      l.wsUpper,
+      l.wsWork,
+      l.wsMerged,
+      mq,
+    ],
+    { timeoutMs: 30_000 },
+  );
+  if (r.exitCode !== 0) return null;
+  for (const name of await readdir(inLaunch(mq))) await unlink(inLaunch(join(mq, name)));
+  return inLaunch(old);
+}
+
+/**
+ * Removes the layers earlier resets moved aside and did not finish removing (the sandbox
+ * stopped first): they sit in the workspace's disk image.
+ */
+async function removeOldLayers(l: SandboxLayout, launchPid: number): Promise<void> {
+  const ws = `/proc/${launchPid}/root${join(l.diskMount, "ws")}`;
+  for (const name of await readdir(ws).catch(() => [])) {
+    if (name.startsWith("old-")) void rm(join(ws, name), { recursive: true, force: true }).catch(() => {});
+  }
+}
+
+/**
+ * Resets the sandbox in place onto `spec.snapshot` (see the top of this file). Returns
+ * false, with the sandbox in an unknown state, when it could not: the caller must then
+ * restart it.
+ */
+export async function resetInPlace(
+  l: SandboxLayout,
+  spec: SandboxSpec,
+  launch: { pid: number; start_time: string; cgroup: string },
+  base: ResetBase,
+  agent: AgentClient,
+  tools: LaunchTools,
+): Promise<boolean> {
+  if (l.legacy) return false;
+  const agentPid = base.agent_pid;
+  const alive = async () =>
+    (await sameProcessAlive(launch.pid, launch.start_time)) &&
+    (await procStartTime(agentPid)) === base.agent_start_time;
+  if (!(await alive())) return false;
+  const cg = await sandboxCgroup(launch.cgroup);
+  if (!cg) return false;
+  const begun = await agent.request("reset", { phase: "begin" });
+  if (!(await killAllButAgent(cg, agentPid))) return false;
+  if (!(await alive())) return false;
+  if ((await layersSignature(l, launch.pid, agentPid)) !== base.layers_sig) return false;
+  const pids = { launch: launch.pid, agent: agentPid };
+  const old = await swapWorkspaceLayer(l, spec, pids, begun.ipc_objects ?? -1, tools);
+  if (!old) return false;
+  // Nothing may have started in between (the agent refused new processes meanwhile).
+  if (!(await killAllButAgent(cg, agentPid)) || !(await alive())) return false;
+  await agent.request("reset", { phase: "finish" });
+  // The old layer goes after the reset: its removal does not hold up the caller.
+  void rm(old, { recursive: true, force: true }).catch(() => {});
+  return true;
+}
