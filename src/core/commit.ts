@@ -37,7 +37,7 @@ export interface CommitOptions {
   force?: boolean | undefined;
   signal?: AbortSignal | undefined;
   /** The most bytes the sandbox's tar of the changed files may have (default COMMIT_ARCHIVE_MAX_BYTES). */
-  maxArchiveBytes?: number | undefined;
+  max_archive_bytes?: number | undefined;
 }
 
 /**
@@ -325,7 +325,7 @@ export async function commitWorkspace(ws: Workspaces, idOrName: string, options:
       w.workspace_id,
       scratch,
       options.signal,
-      options.maxArchiveBytes ?? COMMIT_ARCHIVE_MAX_BYTES,
+      options.max_archive_bytes ?? COMMIT_ARCHIVE_MAX_BYTES,
     );
     const tree = await buildTree(git, scratch, seed.commit, changes.entries, changes.taken);
     if (tree === seedTree)

@@ -42,7 +42,7 @@ export interface DoctorReport {
  */
 export async function doctor(
   engine: Engine,
-  options: { environment?: string; timeoutMs?: number } = {},
+  options: { environment?: string; timeout_ms?: number } = {},
 ): Promise<DoctorReport> {
   // Validate the environment name before spending seconds on probes.
   const envInfo = options.environment ? await engine.environments.info(options.environment) : undefined;
@@ -50,7 +50,7 @@ export async function doctor(
     probeAll({
       env: engine.env,
       settings: engine.backendSettings,
-      ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}),
+      ...(options.timeout_ms ? { timeoutMs: options.timeout_ms } : {}),
     }),
     engine.environments.list(),
     networkDoctor(

@@ -43,11 +43,30 @@ function sourcesOf(engine: Engine): Map<string, string> {
   return m;
 }
 
+/** Options of `buildRecipe`, a core operation: spelled snake_case (docs/architecture.md, "Naming"). */
+export interface BuildRecipeOptions {
+  signal?: AbortSignal | undefined;
+  /** Progress of the base environment's pull and of the build. */
+  on_progress?: PullOptions["onProgress"];
+}
+
 /** Builds (or finds cached) the environment a recipe describes. */
-export async function buildRecipe(
+export function buildRecipe(
   engine: Engine,
   recipe: CheckedRecipe,
-  options: PullOptions = {},
+  options: BuildRecipeOptions = {},
+): Promise<PullResult & { cache_hit: boolean }> {
+  return buildWith(engine, recipe, {
+    ...(options.signal ? { signal: options.signal } : {}),
+    ...(options.on_progress ? { onProgress: options.on_progress } : {}),
+  });
+}
+
+/** The build, with the environment cache's own pull options. */
+async function buildWith(
+  engine: Engine,
+  recipe: CheckedRecipe,
+  options: PullOptions,
 ): Promise<PullResult & { cache_hit: boolean }> {
   const base = await engine.environments.pull(recipe.from, options);
   const baseKey = `${base.recipe_key}${base.digest ? `@${base.digest}` : ""}`;
@@ -234,6 +253,6 @@ export async function seedRecipeEnvironment(
   }`;
   const recipe = await readRecipeFile(seedPath, name);
   if (!recipe) return null;
-  const r = await buildRecipe(engine, recipe, options);
+  const r = await buildWith(engine, recipe, options);
   return r.name;
 }

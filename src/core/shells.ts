@@ -40,11 +40,11 @@ export interface ReadShellOptions {
   /** Render the terminal as text (no control sequences). */
   plain?: boolean;
   /** Wait until the shell has printed nothing for this long (at most 10 s) before reading. */
-  waitForIdleMs?: number;
+  wait_for_idle_ms?: number;
   /** Longest a read waits in all (default 30 s). */
-  maxWaitMs?: number;
+  max_wait_ms?: number;
   /** Most bytes of raw output one read returns (default 64 KiB). */
-  maxBytes?: number;
+  max_bytes?: number;
 }
 
 const SHELL_ID = /^sh_[0-9a-f]{12}$/;
@@ -144,11 +144,11 @@ export async function readShell(
 ) {
   checkShellId(shellId);
   checkWhole("cursor", options.cursor, 0, Number.MAX_SAFE_INTEGER);
-  checkWhole("wait_for_idle_ms", options.waitForIdleMs, 0, 10_000);
-  checkWhole("max_wait_ms", options.maxWaitMs, 0, 60_000);
-  checkWhole("max_bytes", options.maxBytes, 1, 1024 * 1024);
+  checkWhole("wait_for_idle_ms", options.wait_for_idle_ms, 0, 10_000);
+  checkWhole("max_wait_ms", options.max_wait_ms, 0, 60_000);
+  checkWhole("max_bytes", options.max_bytes, 1, 1024 * 1024);
   const plain = options.plain ?? false;
-  const maxWaitMs = options.maxWaitMs ?? 30_000;
+  const maxWaitMs = options.max_wait_ms ?? 30_000;
   return ws.withAgent(idOrName, "exec", async (agent, w) => {
     const redact = secretRedactor(await ws.secretValues(w));
     const r = await agent.request(
@@ -156,9 +156,9 @@ export async function readShell(
       {
         shell_id: shellId,
         ...(options.cursor !== undefined ? { cursor: options.cursor } : {}),
-        ...(options.maxBytes !== undefined ? { max_bytes: options.maxBytes } : {}),
+        ...(options.max_bytes !== undefined ? { max_bytes: options.max_bytes } : {}),
         prefix_bytes: plain ? PLAIN_PREFIX_BYTES : 0,
-        wait_for_idle_ms: options.waitForIdleMs ?? 0,
+        wait_for_idle_ms: options.wait_for_idle_ms ?? 0,
         max_wait_ms: maxWaitMs,
       },
       { timeoutMs: maxWaitMs + REQUEST_SLACK_MS },

@@ -298,7 +298,7 @@ export class Pyro {
     options: ReadShellOptions = {},
   ): Promise<ShellReadResult> {
     checkArgs("readShell", [workspaceId, shellId, options]);
-    return readShell(this.ws, workspaceId, shellId, options);
+    return readShell(this.ws, workspaceId, shellId, coreOptions(options));
   }
   /** INT, TERM or KILL to the shell's foreground job (the shell itself when idle). */
   async signalShell(
@@ -377,7 +377,7 @@ export class Pyro {
    */
   async commitWorkspace(workspaceId: string, options: CommitOptions = {}): Promise<CommitResult> {
     checkArgs("commitWorkspace", [workspaceId, options]);
-    return commitWorkspace(this.ws, workspaceId, options);
+    return commitWorkspace(this.ws, workspaceId, coreOptions(options));
   }
   async exportWorkspace(
     workspaceId: string,

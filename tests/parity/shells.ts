@@ -156,7 +156,7 @@ export const SHELL_SCENARIOS: Scenario[] = [
         expect((await p.listShells(id)).count).toBe(0);
         const sh = await p.openShell(id);
         expect(await code(readShell(ws, id, sh.shell_id, { cursor: -1 }))).toBe("invalid_argument");
-        expect(await code(readShell(ws, id, sh.shell_id, { waitForIdleMs: 60_000 }))).toBe(
+        expect(await code(readShell(ws, id, sh.shell_id, { wait_for_idle_ms: 60_000 }))).toBe(
           "invalid_argument",
         );
         expect(await code(signalShell(ws, id, sh.shell_id, "HUP"))).toBe("invalid_argument");

@@ -99,7 +99,7 @@ export function registerEnv(program: Command, ctx: CliContext): void {
             );
             try {
               return await buildRecipe(ctx.engine(), recipe, {
-                onProgress: progress.update,
+                on_progress: progress.update,
                 signal: ctx.signal,
               });
             } finally {

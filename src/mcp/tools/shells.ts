@@ -112,7 +112,7 @@ export const shellRead = defineTool({
       ctx.ws,
       a.workspace_id,
       a.shell_id,
-      defined({ cursor: a.cursor, plain: a.plain ?? true, waitForIdleMs: a.wait_for_idle_ms }),
+      defined({ cursor: a.cursor, plain: a.plain ?? true, wait_for_idle_ms: a.wait_for_idle_ms }),
     ),
   render: (r) => {
     const notes = [

@@ -95,8 +95,8 @@ export function registerShells(ws: Command, ctx: CliContext): void {
             readShell(ctx.engine().workspaces, id, shell, {
               ...(o.cursor !== undefined ? { cursor: o.cursor } : {}),
               plain: o.plain ?? false,
-              ...(o.waitForIdleMs !== undefined ? { waitForIdleMs: o.waitForIdleMs } : {}),
-              ...(o.maxWaitMs !== undefined ? { maxWaitMs: o.maxWaitMs } : {}),
+              ...(o.waitForIdleMs !== undefined ? { wait_for_idle_ms: o.waitForIdleMs } : {}),
+              ...(o.maxWaitMs !== undefined ? { max_wait_ms: o.maxWaitMs } : {}),
             }),
           (r) => {
             if (r.truncated) ctx.io.stderr.write("pyro: older output fell out of the shell's buffer\n");
