@@ -1,13 +1,11 @@
-import { execFile } from "node:child_process";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import type { BackendName } from "../backends/backend.js";
 import { ensureDiskImage } from "../backends/disk-image.js";
 import { Pyro } from "../sdk/pyro.js";
 import { run } from "../util/run.js";
-import { backendRows, bareBwrap, GOALS } from "./backend-rows.js";
+import { backendRows, bareBwrap } from "./backend-rows.js";
 import { cliRows } from "./cli.js";
 import { commitRows } from "./commit.js";
 import { environmentRows } from "./environments.js";
@@ -17,8 +15,7 @@ import { qemuRows } from "./qemu.js";
 import { serviceRows } from "./services.js";
 import { shellRows } from "./shells.js";
 import { type BenchRow, median, medianMs, missedRows, printTable, round, row, sampleMs } from "./stats.js";
-
-const pexec = promisify(execFile);
+import { syncRows } from "./sync.js";
 
 /**
  * `npm run bench`: every capability against a raw floor measured in the same run, as a
@@ -27,7 +24,8 @@ const pexec = promisify(execFile);
  * with --json. --check: exits 1 when a row misses its goal by more than the noise of its
  * samples (stats.ts judge()). --quick: fewer runs. --only=GROUP runs one group of rows:
  * cli (the CLI as whole processes), network (the egress proxy), services, shells, commit,
- * environments (image pull and create from an image), mcp.
+ * environments (image pull and create from an image), mcp, sync (reset, sync push and
+ * export of a 10k-file / 100 MB workspace).
  */
 async function main(): Promise<void> {
   const json = process.argv.includes("--json");
@@ -39,6 +37,17 @@ async function main(): Promise<void> {
       const rootfs = (await new Pyro({ home }).pullEnvironment("debian:12")).rootfs;
       return output(await cliRows({ quick, home, bwrapTrue: bareBwrap(rootfs), log }), {}, json);
     } finally {
+      await rm(home, { recursive: true, force: true });
+    }
+  }
+  if (process.argv.includes("--only=sync")) {
+    const home = await mkdtemp(join(tmpdir(), "pyro-bench-"));
+    const pyro = new Pyro({ home });
+    try {
+      await pyro.pullEnvironment("debian:12");
+      return output(await syncRows({ pyro, quick, log }), {}, json);
+    } finally {
+      await pyro.close();
       await rm(home, { recursive: true, force: true });
     }
   }
@@ -144,94 +153,7 @@ async function main(): Promise<void> {
     } else {
       rows.push(...(await qemuRows(pyro, home, quick, log, extra)));
     }
-    // Reset of a 10k-file / 100 MB workspace against `cp -a` of the same tree.
-    log("bench: building a 10k-file / 100 MB seed");
-    const seed = join(home, "seed");
-    for (let d = 0; d < 100; d++) {
-      await mkdir(join(seed, `d${d}`), { recursive: true });
-      const buf = Buffer.alloc(10 * 1024, d);
-      await Promise.all(
-        Array.from({ length: 100 }, (_, f) => writeFile(join(seed, `d${d}`, `f${f}.bin`), buf)),
-      );
-    }
-    const cpMs = await sampleMs(
-      3,
-      async () => {
-        await pexec("cp", ["-a", seed, join(home, "cp-copy")]);
-        await rm(join(home, "cp-copy"), { recursive: true, force: true });
-      },
-      0,
-    );
-    const big = await pyro.createWorkspace({ backend: "bwrap", seedPath: seed });
-    const resetMs = await medianMs(
-      quick ? 2 : 5,
-      async () => {
-        await pyro.execWorkspace(big.workspace_id, "rm -rf d1 && echo x > d2/f1.bin && touch new.txt");
-        const t = performance.now();
-        await pyro.resetWorkspace(big.workspace_id);
-        return performance.now() - t;
-      },
-      0,
-    );
-    // medianMs timed the exec too; time resets alone for the row.
-    const resetOnly: number[] = [];
-    for (let i = 0; i < (quick ? 2 : 5); i++) {
-      await pyro.execWorkspace(big.workspace_id, "rm -rf d1 && echo x > d2/f1.bin");
-      const t = performance.now();
-      await pyro.resetWorkspace(big.workspace_id);
-      resetOnly.push(performance.now() - t);
-    }
-    rows.push(
-      row(
-        "reset 10k files / 100 MB",
-        resetOnly,
-        "cp -a of the tree",
-        cpMs,
-        GOALS.reset10k,
-        `exec+reset ${round(resetMs)} ms`,
-      ),
-    );
-
-    // Throughput: sync push and export against a tar | tar pipe of the same tree.
-    const tarPipe = await sampleMs(
-      3,
-      async () => {
-        const out = join(home, "tar-out");
-        await mkdir(out, { recursive: true });
-        await pexec("sh", ["-c", 'tar -C "$1" -cf - . | tar -C "$2" -xf -', "sh", seed, out]);
-        await rm(out, { recursive: true, force: true });
-      },
-      0,
-    );
-    const pushMs = await sampleMs(
-      3,
-      async () => {
-        await pyro.syncPushWorkspace(big.workspace_id, seed, { dest: "/workspace/pushed" });
-        await pyro.execWorkspace(big.workspace_id, "rm -rf pushed");
-      },
-      0,
-    );
-    rows.push(
-      row(
-        "sync push 100 MB",
-        pushMs,
-        "tar | tar pipe",
-        tarPipe,
-        GOALS.sync,
-        "includes an rm of the pushed tree",
-      ),
-    );
-    const exportMs = await sampleMs(
-      3,
-      async () => {
-        const out = join(home, "export-out");
-        await pyro.exportWorkspace(big.workspace_id, "/workspace", out);
-        await rm(out, { recursive: true, force: true });
-      },
-      0,
-    );
-    rows.push(row("export 100 MB", exportMs, "tar | tar pipe", tarPipe, GOALS.sync));
-    await pyro.deleteWorkspace(big.workspace_id);
+    rows.push(...(await syncRows({ pyro, quick, log })));
 
     log("bench: egress proxy");
     rows.push(...(await networkRows({ quick, log, extra })));

@@ -1,0 +1,195 @@
+import { execFile } from "node:child_process";
+import { lstat, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import type { Pyro } from "../sdk/pyro.js";
+import { GOALS } from "./backend-rows.js";
+import { type BenchRow, medianMs, round, row } from "./stats.js";
+
+const pexec = promisify(execFile);
+
+/** A tree of `dirs` directories of `files` files of `size` bytes. */
+export interface TreeShape {
+  dirs: number;
+  files: number;
+  size: number;
+}
+/** The tree of the reset, push and export rows: 100 directories of 100 files of 10 KiB. */
+export const BIG_SHAPE: TreeShape = { dirs: 100, files: 100, size: 10 * 1024 };
+export const BIG_TREE = treeTotals(BIG_SHAPE);
+
+export function treeTotals(shape: TreeShape): { files: number; bytes: number } {
+  const files = shape.dirs * shape.files;
+  return { files, bytes: files * shape.size };
+}
+
+/** Builds a tree of `shape` (default BIG_SHAPE) at `dir`. */
+export async function makeTree(dir: string, shape: TreeShape = BIG_SHAPE): Promise<void> {
+  for (let d = 0; d < shape.dirs; d++) {
+    await mkdir(join(dir, `d${d}`), { recursive: true });
+    const buf = Buffer.alloc(shape.size, d);
+    await Promise.all(
+      Array.from({ length: shape.files }, (_, f) => writeFile(join(dir, `d${d}`, `f${f}.bin`), buf)),
+    );
+  }
+}
+
+/** Regular files under `dir` and their bytes (directories and links not counted). */
+export async function treeStats(dir: string): Promise<{ files: number; bytes: number }> {
+  let files = 0;
+  let bytes = 0;
+  for (const e of await readdir(dir, { withFileTypes: true, recursive: true })) {
+    if (!e.isFile()) continue;
+    files++;
+    bytes += (await lstat(join(e.parentPath, e.name))).size;
+  }
+  return { files, bytes };
+}
+
+/**
+ * Throws unless `dir` holds exactly the files and bytes of `shape` (default BIG_SHAPE):
+ * a row must not time an empty copy (the export row once read ~15 ms because the seed
+ * sat in pyro's home, which seeding excludes, so the workspace it exported was empty).
+ */
+export async function expectTree(dir: string, what: string, shape: TreeShape = BIG_SHAPE): Promise<void> {
+  const want = treeTotals(shape);
+  const got = await treeStats(dir);
+  if (got.files !== want.files || got.bytes !== want.bytes)
+    throw new Error(
+      `bench: ${what} holds ${got.files} files / ${got.bytes} bytes, not ${want.files} / ${want.bytes}`,
+    );
+}
+
+/** Times `fn` alone `runs` times; `after` (a check or clean-up) runs untimed after each. */
+async function timedRuns(
+  runs: number,
+  fn: (i: number) => Promise<void>,
+  after: (i: number) => Promise<void>,
+): Promise<number[]> {
+  const times: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const t = performance.now();
+    await fn(i);
+    times.push(performance.now() - t);
+    await after(i);
+  }
+  return times;
+}
+
+/**
+ * Reset of a 10k-file / 100 MB workspace against `cp -a` of the same tree, and sync push
+ * and export of it against a `tar | tar` pipe, each into a fresh directory. The tree sits
+ * outside pyro's home (a seed inside it is excluded), and every copy is checked to hold
+ * the whole tree, untimed.
+ */
+export async function syncRows(o: {
+  pyro: Pyro;
+  quick: boolean;
+  log: (s: string) => void;
+}): Promise<BenchRow[]> {
+  const { pyro, quick, log } = o;
+  const scratch = await mkdtemp(join(tmpdir(), "pyro-bench-sync-"));
+  try {
+    log("bench: building a 10k-file / 100 MB seed");
+    const seed = join(scratch, "seed");
+    await makeTree(seed);
+    await expectTree(seed, "the seed");
+    const out = (name: string, i: number) => join(scratch, `${name}-${i}`);
+    const cpMs = await timedRuns(
+      3,
+      (i) => pexec("cp", ["-a", seed, out("cp", i)]).then(() => undefined),
+      (i) => rm(out("cp", i), { recursive: true, force: true }),
+    );
+    const big = await pyro.createWorkspace({ backend: "bwrap", seedPath: seed });
+    const seeded = big.workspace_seed;
+    if (seeded.file_count !== BIG_TREE.files || seeded.bytes !== BIG_TREE.bytes)
+      throw new Error(
+        `bench: the workspace was seeded with ${seeded.file_count} files / ${seeded.bytes} bytes`,
+      );
+    try {
+      const rows = [await resetRow(pyro, big.workspace_id, quick, cpMs)];
+      return [...rows, ...(await throughputRows(pyro, big.workspace_id, seed, out))];
+    } finally {
+      await pyro.deleteWorkspace(big.workspace_id);
+    }
+  } finally {
+    await rm(scratch, { recursive: true, force: true });
+  }
+}
+
+async function resetRow(pyro: Pyro, id: string, quick: boolean, cpMs: number[]): Promise<BenchRow> {
+  const change = async (cmd: string) => {
+    const r = await pyro.execWorkspace(id, cmd);
+    if (r.exit_code !== 0) throw new Error(`bench: '${cmd}' exited ${r.exit_code}: ${r.stderr}`);
+  };
+  const resetMs = await medianMs(
+    quick ? 2 : 5,
+    async () => {
+      await change("rm -rf d1 && echo x > d2/f1.bin && touch new.txt");
+      await pyro.resetWorkspace(id);
+    },
+    0,
+  );
+  // medianMs timed the exec too; time resets alone for the row, each checked to restore.
+  const resetOnly: number[] = [];
+  for (let i = 0; i < (quick ? 2 : 5); i++) {
+    await change("rm -rf d1 && echo x > d2/f1.bin && touch new.txt");
+    const t = performance.now();
+    await pyro.resetWorkspace(id);
+    resetOnly.push(performance.now() - t);
+    await change("test -f d1/f99.bin && test ! -e new.txt");
+  }
+  return row(
+    "reset 10k files / 100 MB",
+    resetOnly,
+    "cp -a of the tree",
+    cpMs,
+    GOALS.reset10k,
+    `exec+reset ${round(resetMs)} ms`,
+  );
+}
+
+async function throughputRows(
+  pyro: Pyro,
+  id: string,
+  seed: string,
+  out: (name: string, i: number) => string,
+): Promise<BenchRow[]> {
+  const tarPipe = await timedRuns(
+    3,
+    async (i) => {
+      await mkdir(out("tar", i));
+      await pexec("sh", ["-c", 'tar -C "$1" -cf - . | tar -C "$2" -xf -', "sh", seed, out("tar", i)]);
+    },
+    async (i) => {
+      await expectTree(out("tar", i), "the tar | tar copy");
+      await rm(out("tar", i), { recursive: true, force: true });
+    },
+  );
+  const pushMs = await timedRuns(
+    3,
+    async (i) => {
+      const r = await pyro.syncPushWorkspace(id, seed, { dest: `/workspace/pushed${i}` });
+      if (r.files < BIG_TREE.files) throw new Error(`bench: sync push wrote ${r.files} files`);
+    },
+    async (i) => {
+      await pyro.execWorkspace(id, `rm -rf pushed${i}`);
+    },
+  );
+  // The workspace holds the seed again (each push was removed): the export is of BIG_TREE.
+  const exportMs = await timedRuns(
+    3,
+    async (i) => {
+      await pyro.exportWorkspace(id, "/workspace", out("export", i));
+    },
+    async (i) => {
+      await expectTree(out("export", i), "the export");
+      await rm(out("export", i), { recursive: true, force: true });
+    },
+  );
+  return [
+    row("sync push 100 MB", pushMs, "tar | tar pipe", tarPipe, GOALS.sync),
+    row("export 100 MB", exportMs, "tar | tar pipe", tarPipe, GOALS.sync),
+  ];
+}
