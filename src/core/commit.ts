@@ -161,7 +161,8 @@ async function preflight(ws: Workspaces, idOrName: string, options: CommitOption
     throw new PyroError(
       "conflict",
       `workspace ${w.name ?? w.workspace_id} was not seeded from a Git repository`,
-      "create the workspace from a Git checkout (--seed-path) or a --repo-url to commit; otherwise use workspace export",
+      "create the workspace from a Git checkout ({action}) or a repository URL to commit; otherwise export its files",
+      { action: { cli: "--seed-path", tool: "seed_path" } },
     );
   }
   const branch = options.branch ?? defaultBranch(w);
@@ -196,7 +197,8 @@ async function lookUp(git: HostGit, p: Omit<Preflight, "seedTree" | "old">, forc
     throw new PyroError(
       "conflict",
       `branch '${p.branch}' already exists in ${p.seed.repository}`,
-      "choose another --branch, or pass --force to move it",
+      "choose another branch, or move it with {action}",
+      { action: { cli: "--force", tool: "force: true" } },
     );
   if (old) await refuseCheckedOut(git, p.ref, p.branch);
   return { seedTree: treeLine.split(" ")[0]!, old };

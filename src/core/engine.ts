@@ -189,7 +189,8 @@ export class Engine {
     throw new PyroError(
       "backend_unavailable",
       `no isolating backend works on this host (${choice.failures.join("; ") || "none implemented"})`,
-      "run `pyro doctor`; install bubblewrap (npm run setup) or pass --allow-host-compat to run without isolation",
+      "run `pyro doctor`; install bubblewrap (npm run setup) or run without isolation with {action}",
+      { action: { cli: "--allow-host-compat", tool: "the server's --allow-host-compat flag" } },
     );
   }
 

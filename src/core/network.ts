@@ -19,7 +19,7 @@ import {
   spawnDetached,
   terminateAndWait,
 } from "../backends/common.js";
-import { PyroError } from "../errors.js";
+import { ACTIONS, PyroError } from "../errors.js";
 import { formatPolicy, formatRule, parsePolicy, parseTarget } from "../net/policy.js";
 import type { NetworkPolicy, PublishedPort, WorkspaceRow } from "../state/types.js";
 import { makeDirs } from "../util/fs.js";
@@ -90,7 +90,8 @@ export function checkNetworkSupport(
   throw new PyroError(
     "backend_unavailable",
     `the ${backend.name} backend cannot apply ${policy === "off" ? "published ports" : `network policy '${policy}'`} in this build`,
-    "use another backend (pyro doctor lists what each applies), or --network off without --publish",
+    "use another backend (pyro doctor lists what each applies), or {action} without published ports",
+    { action: ACTIONS.networkOff },
   );
 }
 
@@ -233,7 +234,13 @@ export function approvedPolicy(
     throw new PyroError(
       "conflict",
       `workspace ${w.workspace_id} has no network (policy off): there is nothing to approve`,
-      `set a policy first: pyro workspace update ${w.workspace_id} --network allowlist:${target}`,
+      "set a policy first: {action}",
+      {
+        action: {
+          cli: `pyro workspace update ${w.workspace_id} --network allowlist:${target}`,
+          tool: `workspace_update with network_policy "allowlist:${target}"`,
+        },
+      },
     );
   if (!approved.includes(target)) approved.push(target);
   const policy =

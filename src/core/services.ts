@@ -10,7 +10,7 @@
  */
 import type { AgentClient } from "../agent/client.js";
 import type { OpArgs, OpResult } from "../agent/op-schemas.js";
-import { PyroError } from "../errors.js";
+import { type HintAction, PyroError } from "../errors.js";
 import type { ServiceSpec, WorkspaceRow } from "../state/types.js";
 import { LIMITS } from "./limits.js";
 import { secretRedactor } from "./secrets.js";
@@ -88,12 +88,16 @@ function view(workspaceId: string, s: AgentStatus, redact: (t: string) => string
 
 export type ServiceView = ReturnType<typeof view>;
 
+/** Where a call sets how long to wait for readiness: the CLI flag, the tool argument. */
+const READY_TIMEOUT: HintAction = { cli: "--ready-timeout", tool: "readiness.timeout_seconds" };
+
 function checkReadyTimeout(seconds: number): number {
   if (!(seconds > 0 && seconds <= LIMITS.timeout_seconds.max))
     throw new PyroError(
       "invalid_argument",
       `ready timeout must be between 1 and ${LIMITS.timeout_seconds.max} seconds, got ${seconds}`,
-      "give --ready-timeout in seconds",
+      "give {action} in seconds",
+      { action: READY_TIMEOUT },
     );
   return seconds;
 }
@@ -163,7 +167,8 @@ export async function startService(
       throw new PyroError(
         "timeout",
         `service '${name}' did not become ready within ${def.ready_timeout_seconds} s (it keeps running); last log lines: ${redact(r.log_tail.join(" | ")).slice(-2000) || "(none)"}`,
-        "look at its logs (service logs), stop it, or start it with a longer --ready-timeout",
+        "look at its logs (service logs), stop it, or start it with a longer {action}",
+        { action: READY_TIMEOUT },
       );
     return { ...view(w.workspace_id, r.service, redact), log_tail: r.log_tail.map(redact) };
   });

@@ -130,8 +130,9 @@ function checkCreate(
   if (options.repo_ref !== undefined && !options.repo_url)
     throw new PyroError(
       "invalid_argument",
-      "a repository ref (--repo-ref) needs a repository URL (--repo-url)",
-      "give the repository with --repo-url, or drop --repo-ref",
+      "a repository ref needs a repository URL",
+      "give the repository with {action}, or drop the ref",
+      { action: { cli: "--repo-url", tool: "repo_url" } },
     );
   const policy = parseNetworkPolicy(options.network_policy);
   const ports = checkPublishedPorts(options.published_ports);
