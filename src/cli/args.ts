@@ -1,5 +1,5 @@
-import { BACKEND_NAMES, type BackendName } from "../core/vocabulary.js";
 import { PyroError } from "../errors.js";
+import { BACKEND_NAMES, type BackendName } from "../names.js";
 
 /** commander collector for repeatable options. */
 export function collect(value: string, previous: string[] = []): string[] {

@@ -1,10 +1,9 @@
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
-import { z } from "zod";
 
 /**
  * pyro's configuration: every `PYRO_*` environment variable it reads, declared once
- * with a schema and a description (docs/configuration.md is checked against this table).
+ * with a reader and a description (docs/configuration.md is checked against this table).
  * Precedence: an explicit option (CLI flag, SDK/engine option), then the variable, then
  * the default. This module is the only place in src/ that reads a `PYRO_*` variable
  * (tests/unit/core/config.test.ts scans for others); everything below core gets the
@@ -12,93 +11,96 @@ import { z } from "zod";
  * through their options). The guest agent (src/agent) reads its own PYRO_AGENT_DEBUG:
  * it runs inside the sandbox, where this module does not exist.
  *
- * The schemas keep the meaning each variable had before it was declared here: an empty
+ * The readers keep the meaning each variable had before it was declared here: an empty
  * value counts as unset except for the paths and PYRO_BACKEND (as `??` always treated
  * them), and a PYRO_HOST_TIMEOUT_SECONDS that is not a positive number is ignored.
+ * They are plain functions, not zod schemas: every CLI command reads this module, and
+ * zod's classic build was ~135 ms of a `workspace list`'s CPU to import (issue 18).
  */
 
 /** A string where an empty value means "not set". */
-const optionalString = z.string().transform((v) => (v === "" ? undefined : v));
+const optionalString = (v: string): string | undefined => (v === "" ? undefined : v);
+const string = (v: string): string => v;
 
 /** One declared variable: how its text is read, what it means, what applies when unset. */
-interface ConfigVar<S extends z.ZodType> {
-  schema: S;
+interface ConfigVar<T> {
+  read: (raw: string) => T;
   description: string;
   /** The default in words (documentation); `-` when unset means "not used". */
   default: string;
 }
 
-function declare<S extends z.ZodType>(v: ConfigVar<S>): ConfigVar<S> {
+function declare<T>(v: ConfigVar<T>): ConfigVar<T> {
   return v;
 }
 
 export const CONFIG_VARS = {
   PYRO_HOME: declare({
-    schema: z.string(),
+    read: string,
     description: "Where pyro keeps its state (state.db, workspaces, probe scratch). SDK option `home`.",
     default: "`$XDG_CACHE_HOME/pyro`, else `~/.cache/pyro`",
   }),
   PYRO_ENV_CACHE: declare({
-    schema: z.string(),
+    read: string,
     description:
       "The environment cache (root filesystems, .debs). Separate so that several homes (tests, CI) share one expensive cache. SDK option `environmentsDir`.",
     default: "`$PYRO_HOME/environments`",
   }),
   PYRO_BACKEND: declare({
     // Checked where it is used (an unknown name, even an empty one, is invalid_argument).
-    schema: z.string(),
+    read: string,
     description:
       "Backend for new workspaces and one-shot runs when none is asked for (`--backend`, `backend` argument win). `host` still needs --allow-host-compat.",
     default: "the strongest isolating backend that works here (`pyro doctor`)",
   }),
   PYRO_DEBUG: declare({
-    schema: z.string().transform((v) => v !== "" && v !== "0" && v !== "false"),
+    read: (v) => v !== "" && v !== "0" && v !== "false",
     description: "Stack traces and debug logs on stderr (any value but empty, `0` or `false`).",
     default: "off",
   }),
   PYRO_DEBIAN_MIRROR: declare({
-    schema: optionalString,
+    read: optionalString,
     description: "Debian mirror for environment builds (debootstrap). SDK option `mirror`.",
     default: "the mirror of the host's apt sources, else http://deb.debian.org/debian",
   }),
   PYRO_REGISTRY_AUTH: declare({
-    schema: optionalString,
+    read: optionalString,
     description:
       "Credentials for OCI registries (`pyro env pull`): `HOST=USER:PASSWORD` entries separated by commas, or one `USER:PASSWORD` for every registry. Never stored or logged.",
     default: "the `auths` of `$DOCKER_CONFIG/config.json` (default `~/.docker/config.json`), else anonymous",
   }),
   PYRO_SECRET_KEY_FILE: declare({
-    schema: optionalString,
+    read: optionalString,
     description:
       "The file holding the key that encrypts workspace secrets (made 0600 on first use); nothing else is consulted when set.",
     default:
       "the Secret Service keyring when it answers, else `$XDG_CONFIG_HOME/pyro/secrets.key` (`~/.config/pyro/secrets.key`)",
   }),
   PYRO_FIRECRACKER_BIN: declare({
-    schema: optionalString,
+    read: optionalString,
     description: "The firecracker binary (a path, or a name looked up on PATH).",
     default: "`firecracker` on PATH",
   }),
   PYRO_CLAUDE_BIN: declare({
-    schema: optionalString,
+    read: optionalString,
     description: "The Claude Code CLI used by `pyro host` (must exist when set).",
     default: "`claude` on PATH",
   }),
   PYRO_CODEX_BIN: declare({
-    schema: optionalString,
+    read: optionalString,
     description: "The Codex CLI used by `pyro host` (must exist when set).",
     default: "`codex` on PATH",
   }),
   PYRO_OPENCODE_BIN: declare({
-    schema: optionalString,
+    read: optionalString,
     description: "The OpenCode CLI used by `pyro host` (must exist when set).",
     default: "`opencode` on PATH",
   }),
   PYRO_HOST_TIMEOUT_SECONDS: declare({
-    schema: z
-      .string()
-      .transform((v) => Number(v))
-      .transform((t) => (Number.isFinite(t) && t > 0 ? t : undefined)),
+    read: (v) => {
+      const t = Number(v);
+      return Number.isFinite(t) && t > 0 ? t : undefined;
+    },
     description:
       "Time limit in seconds for each host CLI `pyro host` runs (a value that is not a positive number is ignored).",
     default: "each call's own limit",
@@ -106,11 +108,11 @@ export const CONFIG_VARS = {
 } as const;
 
 export type ConfigVarName = keyof typeof CONFIG_VARS;
-type ValueOf<N extends ConfigVarName> = z.output<(typeof CONFIG_VARS)[N]["schema"]>;
+type ValueOf<N extends ConfigVarName> = ReturnType<(typeof CONFIG_VARS)[N]["read"]>;
 
 /**
  * The value of one declared variable in `env` (undefined when unset), read through its
- * schema. The one reader of `PYRO_*` variables in src/.
+ * reader. The one reader of `PYRO_*` variables in src/.
  */
 export function configValue<N extends ConfigVarName>(
   env: NodeJS.ProcessEnv,
@@ -118,7 +120,7 @@ export function configValue<N extends ConfigVarName>(
 ): ValueOf<N> | undefined {
   const raw = env[name];
   if (raw === undefined) return undefined;
-  return CONFIG_VARS[name].schema.parse(raw) as ValueOf<N>;
+  return CONFIG_VARS[name].read(raw) as ValueOf<N>;
 }
 
 /** The host CLI override of a `pyro host` driver (PYRO_CLAUDE_BIN, PYRO_CODEX_BIN, PYRO_OPENCODE_BIN). */

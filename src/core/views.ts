@@ -1,6 +1,6 @@
 import type { ExecutionMode } from "../backends/backend.js";
 import { DISK_LIMITED } from "../backends/disk-image.js";
-import type { WorkspaceListRow, WorkspaceRow } from "../state/types.js";
+import type { WorkspaceRow } from "../state/types.js";
 
 /** The workspace object every surface returns for create/status/update (snake_case). */
 export function workspaceView(w: WorkspaceRow, executionMode: ExecutionMode) {
@@ -37,22 +37,6 @@ export function workspaceView(w: WorkspaceRow, executionMode: ExecutionMode) {
 
 export type WorkspaceView = ReturnType<typeof workspaceView>;
 
-/** One row of `workspace list`. */
-export function workspaceListItem(w: WorkspaceListRow) {
-  return {
-    workspace_id: w.workspace_id,
-    name: w.name,
-    labels: w.labels,
-    environment: w.environment,
-    backend: w.backend,
-    state: w.state,
-    created_at: w.created_at,
-    last_activity_at: w.last_activity_at,
-    expires_at: w.expires_at,
-    command_count: w.command_count,
-    // The kept definitions (spec.services): the services a running workspace runs, and
-    // the ones a `workspace start` starts again.
-    service_count: w.spec.services?.length ?? 0,
-    running_service_count: w.state === "running" ? (w.spec.services?.length ?? 0) : 0,
-  };
-}
+// One row of `workspace list`: in list-item.ts, which `workspace list` loads without
+// this module's imports (the engine-free list of core/workspace-list.ts).
+export { workspaceListItem } from "./list-item.js";

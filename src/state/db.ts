@@ -3,16 +3,23 @@
  * SQLite errors to pyro errors. Internal to `src/state`.
  */
 import { chmodSync, closeSync, fstatSync, mkdirSync, openSync } from "node:fs";
+import { createRequire } from "node:module";
 import { dirname } from "node:path";
-import Database from "better-sqlite3";
+import type Sqlite from "better-sqlite3";
 import { ACTIONS, PyroError } from "../errors.js";
 import { migrate } from "./migrations.js";
+
+/**
+ * Required, not imported: an `import` of a CommonJS package first parses its source for
+ * the names it exports, which was a measurable part of a `pyro workspace list` (issue 18).
+ */
+const Database = createRequire(import.meta.url)("better-sqlite3") as typeof Sqlite;
 
 /**
  * Opens `path` with the settings every store connection needs, then migrates it.
  * `":memory:"` skips the file handling (and WAL, which memory databases lack).
  */
-export function openDatabase(path: string, busyTimeoutMs: number): Database.Database {
+export function openDatabase(path: string, busyTimeoutMs: number): Sqlite.Database {
   const memory = path === ":memory:";
   if (!memory) prepareFile(path);
   const db = new Database(path, { timeout: busyTimeoutMs });
@@ -26,7 +33,7 @@ export function openDatabase(path: string, busyTimeoutMs: number): Database.Data
   return db;
 }
 
-function configure(db: Database.Database, path: string, memory: boolean): void {
+function configure(db: Sqlite.Database, path: string, memory: boolean): void {
   const mode = db.pragma("journal_mode = WAL", { simple: true });
   // WAL is what lets the server read while a CLI process writes; refuse to run
   // without it rather than degrade into lock errors under load.

@@ -1,11 +1,8 @@
 import type { Command } from "commander";
-import { parsePublish } from "../../../core/network.js";
-import { parseSecretOptions } from "../../../core/secrets.js";
 import type { WorkspaceView } from "../../../core/views.js";
 import { backendName, collect, keyValues, wholeNumber } from "../../args.js";
 import type { CliContext } from "../../main.js";
 import { act, table } from "../../output.js";
-import { terminalSecretPrompt } from "../../prompt.js";
 
 export function renderWorkspace(w: WorkspaceView): string {
   return [
@@ -67,6 +64,12 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
     .option("--id-only", "print only the workspace id")
     .option("--json", "print the structured result")
     .action(async (env: string, o: Record<string, any>) => {
+      // Imported here, not at the top: `workspace list` and `status` load this module too.
+      const [{ parsePublish }, { parseSecretOptions }, { terminalSecretPrompt }] = await Promise.all([
+        import("../../../core/network.js"),
+        import("../../../core/secrets.js"),
+        import("../../prompt.js"),
+      ]);
       ctx.exitCode = await act(
         ctx.io,
         o,
@@ -95,14 +98,21 @@ export function registerLifecycle(ws: Command, ctx: CliContext): void {
       );
     });
 
-  ws.command("list")
+  ctx
+    .light(ws.command("list"))
     .description("list workspaces, most recent activity first")
     .option("--json", "print the structured result")
     .action(async (o: { json?: boolean }) => {
       ctx.exitCode = await act(
         ctx.io,
         o,
-        () => ctx.engine().workspaces.list(),
+        async () => {
+          // The store alone when there is nothing to reap; the engine (which reaps) otherwise.
+          const { listIfNothingToReap } = await import("../../../core/workspace-list.js");
+          return (
+            (await listIfNothingToReap({ env: ctx.io.env })) ?? (await ctx.loadEngine()).workspaces.list()
+          );
+        },
         (r) =>
           r.count === 0
             ? "no workspaces"
