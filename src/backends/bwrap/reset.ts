@@ -98,23 +98,28 @@ async function findAgent(cgroupId: string): Promise<{ pid: number; startTime: st
 }
 
 /**
+ * How the signature treats an entry (relative path): `skip` leaves it and what is below
+ * it out; `owner` hashes only its type, mode and owner (a directory whose times and size
+ * change in normal use, like the agent's spool), and still walks below it.
+ */
+type SignRule = (rel: string) => "skip" | "owner" | "full";
+
+/**
  * A hash of every entry under `root` (name, type, mode, owner, size, ctime), without
  * following symlinks; null when `root` is missing or holds more than `budget.left` entries.
  */
-async function treeSignature(
-  root: string,
-  skip: (rel: string) => boolean,
-  budget: { left: number },
-): Promise<string | null> {
+async function treeSignature(root: string, rule: SignRule, budget: { left: number }): Promise<string | null> {
   const hash = createHash("sha256");
   const walk = async (rel: string): Promise<boolean> => {
     const names = (await readdir(join(root, rel))).sort();
     for (const name of names) {
       const r = rel ? `${rel}/${name}` : name;
-      if (skip(r)) continue;
+      const how = rule(r);
+      if (how === "skip") continue;
       if (--budget.left < 0) return false;
       const st = await lstat(join(root, r), { bigint: true });
-      hash.update(`${r}\0${st.mode}\0${st.uid}\0${st.gid}\0${st.size}\0${st.ctimeNs}\0${st.rdev}\n`);
+      const times = how === "full" ? `${st.size}\0${st.ctimeNs}\0${st.rdev}` : "";
+      hash.update(`${r}\0${st.mode}\0${st.uid}\0${st.gid}\0${times}\n`);
       if (st.isDirectory() && !(await walk(r))) return false;
     }
     return true;
@@ -130,10 +135,48 @@ async function treeSignature(
 }
 
 /**
+ * What a command can change about the agent without ptrace, as the same uid, and what
+ * would outlive an in-place reset (and be inherited by every later command): its
+ * resource limits (prlimit), its OOM score (raising needs no capability), and each
+ * thread's nice value, scheduling policy and CPU affinity. Threads come and go, so the
+ * distinct per-thread values are hashed, not one row per thread. (Its I/O priority is
+ * not in /proc: see docs/backends.md.)
+ */
+async function agentControlSignature(agentPid: number): Promise<string | null> {
+  try {
+    const base = `/proc/${agentPid}`;
+    const [limits, oom, tids] = await Promise.all([
+      readFile(`${base}/limits`, "utf8"),
+      readFile(`${base}/oom_score_adj`, "utf8"),
+      readdir(`${base}/task`),
+    ]);
+    const rows = new Set<string>();
+    for (const tid of tids) {
+      const [stat, status] = await Promise.all([
+        readFile(`${base}/task/${tid}/stat`, "utf8").catch(() => null),
+        readFile(`${base}/task/${tid}/status`, "utf8").catch(() => null),
+      ]);
+      if (stat === null || status === null) continue; // the thread ended meanwhile
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      // nice (field 19), rt_priority (40), policy (41); fields here start at field 3.
+      const cpus = /^Cpus_allowed_list:\s*(.*)$/m.exec(status)?.[1] ?? "?";
+      rows.add(`${f[16]}/${f[37]}/${f[38]}/${cpus}`);
+    }
+    return createHash("sha256")
+      .update(`${limits}\0${oom}\0${[...rows].sort().join(",")}`)
+      .digest("hex");
+  } catch {
+    return null;
+  }
+}
+
+/**
  * The signature of what an in-place reset cannot replace: the root layer's upper
- * directory (seen in the launch step's mount namespace, through its process) and the
- * sandbox's /dev (through the agent). The agent's spool directory and /dev/pts (PTYs
- * come and go with shells) are left out.
+ * directory (seen in the launch step's mount namespace, through its process), the
+ * sandbox's /dev (through the agent) and the agent's own limits and scheduling. What
+ * is in the agent's spool directory (the agent empties it) and the PTYs in /dev/pts
+ * (they come and go with shells) are left out; the spool directory itself, /dev/pts
+ * and its ptmx are not: a mode changed there would outlive the reset.
  */
 async function layersSignature(
   l: SandboxLayout,
@@ -144,11 +187,18 @@ async function layersSignature(
   const tmp = AGENT_TMP.slice(1);
   const root = await treeSignature(
     `/proc/${launchPid}/root${l.rootUpper}`,
-    (r) => r === tmp || r.startsWith(`${tmp}/`),
+    (r) => (r === tmp ? "owner" : r.startsWith(`${tmp}/`) ? "skip" : "full"),
     budget,
   );
-  const dev = root && (await treeSignature(`/proc/${agentPid}/root/dev`, (r) => r === "pts", budget));
-  return root && dev ? `${root}:${dev}` : null;
+  const dev =
+    root &&
+    (await treeSignature(
+      `/proc/${agentPid}/root/dev`,
+      (r) => (r === "pts" ? "owner" : /^pts\/\d+$/.test(r) ? "skip" : "full"),
+      budget,
+    ));
+  const agent = dev && (await agentControlSignature(agentPid));
+  return root && dev && agent ? `${root}:${dev}:${agent}` : null;
 }
 
 /** Taken when a sandbox has started: what an in-place reset later compares against. */
@@ -166,6 +216,21 @@ export async function resetBase(
 }
 
 /**
+ * Whether any thread of `pid` is still running. A process whose main thread called
+ * exit(2) alone (not exit_group) shows as a zombie in /proc/PID/stat while its other
+ * threads go on: a command could otherwise outlive a reset that way.
+ */
+async function liveThreads(pid: number): Promise<boolean> {
+  const tids = await readdir(`/proc/${pid}/task`).catch(() => []);
+  for (const tid of tids) {
+    const stat = await readFile(`/proc/${pid}/task/${tid}/stat`, "utf8").catch(() => "");
+    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+    if (state !== "" && state !== "Z" && state !== "X") return true;
+  }
+  return false;
+}
+
+/**
  * Kills every process inside the sandbox's pid namespace but its init and the agent,
  * in rounds until none is left. False when they outran the rounds.
  */
@@ -178,7 +243,8 @@ async function killAllButAgent(cg: CgroupLimits, agent: number): Promise<boolean
       const p = await procInfo(pid);
       // Outside the pid namespace: the launch step (shell, log reader, bwrap's parent).
       if (!p || p.nspid.length < 2 || p.nspid.at(-1) === 1) continue;
-      if (p.state === "Z" || p.state === "X") continue;
+      // A zombie whose threads still run (its main thread ended alone) is not gone.
+      if ((p.state === "Z" || p.state === "X") && !(await liveThreads(pid))) continue;
       left++;
       try {
         process.kill(pid, "SIGKILL");

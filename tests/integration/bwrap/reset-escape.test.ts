@@ -1,0 +1,101 @@
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { bwrapSkipReason, type Harness, openHarness, suiteTitle, writeTree } from "../../helpers/sandbox.js";
+
+/**
+ * Attacks on bwrap's in-place reset (backends/bwrap/reset.ts): a command tries to leave
+ * something behind that a fresh restart on the snapshot would not have. Whether the
+ * reset then stays in place or falls back to a restart is the backend's choice; what
+ * the workspace holds afterwards is what these tests check. Each failed on 4ec7443.
+ */
+const skip = bwrapSkipReason();
+
+/** Python: a thread that keeps writing into /workspace, then the main thread exits alone. */
+const GHOST = [
+  "import ctypes, threading, time",
+  "def loop():",
+  "    while True:",
+  "        try:",
+  "            open('/workspace/ghost.txt', 'a').write('x\\n')",
+  "        except Exception:",
+  "            pass",
+  "        time.sleep(0.05)",
+  "threading.Thread(target=loop).start()",
+  "time.sleep(0.2)",
+  "ctypes.CDLL(None).syscall(60, 0)  # SYS_exit, not exit_group: only this thread ends",
+  "",
+].join("\n");
+
+describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
+  let h: Harness;
+  let id: string;
+  const sh = async (command: string) => {
+    const r = await h.pyro.execWorkspace(id, command);
+    expect(r.exit_code, `\`${command}\` failed: ${r.stderr}`).toBe(0);
+    return r.stdout.trim();
+  };
+  /** The agent's pid inside: the process the runtime's loader started (its comm: ld-linux or ld-exec-only). */
+  const agentPid = () =>
+    sh("for p in /proc/[0-9]*; do case $(cat $p/comm 2>/dev/null) in ld-*) echo ${p#/proc/};; esac; done");
+
+  beforeAll(async () => {
+    h = await openHarness("reset-escape");
+    const seed = join(await h.tempDir("re-seed"), "seed");
+    await writeTree(seed, { "ghost.py": GHOST });
+    id = (await h.create({ seedPath: seed })).workspace_id;
+  });
+  afterAll(async () => {
+    await h?.cleanup();
+  });
+
+  it("ends a process whose main thread exited alone (a zombie with live threads)", async () => {
+    // Wait until the main thread is gone: the process shows as a zombie with 2 threads.
+    await sh(
+      "setsid python3 ghost.py </dev/null >/dev/null 2>&1 & " +
+        "for i in $(seq 100); do for p in /proc/[0-9]*; do " +
+        '[ "$(cut -d" " -f3 $p/stat)" = Z ] && [ $(ls $p/task | wc -l) -gt 1 ] && exit 0; done; sleep 0.05; done; exit 1',
+    );
+    await h.pyro.resetWorkspace(id);
+    // The thread wrote every 50 ms: a survivor would have made the file again by now.
+    await sh("sleep 0.5");
+    expect(await sh("ls /workspace")).toBe("ghost.py");
+    expect(await sh("cat /proc/[0-9]*/task/*/comm | grep -c python || true")).toBe("0");
+  });
+
+  it("restores the agent's limits, nice value, affinity and OOM score (commands inherit them)", async () => {
+    // Read from the agent itself (a command's own nice value is set by the agent, racily).
+    const probe = async () => {
+      const a = await agentPid();
+      return sh(
+        `ulimit -Hn; cut -d' ' -f19 /proc/${a}/stat; grep Cpus_allowed_list /proc/${a}/status; cat /proc/${a}/oom_score_adj`,
+      );
+    };
+    const fresh = await probe();
+    const a = await agentPid();
+    await sh(
+      `prlimit --pid ${a} --nofile=200:200 && renice -n 15 -p ${a} >/dev/null && taskset -pc 0 ${a} >/dev/null && echo 900 > /proc/${a}/oom_score_adj`,
+    );
+    expect(await probe()).not.toBe(fresh);
+    await h.pyro.resetWorkspace(id);
+    expect(await probe()).toBe(fresh);
+  });
+
+  it("restores /dev/pts/ptmx and the agent's spool directory (shells work after the reset)", async () => {
+    const modes = "stat -c '%a %U' /dev/pts/ptmx /run/pyro/tmp";
+    const fresh = await sh(modes);
+    await sh("chmod 000 /dev/pts/ptmx && chmod 777 /run/pyro/tmp");
+    await h.pyro.resetWorkspace(id);
+    expect(await sh(modes)).toBe(fresh);
+    const shell = await h.pyro.openShell(id);
+    await h.pyro.closeShell(id, shell.shell_id);
+  });
+
+  it("still resets in place when nothing outside /workspace changed", async () => {
+    const epoch = () => sh("cut -d' ' -f22 /proc/1/stat");
+    await h.pyro.resetWorkspace(id); // a restart above may have left a fresh sandbox
+    const before = await epoch();
+    await sh("echo x > f.txt");
+    await h.pyro.resetWorkspace(id);
+    expect(await epoch()).toBe(before);
+  });
+});
