@@ -45,11 +45,17 @@ export function guestNet(dirs: { net: string; sock: string }): GuestNet {
  * `readOnly`: only the ops that read (the disk reader of a stopped workspace).
  */
 export function agentArgv(
-  runtime: Pick<NodeRuntime, "argv">,
+  runtime: Pick<NodeRuntime, "argv" | "nonDumpableArgv">,
   dirs: { runtime: string; app: string },
   root: string,
   channel: AgentChannel,
-  options: { idleCommands?: boolean; net?: GuestNet; readOnly?: boolean; tmp?: string } = {},
+  options: {
+    idleCommands?: boolean;
+    net?: GuestNet;
+    readOnly?: boolean;
+    tmp?: string;
+    nonDumpable?: boolean;
+  } = {},
 ): string[] {
   const serve =
     "listen" in channel
@@ -57,7 +63,8 @@ export function agentArgv(
       : "stdio" in channel
         ? ["--stdio"]
         : ["--vm", channel.vm];
-  return runtime.argv(
+  return (options.nonDumpable ? runtime.nonDumpableArgv : runtime.argv).call(
+    runtime,
     dirs.runtime,
     `${dirs.app}/${AGENT_ENTRY}`,
     "--root",

@@ -56,6 +56,10 @@ export interface NodeRuntime {
    * mounted at `mountPoint` (paths as seen inside the sandbox).
    */
   argv(mountPoint: string, script: string, ...args: string[]): string[];
+  /** Whether {@link nonDumpableArgv} starts a non-dumpable process (see makeExecuteOnlyLoader). */
+  nonDumpable: boolean;
+  /** As argv, through the execute-only loader when there is one. */
+  nonDumpableArgv(mountPoint: string, script: string, ...args: string[]): string[];
 }
 
 export interface PrepareRuntimeOptions {
@@ -75,6 +79,8 @@ interface Manifest {
   source: string;
   /** File name of the loader under lib/, or null for a static node. */
   loader: string | null;
+  /** File name of the execute-only copy of the loader under lib/, when there is one. */
+  execOnlyLoader?: string | null;
   libs: string[];
   bytes: number;
 }
@@ -148,13 +154,15 @@ async function build(
   for (const l of libs) bytes += await copyDurably(await realpath(l.path), join(lib, l.name));
   const loaderName = loader ? basename(loader) : null;
   if (loader && loaderName) bytes += await copyDurably(await realpath(loader), join(lib, loaderName));
-  await makeExecuteOnly(loaderName ? join(lib, loaderName) : join(bin, "node"));
+  const execOnly = loader && loaderName ? await makeExecuteOnlyLoader(join(lib, loaderName), lib) : null;
+  if (execOnly) bytes += (await stat(join(lib, execOnly))).size;
 
   const manifest: Manifest = {
     key,
     version,
     source,
     loader: loaderName,
+    execOnlyLoader: execOnly,
     libs: libs.map((l) => l.name),
     bytes,
   };
@@ -207,21 +215,26 @@ async function sharedLibraries(
 }
 
 /**
- * The file a sandbox executes to start the agent (the loader, or node when static) is
- * owned by nobody and mode 0711: a sandbox's root without capabilities may run it but
- * not read it, and the kernel makes a process that executes a file it cannot read
- * non-dumpable. A command in the sandbox (uid 0 too, but without CAP_SYS_PTRACE) can
- * then neither ptrace the agent nor open its /proc/PID/mem, fd or environ: the agent
- * outlives a reset in place (backends/bwrap/reset.ts) and must not carry a command's
- * code across it. Only when run as root (a chown needs it); the host, root, still reads it.
+ * A second copy of the loader, owned by nobody and mode 0711 (`lib/ld-exec-only.so`): a
+ * sandbox's root without capabilities may run it but not read it, and the kernel makes a
+ * process that executes a file it cannot read non-dumpable. A command in the sandbox
+ * (uid 0 too, but without CAP_SYS_PTRACE) can then neither ptrace the agent nor open its
+ * /proc/PID/mem, fd or environ: bwrap's agent outlives a reset in place
+ * (backends/bwrap/reset.ts) and must not carry a command's code across it. A copy, not
+ * the loader itself: gVisor reads what it executes, so it starts the readable one. Only
+ * when run as root (a chown needs it); null otherwise, and for a static node.
  */
-const EXEC_ONLY = "exec-only-v1";
+const EXEC_ONLY = "exec-only-v2";
+const EXEC_ONLY_LOADER = "ld-exec-only.so";
 const NOBODY = 65534;
 
-async function makeExecuteOnly(file: string): Promise<void> {
-  if (process.getuid?.() !== 0) return;
-  await chown(file, NOBODY, NOBODY);
-  await chmod(file, 0o711);
+async function makeExecuteOnlyLoader(loader: string, lib: string): Promise<string | null> {
+  if (process.getuid?.() !== 0) return null;
+  const copy = join(lib, EXEC_ONLY_LOADER);
+  await copyDurably(loader, copy);
+  await chown(copy, NOBODY, NOBODY);
+  await chmod(copy, 0o711);
+  return EXEC_ONLY_LOADER;
 }
 
 async function copyDurably(from: string, to: string): Promise<number> {
@@ -265,11 +278,17 @@ function toRuntime(dir: string, m: Manifest): NodeRuntime {
     key: m.key,
     version: m.version,
     bytes: m.bytes,
+    nonDumpable: !!m.execOnlyLoader,
     argv(mountPoint: string, script: string, ...args: string[]): string[] {
       const node = posix.join(mountPoint, "bin", "node");
       if (!m.loader) return [node, script, ...args];
       const lib = posix.join(mountPoint, "lib");
       return [posix.join(lib, m.loader), "--library-path", lib, node, script, ...args];
+    },
+    nonDumpableArgv(mountPoint: string, script: string, ...args: string[]): string[] {
+      const plain = this.argv(mountPoint, script, ...args);
+      if (!m.execOnlyLoader) return plain;
+      return [posix.join(mountPoint, "lib", m.execOnlyLoader), ...plain.slice(1)];
     },
   };
 }

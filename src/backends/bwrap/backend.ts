@@ -120,7 +120,12 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
       IN_SANDBOX,
       IN_SANDBOX.workspace,
       { listen: `${IN_SANDBOX.sock}/agent.sock` },
-      { idleCommands: true, tmp: AGENT_TMP, ...(spec.netDir ? { net: guestNet(IN_SANDBOX) } : {}) },
+      {
+        idleCommands: true,
+        tmp: AGENT_TMP,
+        nonDumpable: true,
+        ...(spec.netDir ? { net: guestNet(IN_SANDBOX) } : {}),
+      },
     );
     const seccompFile = join(spec.dir, "seccomp.bpf");
     await writeSeccompFile(seccompFile);
@@ -168,7 +173,8 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
       await this.stop(state);
       throw err;
     }
-    return { ...state, ...(await resetBase(l, pid, spec.workspace_id)) };
+    // In place only with an agent no command can take over (it outlives the reset).
+    return runtime.nonDumpable ? { ...state, ...(await resetBase(l, pid, spec.workspace_id)) } : state;
   }
 
   isRunning(state: SandboxState): Promise<boolean> {
