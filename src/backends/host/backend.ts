@@ -1,6 +1,7 @@
 import { cp, mkdir, rm, stat } from "node:fs/promises";
 import { join, relative } from "node:path";
 import type { Duplex } from "node:stream";
+import { z } from "zod";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import {
   connectSandboxSocket,
@@ -15,6 +16,18 @@ import {
 } from "../common.js";
 import { spawnReader } from "../disk-reader.js";
 import { AGENT_ENTRY } from "../guest.js";
+import { stateReader } from "../sandbox-state.js";
+
+/**
+ * What a host-compat start records: the agent process and its socket. `start_time` may be
+ * empty (the start time could not be read), so it is not held to processShape's rule.
+ */
+const HOST_STATE = stateReader("host", {
+  pid: z.number().int().positive(),
+  start_time: z.string(),
+  socket: z.string().min(1),
+  log: z.string(),
+});
 
 /**
  * The host-compat backend: no isolation at all. The agent runs as a plain host process
@@ -83,8 +96,9 @@ export class HostBackend implements WorkspaceBackend {
     return { backend: "host", pid, start_time: startTime, socket, log: logFile };
   }
 
-  connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
-    return connectSandboxSocket(String(state.socket), options.timeoutMs ?? 5000);
+  async connect(state: SandboxState, options: { timeoutMs?: number } = {}): Promise<Duplex> {
+    // Async so that a state read back incomplete rejects like a failed connection.
+    return connectSandboxSocket(HOST_STATE.read(state).socket, options.timeoutMs ?? 5000);
   }
 
   /** No sandbox: the port is on the host's own loopback. */
@@ -93,15 +107,17 @@ export class HostBackend implements WorkspaceBackend {
   }
 
   isRunning(state: SandboxState): Promise<boolean> {
-    return sameProcessAlive(state.pid, state.start_time);
+    const s = HOST_STATE.readPartial(state);
+    return sameProcessAlive(s.pid, s.start_time);
   }
 
   async stop(state: SandboxState): Promise<void> {
-    if (typeof state.pid === "number" && typeof state.start_time === "string") {
+    const s = HOST_STATE.readPartial(state);
+    if (s.pid !== undefined && s.start_time !== undefined) {
       // The agent leads its own session; its commands and services run in their own
       // process groups and are killed by the agent when it is asked to stop (SIGTERM);
       // SIGKILL only if it does not go.
-      await terminateAndWait(state.pid, state.start_time, 3000);
+      await terminateAndWait(s.pid, s.start_time, 3000);
     }
   }
 

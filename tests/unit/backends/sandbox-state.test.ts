@@ -39,3 +39,17 @@ describe("typed sandbox state", () => {
     });
   });
 });
+
+describe("host-compat's recorded state", () => {
+  it("is read typed: an incomplete one is refused as internal, not connected to as a path", async () => {
+    const { HostBackend } = await import("../../../src/backends/host/backend.js");
+    const host = new HostBackend();
+    await expect(host.connect({ backend: "host", pid: 1, start_time: "" })).rejects.toMatchObject({
+      code: "internal",
+      message: expect.stringMatching(/host sandbox state is incomplete \(socket/),
+    });
+    // Cleanup reads what is there: no pid, nothing to stop and nothing running.
+    await expect(host.isRunning({ backend: "host", socket: "/s" })).resolves.toBe(false);
+    await expect(host.stop({ backend: "host", pid: "7" })).resolves.toBeUndefined();
+  });
+});
