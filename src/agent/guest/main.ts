@@ -10,6 +10,12 @@
  */
 import { parseGuestArgs, startGuest } from "./agent.js";
 
+// Node opens its inspector (127.0.0.1:9229, in the sandbox's network) on SIGUSR1, which
+// any command running as the agent's uid may send: through it, a command would run code
+// in the agent, which outlives an in-place reset (backends/bwrap/reset.ts). A listener of
+// its own takes the signal from Node's handler (node 20 has no --disable-sigusr1).
+process.on("SIGUSR1", () => {});
+
 async function main(): Promise<void> {
   let handle: Awaited<ReturnType<typeof startGuest>>;
   try {

@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bwrapSkipReason, type Harness, openHarness, suiteTitle, writeTree } from "../../helpers/sandbox.js";
@@ -26,6 +27,9 @@ const GHOST = [
   "",
 ].join("\n");
 
+/** A DevTools-protocol client in Python: evaluates its argument in the process behind 127.0.0.1:9229. */
+const INSPECTOR_CLIENT = readFileSync(join(import.meta.dirname, "fixtures", "inspector-client.py"), "utf8");
+
 describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
   let h: Harness;
   let id: string;
@@ -41,7 +45,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
   beforeAll(async () => {
     h = await openHarness("reset-escape");
     const seed = join(await h.tempDir("re-seed"), "seed");
-    await writeTree(seed, { "ghost.py": GHOST });
+    await writeTree(seed, { "ghost.py": GHOST, "inspect.py": INSPECTOR_CLIENT });
     id = (await h.create({ seedPath: seed })).workspace_id;
   });
   afterAll(async () => {
@@ -58,7 +62,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
     await h.pyro.resetWorkspace(id);
     // The thread wrote every 50 ms: a survivor would have made the file again by now.
     await sh("sleep 0.5");
-    expect(await sh("ls /workspace")).toBe("ghost.py");
+    expect(await sh("ls /workspace")).toBe("ghost.py\ninspect.py");
     expect(await sh("cat /proc/[0-9]*/task/*/comm | grep -c python || true")).toBe("0");
   });
 
@@ -88,6 +92,18 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
     expect(await sh(modes)).toBe(fresh);
     const shell = await h.pyro.openShell(id);
     await h.pyro.closeShell(id, shell.shell_id);
+  });
+
+  it("keeps SIGUSR1 from opening the agent's inspector (code run in the agent would outlive resets)", async () => {
+    const fresh = await sh("umask");
+    const a = await agentPid();
+    // Node opens its inspector on 127.0.0.1:9229 on SIGUSR1, in the sandbox's network.
+    await sh(`kill -USR1 ${a} && sleep 0.5`);
+    const taken = await sh("python3 inspect.py 'process.umask(0o027); \"taken \" + process.pid'");
+    expect(taken).toBe("refused");
+    await h.pyro.resetWorkspace(id);
+    expect(await sh("umask")).toBe(fresh);
+    expect(await sh("python3 inspect.py 1")).toBe("refused");
   });
 
   it("still resets in place when nothing outside /workspace changed", async () => {
