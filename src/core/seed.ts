@@ -63,6 +63,15 @@ export async function seedInto(
   const keep = (path: string) =>
     repos.some((r) => path.startsWith(`${r}/`)) ||
     !excluded.some((e) => path === e || path.startsWith(`${e}/`));
+  // A seed inside what is left out would be copied as an empty tree: refuse it instead
+  // (the 100 MB export bench once timed an empty workspace seeded from inside its home).
+  if (!keep(src) || !keep(await realpath(src))) {
+    throw new PyroError(
+      "invalid_argument",
+      `seed path ${src} is inside pyro's own files (its home, the environment cache or the secrets key), which are never copied into a workspace`,
+      "seed from a directory outside them",
+    );
+  }
   if (await isGitCheckout(src)) return seedFromGitCheckout(dest, src, src, signal, undefined, keep);
   await copyTree(await realpath(src), dest, await realpath(dest), keep);
   const size = await treeSize(dest);

@@ -133,6 +133,20 @@ describe("lifecycle", () => {
 });
 
 describe("seeding a directory that holds pyro's own files", () => {
+  it("refuses a seed inside pyro's home instead of seeding an empty workspace", async () => {
+    const { fakePyro, codeOf } = await import("../../helpers/engine.js");
+    const t = await fakePyro();
+    try {
+      const inside = join(t.home, "project");
+      await mkdir(inside, { recursive: true });
+      await writeFile(join(inside, "app.py"), "print(1)\n");
+      expect(await codeOf(t.pyro.createWorkspace({ seedPath: inside }))).toBe("invalid_argument");
+      expect((await t.pyro.listWorkspaces()).count).toBe(0);
+    } finally {
+      await t.cleanup();
+    }
+  });
+
   it("leaves out the pyro home (other workspaces, the baseline being written) and the secrets key", async () => {
     // `pyro workspace create --seed-path ~` with the default home under ~/.cache: the copy
     // once failed ("cannot copy to a subdirectory of self") and would have carried every
