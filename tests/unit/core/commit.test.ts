@@ -62,7 +62,7 @@ describe("workspace commit (fake backend, real Git repositories)", () => {
     const ws = t.pyro.engine.workspaces;
     const err = await commitWorkspace(ws, w.workspace_id, {
       branch: "pyro/capped",
-      maxArchiveBytes: 1024 * 1024,
+      max_archive_bytes: 1024 * 1024,
     }).catch((e: unknown) => e);
     expect(err).toMatchObject({ code: "conflict" });
     expect((err as Error).message).toContain("more than 1048576 bytes");
@@ -70,7 +70,7 @@ describe("workspace commit (fake backend, real Git repositories)", () => {
     // Under the cap the same change commits, byte for byte.
     const c = await commitWorkspace(ws, w.workspace_id, {
       branch: "pyro/capped",
-      maxArchiveBytes: 8 * 1024 * 1024,
+      max_archive_bytes: 8 * 1024 * 1024,
     });
     const blob = execFileSync("git", ["-C", repo, "cat-file", "blob", `${c.commit}:big.bin`], {
       maxBuffer: 64 * 1024 * 1024,
