@@ -28,7 +28,7 @@
  * then neither ptrace it nor open its /proc/PID/mem, fd or environ.
  */
 import { createHash } from "node:crypto";
-import { lstat, mkdir, readdir, readFile, rename, rm, unlink } from "node:fs/promises";
+import { lstat, mkdir, readdir, readFile, rename, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
 import { run } from "../../util/run.js";
@@ -331,8 +331,24 @@ async function swapWorkspaceLayer(
 async function removeOldLayers(l: SandboxLayout, launchPid: number): Promise<void> {
   const ws = `/proc/${launchPid}/root${join(l.diskMount, "ws")}`;
   for (const name of await readdir(ws).catch(() => [])) {
-    if (name.startsWith("old-")) void rm(join(ws, name), { recursive: true, force: true }).catch(() => {});
+    if (name.startsWith("old-")) removeLayer(join(ws, name));
   }
+}
+
+/** Past this, a removal is left to the next start (a layer can hold millions of files). */
+const REMOVE_LAYER_TIMEOUT_MS = 10 * 60_000;
+
+/**
+ * Removes a layer moved aside, in the background. The sandbox made what is in it: with
+ * `rm -rf`, which walks with openat and so goes as deep as the tree does (node's
+ * recursive rm builds whole paths and gave up past PATH_MAX, ENAMETOOLONG: a command's
+ * deep enough tree kept its bytes in the disk image through every reset). Symlinks are
+ * removed, not followed, and the walk stays on the disk image.
+ */
+function removeLayer(path: string): void {
+  void run(["rm", "-rf", "--one-file-system", "--", path], { timeoutMs: REMOVE_LAYER_TIMEOUT_MS }).catch(
+    () => {},
+  );
 }
 
 /**
@@ -367,6 +383,6 @@ export async function resetInPlace(
   if (!(await killAllButAgent(cg, agentPid)) || !(await alive())) return false;
   await agent.request("reset", { phase: "finish" });
   // The old layer goes after the reset: its removal does not hold up the caller.
-  void rm(old, { recursive: true, force: true }).catch(() => {});
+  removeLayer(old);
   return true;
 }

@@ -27,6 +27,18 @@ const GHOST = [
   "",
 ].join("\n");
 
+/** Python: 64 MiB at the bottom of a tree deeper than PATH_MAX (1500 levels of 51 bytes). */
+const DEEP = [
+  "import os",
+  'os.mkdir("deep"); os.chdir("deep")',
+  "for i in range(1500):",
+  '    os.mkdir("d" * 50); os.chdir("d" * 50)',
+  'with open("big", "wb") as f:',
+  "    for i in range(64):",
+  "        f.write(os.urandom(1 << 20))",
+  "",
+].join("\n");
+
 /** A DevTools-protocol client in Python: evaluates its argument in the process behind 127.0.0.1:9229. */
 const INSPECTOR_CLIENT = readFileSync(join(import.meta.dirname, "fixtures", "inspector-client.py"), "utf8");
 
@@ -45,7 +57,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
   beforeAll(async () => {
     h = await openHarness("reset-escape");
     const seed = join(await h.tempDir("re-seed"), "seed");
-    await writeTree(seed, { "ghost.py": GHOST, "inspect.py": INSPECTOR_CLIENT });
+    await writeTree(seed, { "ghost.py": GHOST, "inspect.py": INSPECTOR_CLIENT, "deep.py": DEEP });
     id = (await h.create({ seedPath: seed })).workspace_id;
   });
   afterAll(async () => {
@@ -62,7 +74,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
     await h.pyro.resetWorkspace(id);
     // The thread wrote every 50 ms: a survivor would have made the file again by now.
     await sh("sleep 0.5");
-    expect(await sh("ls /workspace")).toBe("ghost.py\ninspect.py");
+    expect(await sh("ls /workspace")).toBe("deep.py\nghost.py\ninspect.py");
     expect(await sh("cat /proc/[0-9]*/task/*/comm | grep -c python || true")).toBe("0");
   });
 
@@ -105,6 +117,21 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
     expect(await sh("umask")).toBe(fresh);
     expect(await sh("python3 inspect.py 1")).toBe("refused");
   });
+
+  it("frees the disk image of a discarded tree deeper than PATH_MAX", async () => {
+    const usedKiB = async () => Number(await sh("sync; df -k --output=used /workspace | tail -1"));
+    const fresh = await usedKiB();
+    await sh("python3 deep.py");
+    expect(await usedKiB()).toBeGreaterThan(fresh + 60_000);
+    await h.pyro.resetWorkspace(id);
+    // The old layer is removed in the background; allow it a generous while.
+    let used = await usedKiB();
+    for (let i = 0; i < 60 && used > fresh + 16_000; i++) {
+      await new Promise((r) => setTimeout(r, 500));
+      used = await usedKiB();
+    }
+    expect(used).toBeLessThan(fresh + 16_000);
+  }, 60_000);
 
   it("still resets in place when nothing outside /workspace changed", async () => {
     const epoch = () => sh("cut -d' ' -f22 /proc/1/stat");
