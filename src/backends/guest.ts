@@ -1,3 +1,4 @@
+import { normalize } from "node:path";
 import type { NodeRuntime } from "./runtime.js";
 
 /**
@@ -42,7 +43,8 @@ export function guestNet(dirs: { net: string; sock: string }): GuestNet {
  * The agent's argv inside a sandbox: `runtime` (node) mounted at `runtimeDir`, the pyro
  * package at `appDir`, serving `root` over `channel`. `idleCommands`: commands run at
  * nice 19, below the agent, so a busy workspace still answers (agent/server.ts).
- * `readOnly`: only the ops that read (the disk reader of a stopped workspace).
+ * `readOnly`: only the ops that read (the disk reader of a stopped workspace). `alias`:
+ * the path commands see the root as, where the root is not /workspace (host-compat).
  */
 export function agentArgv(
   runtime: Pick<NodeRuntime, "argv" | "nonDumpableArgv">,
@@ -55,6 +57,7 @@ export function agentArgv(
     readOnly?: boolean;
     tmp?: string;
     nonDumpable?: boolean;
+    alias?: string;
   } = {},
 ): string[] {
   const serve =
@@ -73,9 +76,19 @@ export function agentArgv(
     ...(options.idleCommands ? ["--idle-commands"] : []),
     ...(options.tmp ? ["--tmp", options.tmp] : []),
     ...(options.readOnly ? ["--read-only"] : []),
+    ...(options.alias ? ["--alias", options.alias] : []),
     ...(options.net ? ["--egress", options.net.egress, "--forward", options.net.forward] : []),
   );
 }
+
+/**
+ * The host's own node, for the host-compat backend's agent: no sandbox, so nothing is
+ * mounted and the package is used where it is (`dirs` are ignored but for `app`).
+ */
+export const HOST_NODE: Pick<NodeRuntime, "argv" | "nonDumpableArgv"> = {
+  argv: (_mountPoint, script, ...args) => [process.execPath, normalize(script), ...args],
+  nonDumpableArgv: (_mountPoint, script, ...args) => [process.execPath, normalize(script), ...args],
+};
 
 /** The hostname of a workspace's or one-shot's sandbox: `pyro-` and its id's first 12 characters. */
 export function sandboxHostname(id: string): string {

@@ -15,7 +15,7 @@ import {
   waitForSocket,
 } from "../common.js";
 import { spawnReader } from "../disk-reader.js";
-import { AGENT_ENTRY } from "../guest.js";
+import { agentArgv, HOST_NODE } from "../guest.js";
 import { stateReader } from "../sandbox-state.js";
 
 /**
@@ -63,20 +63,15 @@ export class HostBackend implements WorkspaceBackend {
     await rm(socket, { force: true });
     const logFile = join(spec.dir, "logs", "agent.log");
     const { pid } = spawnDetached(
-      [
-        process.execPath,
-        join(spec.appDir, AGENT_ENTRY),
-        "--root",
+      // The socket is relative to the agent's working directory (`root`): a socket
+      // address holds only 107 bytes, and a deep PYRO_HOME makes the absolute path longer.
+      agentArgv(
+        HOST_NODE,
+        { runtime: "", app: spec.appDir },
         root,
-        // Relative to its working directory (`root`): a socket address holds only 107
-        // bytes, and a deep PYRO_HOME makes the absolute path longer.
-        "--listen",
-        relative(root, socket),
-        "--alias",
-        "/workspace",
-        "--tmp",
-        join(spec.dir, "tmp"),
-      ],
+        { listen: relative(root, socket) },
+        { alias: "/workspace", tmp: join(spec.dir, "tmp") },
+      ),
       // No isolation here, but still nothing of the caller's environment (its keys and tokens).
       { logFile, cwd: root, env: { ...LAUNCH_ENV, HOME: root } },
     );
@@ -130,16 +125,16 @@ export class HostBackend implements WorkspaceBackend {
     const own = this.agentRoot(spec);
     const root = (await stat(own).catch(() => null)) ? own : join(spec.snapshotsDir, spec.snapshot);
     return spawnReader(
-      [
-        process.execPath,
-        join(spec.appDir, AGENT_ENTRY),
-        "--root",
+      agentArgv(
+        HOST_NODE,
+        { runtime: "", app: spec.appDir },
         root,
-        "--stdio",
-        "--read-only",
-        "--alias",
-        "/workspace",
-      ],
+        { stdio: true },
+        {
+          readOnly: true,
+          alias: "/workspace",
+        },
+      ),
       { cwd: root, env: { ...LAUNCH_ENV, HOME: root } },
     );
   }
