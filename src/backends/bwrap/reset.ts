@@ -50,6 +50,13 @@ export const AGENT_TMP = "/run/pyro/tmp";
 
 /** Past this many entries in the root layer and /dev, a sandbox is not reset in place. */
 const MAX_SIGNED_ENTRIES = 20_000;
+/**
+ * Deadline of the agent's two reset requests. `begin` waits up to 2 s per shell that
+ * ignores its hangup; a command can also stop the agent (SIGSTOP needs no more than its
+ * uid), and the default 60 s would then be what every reset of the workspace took
+ * before falling back to the restart.
+ */
+const RESET_REQUEST_MS = 10_000;
 /** Rounds of killing before giving up (a fork bomb outrunning the kills): the caller restarts. */
 const MAX_KILL_ROUNDS = 200;
 
@@ -372,7 +379,7 @@ export async function resetInPlace(
   if (!(await alive())) return false;
   const cg = await sandboxCgroup(launch.cgroup);
   if (!cg) return false;
-  const begun = await agent.request("reset", { phase: "begin" });
+  const begun = await agent.request("reset", { phase: "begin" }, { timeoutMs: RESET_REQUEST_MS });
   if (!(await killAllButAgent(cg, agentPid))) return false;
   if (!(await alive())) return false;
   if ((await layersSignature(l, launch.pid, agentPid)) !== base.layers_sig) return false;
@@ -381,7 +388,7 @@ export async function resetInPlace(
   if (!old) return false;
   // Nothing may have started in between (the agent refused new processes meanwhile).
   if (!(await killAllButAgent(cg, agentPid)) || !(await alive())) return false;
-  await agent.request("reset", { phase: "finish" });
+  await agent.request("reset", { phase: "finish" }, { timeoutMs: RESET_REQUEST_MS });
   // The old layer goes after the reset: its removal does not hold up the caller.
   removeLayer(old);
   return true;

@@ -133,6 +133,20 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
     expect(used).toBeLessThan(fresh + 16_000);
   }, 60_000);
 
+  it("does not wait a minute on an agent a command stopped: the reset restarts it", async () => {
+    const epoch = () => sh("cut -d' ' -f22 /proc/1/stat");
+    const before = await epoch();
+    const a = await agentPid();
+    // Stopped from a detached process once this exec has replied.
+    await sh(`setsid sh -c 'sleep 0.5; kill -STOP ${a}' </dev/null >/dev/null 2>&1 & echo`);
+    await new Promise((r) => setTimeout(r, 1500));
+    const t0 = Date.now();
+    await h.pyro.resetWorkspace(id);
+    // 60 s (the agent client's default deadline) before; the request deadline is 10 s.
+    expect(Date.now() - t0).toBeLessThan(30_000);
+    expect(await epoch()).not.toBe(before);
+  }, 90_000);
+
   it("still resets in place when nothing outside /workspace changed", async () => {
     const epoch = () => sh("cut -d' ' -f22 /proc/1/stat");
     await h.pyro.resetWorkspace(id); // a restart above may have left a fresh sandbox
