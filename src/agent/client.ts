@@ -63,6 +63,12 @@ const DEFAULT_REQUEST_MS = 60_000;
  * timeout of their own.
  */
 export const EXEC_SLACK_MS = 30_000;
+/**
+ * Slack given to a request that waits inside the agent for a bound it names (a shell
+ * read's idle wait, a service's readiness), beyond that bound: the agent's last try and
+ * its reply. Callers pass `timeoutMs: wait + WAIT_SLACK_MS`.
+ */
+export const WAIT_SLACK_MS = 15_000;
 const MAX_ID = 0xffff_ffff;
 
 interface Pending {

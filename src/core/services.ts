@@ -8,7 +8,7 @@
  * removes it, and a reset or delete ends them with the sandbox. Output and errors reach
  * every surface with the workspace's secrets redacted.
  */
-import type { AgentClient } from "../agent/client.js";
+import { type AgentClient, WAIT_SLACK_MS } from "../agent/client.js";
 import type { OpArgs, OpResult } from "../agent/op-schemas.js";
 import { type HintAction, PyroError } from "../errors.js";
 import type { ServiceSpec, WorkspaceRow } from "../state/types.js";
@@ -18,9 +18,6 @@ import type { Workspaces } from "./workspaces.js";
 
 /** How long a start waits for readiness by default, and at most. */
 export const DEFAULT_READY_TIMEOUT_SECONDS = 30;
-
-/** Slack on the agent request beyond the readiness wait (the probe's own last try). */
-const REQUEST_SLACK_MS = 15_000;
 
 export type ReadyProbe = NonNullable<ServiceSpec["ready"]>;
 
@@ -121,7 +118,7 @@ async function startArgs(
 
 async function start(ws: Workspaces, agent: AgentClient, w: WorkspaceRow, def: ServiceSpec) {
   return agent.request("service_start", await startArgs(ws, w, def), {
-    timeoutMs: def.ready_timeout_seconds * 1000 + REQUEST_SLACK_MS,
+    timeoutMs: def.ready_timeout_seconds * 1000 + WAIT_SLACK_MS,
   });
 }
 

@@ -6,6 +6,7 @@
  * bytes, or with `plain` the text a person would see (core/terminal.ts); secrets are
  * redacted from both.
  */
+import { WAIT_SLACK_MS } from "../agent/client.js";
 import type { OpResult } from "../agent/op-schemas.js";
 import { PyroError } from "../errors.js";
 import { secretRedactor } from "./secrets.js";
@@ -14,8 +15,6 @@ import type { Workspaces } from "./workspaces.js";
 
 /** Bytes of earlier output a plain read renders first, for the terminal's state. */
 const PLAIN_PREFIX_BYTES = 64 * 1024;
-/** Slack on a read's request beyond its longest wait. */
-const REQUEST_SLACK_MS = 15_000;
 /** How much of a write's input a review event keeps. */
 const EVENT_INPUT_CHARS = 200;
 
@@ -161,7 +160,7 @@ export async function readShell(
         wait_for_idle_ms: options.wait_for_idle_ms ?? 0,
         max_wait_ms: maxWaitMs,
       },
-      { timeoutMs: maxWaitMs + REQUEST_SLACK_MS },
+      { timeoutMs: maxWaitMs + WAIT_SLACK_MS },
     );
     const output = plain ? await renderPlain(r.prefix, r.output, r.shell.cols, r.shell.rows) : r.output;
     return {
