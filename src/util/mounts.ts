@@ -20,6 +20,18 @@ export async function mountsUnder(root: string): Promise<string[]> {
   return [...new Set(points)].sort((a, b) => b.length - a.length);
 }
 
+/**
+ * Mounts a tmpfs with `options` at `path` unless one is mounted there already. Throws
+ * when it cannot (the caller refuses to start: the bound is the point).
+ */
+export async function ensureTmpfs(path: string, options: string): Promise<void> {
+  const abs = resolve(path);
+  if ((await mountsUnder(abs)).includes(abs)) return;
+  const r = await run(["mount", "-t", "tmpfs", "-o", options, "pyro-tmpfs", abs], { timeoutMs: 10_000 });
+  if (r.exitCode !== 0)
+    throw new Error(`cannot mount a tmpfs at ${abs}: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
+}
+
 function unescapeMountPath(p: string): string {
   return p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8)));
 }

@@ -1,7 +1,8 @@
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
+import { PyroError } from "../../errors.js";
 import { exists } from "../../util/fs.js";
-import { removeTree } from "../../util/mounts.js";
+import { ensureTmpfs, removeTree } from "../../util/mounts.js";
 import type { SandboxSpec } from "../backend.js";
 import { DEFAULT_DISK_MIB, diskTemplates, ensureDiskImage } from "../disk-image.js";
 import type { Disk, Overlay } from "./launch.js";
@@ -24,11 +25,25 @@ export interface SandboxLayout {
   wsUpper: string;
   wsWork: string;
   wsMerged: string;
+  /**
+   * A small tmpfs on the host holding the agent's socket directory (`sock`, bound into
+   * the sandbox) and the host's link directory beside it (common.ts hostLinkDir), so
+   * that the one host directory a sandbox can write is bounded (see SOCKET_FS_OPTIONS).
+   */
+  sockFs: string;
   /** The agent's socket directory (bound into the sandbox) and the socket in it. */
   sock: string;
   socket: string;
   logs: string;
 }
+
+/**
+ * The sandbox's socket directory is writable from inside (the agent binds its sockets
+ * there), and a host directory would let a command write past the workspace's disk
+ * limit onto the host's disk: 1 MiB and 1024 inodes, no devices, set-uid or executables.
+ * Mounted once per sandbox directory, on the host; removed with the directory.
+ */
+export const SOCKET_FS_OPTIONS = "size=1m,nr_inodes=1024,mode=0700,nosuid,nodev,noexec";
 
 export function sandboxLayout(dir: string, legacy = false): SandboxLayout {
   const layers = legacy ? dir : join(dir, "mnt", "disk");
@@ -42,8 +57,9 @@ export function sandboxLayout(dir: string, legacy = false): SandboxLayout {
     wsUpper: join(layers, "ws", "upper"),
     wsWork: join(layers, "ws", "work"),
     wsMerged: join(dir, "mnt", "ws"),
-    sock: join(dir, "sock"),
-    socket: join(dir, "sock", "agent.sock"),
+    sockFs: join(dir, "sockfs"),
+    sock: join(dir, "sockfs", "sock"),
+    socket: join(dir, "sockfs", "sock", "agent.sock"),
     logs: join(dir, "logs"),
   };
 }
@@ -71,6 +87,15 @@ export async function prepareLayout(
   spec: SandboxSpec,
   extra: string[] = [],
 ): Promise<void> {
+  // The socket directory's filesystem first: the directories below are made in it.
+  await mkdir(l.sockFs, { recursive: true, mode: 0o700 });
+  await ensureTmpfs(l.sockFs, SOCKET_FS_OPTIONS).catch((err: Error) => {
+    throw new PyroError(
+      "backend_unavailable",
+      err.message,
+      "the sandbox's socket directory needs a tmpfs: run as root",
+    );
+  });
   const dirs = [
     ...(l.legacy ? layerDirs(l) : [l.diskMount]),
     l.rootMerged,

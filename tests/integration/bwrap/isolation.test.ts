@@ -36,6 +36,19 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap isolation", skip), () => {
     expect((await run(`test -e ${join(h.home, "state.db")}`)).exit_code).toBe(1);
   });
 
+  it("cannot write past its disk limit into its socket directory, the one host directory it can write", async () => {
+    const r = await run("dd if=/dev/zero of=/run/pyro/sock/fill bs=64k count=64 2>&1; echo rc=$?");
+    expect(r.stdout).toMatch(/No space left on device/);
+    expect(r.stdout).not.toMatch(/rc=0/);
+    // Nor by many small files (inodes), and the workspace keeps working afterwards.
+    const n = await run(
+      "i=0; while [ $i -lt 2000 ] && : > /run/pyro/sock/f$i 2>/dev/null; do i=$((i+1)); done; echo $i",
+    );
+    expect(Number(n.stdout.trim())).toBeLessThan(2000);
+    await run("rm -f /run/pyro/sock/f* /run/pyro/sock/fill");
+    expect((await run("echo ok")).stdout).toBe("ok\n");
+  });
+
   it("cannot connect to a TCP service listening on the host's loopback", async () => {
     let connections = 0;
     const server: Server = createServer((s) => {
