@@ -270,11 +270,24 @@ async function mountsAt(pid: number, path: string): Promise<number> {
 }
 
 /**
+ * Shell (in the sandbox's IPC namespace, where /proc/sysvipc lists its objects): runs
+ * `ipcrm --all` when any table has a row under its header or cannot be read, and
+ * otherwise costs no process. Builtins only.
+ */
+const IPC_CLEAR = [
+  "for k in shm sem msg; do",
+  '  if [ ! -r "/proc/sysvipc/$k" ] || { read -r _ && read -r _; } < "/proc/sysvipc/$k"; then ipcrm --all; break; fi',
+  "done",
+].join("\n");
+
+/**
  * Replaces /workspace's layer. File operations go through the launch step's root
  * (`/proc/PID/root`, where the disk image is mounted; every path component up to the
  * layer directories is the host's): the current layer's directories are moved aside
  * and new ones made. One process in the launch step's mount namespace (and the
- * sandbox's IPC namespace) then clears the System V IPC objects when there are any,
+ * sandbox's IPC namespace) then clears the System V IPC objects when there are any
+ * (counted there, after the kill: a count taken before it missed what a dying command
+ * made in between, see {@link IPC_CLEAR}),
  * mounts the sandbox's POSIX message queues where the host can empty them (once),
  * unmounts the overlay stacked by the previous reset and mounts the new one. Returns where the old
  * directories are (for the caller to remove once the reset is done), null on failure.
@@ -283,7 +296,6 @@ async function swapWorkspaceLayer(
   l: SandboxLayout,
   spec: SandboxSpec,
   pids: { launch: number; agent: number },
-  ipcObjects: number,
   tools: LaunchTools,
 ): Promise<string | null> {
   const inLaunch = (p: string) => `/proc/${pids.launch}/root${p}`;
@@ -302,7 +314,7 @@ async function swapWorkspaceLayer(
   const options = `nosuid,nodev,lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}`;
   const script = [
     "set -eu",
-    ...(ipcObjects !== 0 ? ["ipcrm --all"] : []),
+    IPC_CLEAR,
     ...(mqMounted ? [] : [`${tools.mount} -t mqueue pyro-mq "$5"`]),
     ...(stacked > 1 ? [`${tools.umount} -l "$4"`] : []),
     `${tools.mount} -t overlay pyro -o "${options}" "$4"`,
@@ -379,12 +391,12 @@ export async function resetInPlace(
   if (!(await alive())) return false;
   const cg = await sandboxCgroup(launch.cgroup);
   if (!cg) return false;
-  const begun = await agent.request("reset", { phase: "begin" }, { timeoutMs: RESET_REQUEST_MS });
+  await agent.request("reset", { phase: "begin" }, { timeoutMs: RESET_REQUEST_MS });
   if (!(await killAllButAgent(cg, agentPid))) return false;
   if (!(await alive())) return false;
   if ((await layersSignature(l, launch.pid, agentPid)) !== base.layers_sig) return false;
   const pids = { launch: launch.pid, agent: agentPid };
-  const old = await swapWorkspaceLayer(l, spec, pids, begun.ipc_objects ?? -1, tools);
+  const old = await swapWorkspaceLayer(l, spec, pids, tools);
   if (!old) return false;
   // Nothing may have started in between (the agent refused new processes meanwhile).
   if (!(await killAllButAgent(cg, agentPid)) || !(await alive())) return false;

@@ -39,6 +39,15 @@ const DEEP = [
   "",
 ].join("\n");
 
+/** Python: creates and removes System V segments without pause (one exists half the time). */
+const IPC_CHURN = [
+  "import ctypes",
+  "libc = ctypes.CDLL(None)",
+  "while True:",
+  "    libc.shmctl(libc.shmget(0, 4096, 0o1600), 0, None)  # IPC_PRIVATE, IPC_CREAT; IPC_RMID",
+  "",
+].join("\n");
+
 /** A DevTools-protocol client in Python: evaluates its argument in the process behind 127.0.0.1:9229. */
 const INSPECTOR_CLIENT = readFileSync(join(import.meta.dirname, "fixtures", "inspector-client.py"), "utf8");
 
@@ -57,7 +66,12 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
   beforeAll(async () => {
     h = await openHarness("reset-escape");
     const seed = join(await h.tempDir("re-seed"), "seed");
-    await writeTree(seed, { "ghost.py": GHOST, "inspect.py": INSPECTOR_CLIENT, "deep.py": DEEP });
+    await writeTree(seed, {
+      "ghost.py": GHOST,
+      "inspect.py": INSPECTOR_CLIENT,
+      "deep.py": DEEP,
+      "ipc.py": IPC_CHURN,
+    });
     id = (await h.create({ seedPath: seed })).workspace_id;
   });
   afterAll(async () => {
@@ -74,7 +88,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
     await h.pyro.resetWorkspace(id);
     // The thread wrote every 50 ms: a survivor would have made the file again by now.
     await sh("sleep 0.5");
-    expect(await sh("ls /workspace")).toBe("deep.py\nghost.py\ninspect.py");
+    expect(await sh("ls /workspace")).toBe("deep.py\nghost.py\ninspect.py\nipc.py");
     expect(await sh("cat /proc/[0-9]*/task/*/comm | grep -c python || true")).toBe("0");
   });
 
@@ -146,6 +160,21 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
     expect(Date.now() - t0).toBeLessThan(30_000);
     expect(await epoch()).not.toBe(before);
   }, 90_000);
+
+  it("removes a System V object made after the agent counted them (before the kill)", async () => {
+    // The count the agent reports at `begin` is read before the host's kill: a command
+    // that makes a segment in between, then dies, left it when the count said none. It
+    // is a race, so a churning command is reset many times; any segment left fails.
+    const epoch = () => sh("cut -d' ' -f22 /proc/1/stat");
+    await h.pyro.resetWorkspace(id); // a restart above may have left a fresh sandbox
+    const before = await epoch();
+    for (let i = 0; i < 20; i++) {
+      await sh("setsid python3 ipc.py </dev/null >/dev/null 2>&1 & sleep 0.2");
+      await h.pyro.resetWorkspace(id);
+      expect(await sh("tail -n +2 /proc/sysvipc/shm | wc -l"), `after reset ${i + 1}`).toBe("0");
+    }
+    expect(await epoch(), "the resets were in place").toBe(before);
+  }, 120_000);
 
   it("still resets in place when nothing outside /workspace changed", async () => {
     const epoch = () => sh("cut -d' ' -f22 /proc/1/stat");
