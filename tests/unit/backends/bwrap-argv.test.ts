@@ -108,6 +108,22 @@ describe("the disk step of the launch script", () => {
   });
 });
 
+describe("the overlay step of the launch script", () => {
+  it("makes a shared overlay a shared mount right after mounting it (bwrap's in-place reset stacks over it)", () => {
+    const argv = launchArgv(
+      [
+        { lower: "/env", upper: "/u", work: "/w", target: "/root" },
+        { lower: "/snap", upper: "/u2", work: "/w2", target: "/ws", shared: true },
+      ],
+      ["bwrap"],
+      BUSYBOX_TOOLS,
+    );
+    const lines = argv[8]!.split("\n").filter((l) => l.includes("-t overlay"));
+    expect(lines[0]).not.toContain("--make-shared");
+    expect(lines[1]).toMatch(/-t overlay .*"\$4"; \/bin\/busybox mount --make-shared "\$4"; shift 4$/);
+  });
+});
+
 describe("a workspace's bwrap argv (pinned)", () => {
   it("binds the merged root and /workspace, the runtime, app, snapshots and socket, then runs the agent", async () => {
     const { BwrapBackend } = await import("../../../src/backends/bwrap/backend.js");
@@ -137,7 +153,7 @@ describe("a workspace's bwrap argv (pinned)", () => {
       "/w/snapshots",
       "/run/pyro/snapshots",
       "--bind",
-      "/w/sandbox/sock",
+      "/w/sandbox/sockfs/sock",
       "/run/pyro/sock",
       "--chdir",
       "/workspace",
