@@ -145,9 +145,8 @@ async function treeSignature(root: string, rule: SignRule, budget: { left: numbe
  * What a command can change about the agent without ptrace, as the same uid, and what
  * would outlive an in-place reset (and be inherited by every later command): its
  * resource limits (prlimit), its OOM score (raising needs no capability), and each
- * thread's nice value, scheduling policy and CPU affinity. Threads come and go, so the
- * distinct per-thread values are hashed, not one row per thread. (Its I/O priority is
- * not in /proc: see docs/backends.md.)
+ * thread's nice value, scheduling policy, CPU affinity and I/O priority. Threads come
+ * and go, so the distinct per-thread values are hashed, not one row per thread.
  */
 async function agentControlSignature(agentPid: number): Promise<string | null> {
   try {
@@ -169,8 +168,13 @@ async function agentControlSignature(agentPid: number): Promise<string | null> {
       const cpus = /^Cpus_allowed_list:\s*(.*)$/m.exec(status)?.[1] ?? "?";
       rows.add(`${f[16]}/${f[37]}/${f[38]}/${cpus}`);
     }
+    // Each thread's I/O priority (ioprio_set, like nice): not in /proc, so util-linux's
+    // ionice reads it, one line per thread; a thread gone meanwhile fails it (restart).
+    const io = await run(["ionice", "-p", ...tids], { timeoutMs: 5_000 });
+    if (io.exitCode !== 0) return null;
+    const ioRows = [...new Set(io.stdout.trim().split("\n"))].sort().join(",");
     return createHash("sha256")
-      .update(`${limits}\0${oom}\0${[...rows].sort().join(",")}`)
+      .update(`${limits}\0${oom}\0${[...rows].sort().join(",")}\0${ioRows}`)
       .digest("hex");
   } catch {
     return null;

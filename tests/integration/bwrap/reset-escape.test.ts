@@ -92,30 +92,39 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
     expect(await sh("cat /proc/[0-9]*/task/*/comm | grep -c python || true")).toBe("0");
   });
 
-  it("restores the agent's limits, nice value, affinity and OOM score (commands inherit them)", async () => {
+  // Each alone: one the signature missed would outlive the reset while the others restart it.
+  it.each([
+    ["resource limits (prlimit)", "prlimit --pid $A --nofile=200:200"],
+    ["nice value", "renice -n 15 -p $A >/dev/null"],
+    ["CPU affinity", "taskset -pc 0 $A >/dev/null"],
+    ["OOM score", "echo 900 > /proc/$A/oom_score_adj"],
+    ["I/O priority", "ionice -c 3 -p $A"],
+  ])("restores the agent's %s, which commands inherit", async (_what, attack) => {
     // Read from the agent itself (a command's own nice value is set by the agent, racily).
     const probe = async () => {
       const a = await agentPid();
       return sh(
-        `ulimit -Hn; cut -d' ' -f19 /proc/${a}/stat; grep Cpus_allowed_list /proc/${a}/status; cat /proc/${a}/oom_score_adj`,
+        `ulimit -Hn; cut -d' ' -f19 /proc/${a}/stat; grep Cpus_allowed_list /proc/${a}/status; cat /proc/${a}/oom_score_adj; ionice -p ${a}`,
       );
     };
     const fresh = await probe();
-    const a = await agentPid();
-    await sh(
-      `prlimit --pid ${a} --nofile=200:200 && renice -n 15 -p ${a} >/dev/null && taskset -pc 0 ${a} >/dev/null && echo 900 > /proc/${a}/oom_score_adj`,
-    );
+    await sh(`A=${await agentPid()}; ${attack}`);
     expect(await probe()).not.toBe(fresh);
     await h.pyro.resetWorkspace(id);
     expect(await probe()).toBe(fresh);
   });
 
-  it("restores /dev/pts/ptmx and the agent's spool directory (shells work after the reset)", async () => {
-    const modes = "stat -c '%a %U' /dev/pts/ptmx /run/pyro/tmp";
-    const fresh = await sh(modes);
-    await sh("chmod 000 /dev/pts/ptmx && chmod 777 /run/pyro/tmp");
+  it.each([
+    ["/dev/pts/ptmx", "/dev/pts/ptmx", "000"],
+    // 000 would do, but only because the agent then fails to empty it (a restart).
+    ["the agent's spool directory", "/run/pyro/tmp", "777"],
+  ])("restores the mode of %s", async (_what, path, changed) => {
+    const mode = `stat -c '%a %U' ${path}`;
+    const fresh = await sh(mode);
+    await sh(`chmod ${changed} ${path}`);
     await h.pyro.resetWorkspace(id);
-    expect(await sh(modes)).toBe(fresh);
+    expect(await sh(mode)).toBe(fresh);
+    // With /dev/pts/ptmx left at 000, no shell could open a terminal.
     const shell = await h.pyro.openShell(id);
     await h.pyro.closeShell(id, shell.shell_id);
   });
