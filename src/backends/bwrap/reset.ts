@@ -156,22 +156,25 @@ async function agentControlSignature(agentPid: number): Promise<string | null> {
       readFile(`${base}/oom_score_adj`, "utf8"),
       readdir(`${base}/task`),
     ]);
-    const rows = new Set<string>();
-    for (const tid of tids) {
+    const thread = async (tid: string) => {
       const [stat, status] = await Promise.all([
         readFile(`${base}/task/${tid}/stat`, "utf8").catch(() => null),
         readFile(`${base}/task/${tid}/status`, "utf8").catch(() => null),
       ]);
-      if (stat === null || status === null) continue; // the thread ended meanwhile
+      if (stat === null || status === null) return null; // the thread ended meanwhile
       const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
       // nice (field 19), rt_priority (40), policy (41); fields here start at field 3.
       const cpus = /^Cpus_allowed_list:\s*(.*)$/m.exec(status)?.[1] ?? "?";
-      rows.add(`${f[16]}/${f[37]}/${f[38]}/${cpus}`);
-    }
+      return `${f[16]}/${f[37]}/${f[38]}/${cpus}`;
+    };
     // Each thread's I/O priority (ioprio_set, like nice): not in /proc, so util-linux's
     // ionice reads it, one line per thread; a thread gone meanwhile fails it (restart).
-    const io = await run(["ionice", "-p", ...tids], { timeoutMs: 5_000 });
+    const [threads, io] = await Promise.all([
+      Promise.all(tids.map(thread)),
+      run(["ionice", "-p", ...tids], { timeoutMs: 5_000 }),
+    ]);
     if (io.exitCode !== 0) return null;
+    const rows = new Set(threads.filter((r) => r !== null));
     const ioRows = [...new Set(io.stdout.trim().split("\n"))].sort().join(",");
     return createHash("sha256")
       .update(`${limits}\0${oom}\0${[...rows].sort().join(",")}\0${ioRows}`)
@@ -194,6 +197,8 @@ async function layersSignature(
   launchPid: number,
   agentPid: number,
 ): Promise<string | null> {
+  // The agent's part reads other files and runs ionice: alongside the walk, not after it.
+  const agentPart = agentControlSignature(agentPid);
   const budget = { left: MAX_SIGNED_ENTRIES };
   const tmp = AGENT_TMP.slice(1);
   const root = await treeSignature(
@@ -208,7 +213,7 @@ async function layersSignature(
       (r) => (r === "pts" ? "owner" : /^pts\/\d+$/.test(r) ? "skip" : "full"),
       budget,
     ));
-  const agent = dev && (await agentControlSignature(agentPid));
+  const agent = await agentPart;
   return root && dev && agent ? `${root}:${dev}:${agent}` : null;
 }
 
