@@ -28,7 +28,7 @@
  * then neither ptrace it nor open its /proc/PID/mem, fd or environ.
  */
 import { createHash } from "node:crypto";
-import { lstat, mkdir, readdir, readFile, rename, unlink } from "node:fs/promises";
+import { lstat, mkdir, open, readdir, readFile, readlink, rename, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
 import { run } from "../../util/run.js";
@@ -185,6 +185,65 @@ async function agentControlSignature(agentPid: number): Promise<string | null> {
 }
 
 /**
+ * The sandbox's pid 1 (bwrap's init): spared by the kill rounds like the agent, but not
+ * protected like it. It runs as the commands' uid, holds no capability and is dumpable,
+ * so a command can write its memory through /proc/1/mem (or ptrace it) and make it run
+ * its own code, which then outlived the reset (tests/integration/bwrap/reset-escape.test.ts).
+ * Its state is signed: the same executable, one thread, blocked in the same system call
+ * at the same instruction, and every mapping it cannot write (code, read-only data)
+ * byte for byte the same as at start. Null (no in-place reset) when it cannot be read.
+ * What this does not see: a return address or data changed in its writable memory
+ * (stack, heap); see docs/backends.md.
+ */
+async function initSignature(pid: number): Promise<string | null> {
+  try {
+    const base = `/proc/${pid}`;
+    const [exe, tasks, maps] = await Promise.all([
+      readlink(`${base}/exe`),
+      readdir(`${base}/task`),
+      readFile(`${base}/maps`, "utf8"),
+    ]);
+    // Right after the kill rounds it may still be reaping: give it a moment to block.
+    let syscall = "";
+    for (let i = 0; i < 50; i++) {
+      syscall = (await readFile(`${base}/syscall`, "utf8")).trim();
+      if (syscall !== "running") break;
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    const fields = syscall.split(" ");
+    const hash = createHash("sha256").update(`${exe}\0${tasks.length}\0${fields[0]}\0${fields.at(-1)}\n`);
+    const mem = await open(`${base}/mem`, "r");
+    try {
+      for (const line of maps.split("\n")) {
+        const [range, perms, , , , name] = line.split(/\s+/);
+        // Not its own: the kernel's pages (vvar, vvar_vclock, vsyscall) cannot be read.
+        if (!range || perms?.[0] !== "r" || perms[1] === "w" || /^\[(vvar|vsyscall)/.test(name ?? ""))
+          continue;
+        const [start, end] = range.split("-").map((x) => Number.parseInt(x, 16));
+        const buf = Buffer.alloc(end! - start!);
+        await mem.read(buf, 0, buf.length, start!);
+        hash.update(`${range} ${perms}\n`).update(buf);
+      }
+    } finally {
+      await mem.close();
+    }
+    return hash.digest("hex");
+  } catch {
+    return null;
+  }
+}
+
+/** The host pid of the sandbox's pid 1, from the cgroup's processes. */
+async function findInit(cgroupId: string): Promise<number | null> {
+  const pids = (await (await sandboxCgroup(cgroupId))?.pids()) ?? [];
+  for (const pid of pids) {
+    const p = await procInfo(pid);
+    if (p && p.nspid.length > 1 && p.nspid.at(-1) === 1) return pid;
+  }
+  return null;
+}
+
+/**
  * The signature of what an in-place reset cannot replace: the root layer's upper
  * directory (seen in the launch step's mount namespace, through its process), the
  * sandbox's /dev (through the agent) and the agent's own limits and scheduling. What
@@ -196,7 +255,9 @@ async function layersSignature(
   l: SandboxLayout,
   launchPid: number,
   agentPid: number,
+  initPid: number | null,
 ): Promise<string | null> {
+  if (initPid === null) return null;
   // The agent's part reads other files and runs ionice: alongside the walk, not after it.
   const agentPart = agentControlSignature(agentPid);
   const budget = { left: MAX_SIGNED_ENTRIES };
@@ -213,8 +274,8 @@ async function layersSignature(
       (r) => (r === "pts" ? "owner" : /^pts\/\d+$/.test(r) ? "skip" : "full"),
       budget,
     ));
-  const agent = await agentPart;
-  return root && dev && agent ? `${root}:${dev}:${agent}` : null;
+  const [agent, init] = await Promise.all([agentPart, initSignature(initPid)]);
+  return root && dev && agent && init ? `${root}:${dev}:${agent}:${init}` : null;
 }
 
 /** Taken when a sandbox has started: what an in-place reset later compares against. */
@@ -226,7 +287,7 @@ export async function resetBase(
   if (l.legacy) return null;
   const agent = await findAgent(cgroupId);
   if (!agent) return null;
-  const sig = await layersSignature(l, launchPid, agent.pid);
+  const sig = await layersSignature(l, launchPid, agent.pid, await findInit(cgroupId));
   await removeOldLayers(l, launchPid);
   return sig ? { agent_pid: agent.pid, agent_start_time: agent.startTime, layers_sig: sig } : null;
 }
@@ -403,7 +464,8 @@ export async function resetInPlace(
   await agent.request("reset", { phase: "begin" }, { timeoutMs: RESET_REQUEST_MS });
   if (!(await killAllButAgent(cg, agentPid))) return false;
   if (!(await alive())) return false;
-  if ((await layersSignature(l, launch.pid, agentPid)) !== base.layers_sig) return false;
+  const init = await findInit(launch.cgroup);
+  if ((await layersSignature(l, launch.pid, agentPid, init)) !== base.layers_sig) return false;
   const pids = { launch: launch.pid, agent: agentPid };
   const old = await swapWorkspaceLayer(l, spec, pids, tools);
   if (!old) return false;

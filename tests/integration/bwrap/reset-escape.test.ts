@@ -50,6 +50,16 @@ const IPC_CHURN = [
 
 /** A DevTools-protocol client in Python: evaluates its argument in the process behind 127.0.0.1:9229. */
 const INSPECTOR_CLIENT = readFileSync(join(import.meta.dirname, "fixtures", "inspector-client.py"), "utf8");
+/** Python: writes code into the sandbox's pid 1 through /proc/1/mem that execs its argument. */
+const PID1_INJECT = readFileSync(join(import.meta.dirname, "fixtures", "pid1-inject.py"), "utf8");
+/** Python: what pid 1 becomes, writing into /workspace (no child processes to kill). */
+const PID1_LOOP = [
+  "import time",
+  "while True:",
+  "    open('/workspace/pid1.txt', 'a').write('x\\n')",
+  "    time.sleep(0.05)",
+  "",
+].join("\n");
 
 describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
   let h: Harness;
@@ -71,6 +81,8 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
       "inspect.py": INSPECTOR_CLIENT,
       "deep.py": DEEP,
       "ipc.py": IPC_CHURN,
+      "pid1.py": PID1_INJECT,
+      "loop.py": PID1_LOOP,
     });
     id = (await h.create({ seedPath: seed })).workspace_id;
   });
@@ -88,7 +100,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
     await h.pyro.resetWorkspace(id);
     // The thread wrote every 50 ms: a survivor would have made the file again by now.
     await sh("sleep 0.5");
-    expect(await sh("ls /workspace")).toBe("deep.py\nghost.py\ninspect.py\nipc.py");
+    expect(await sh("ls /workspace")).toBe("deep.py\nghost.py\ninspect.py\nipc.py\nloop.py\npid1.py");
     expect(await sh("cat /proc/[0-9]*/task/*/comm | grep -c python || true")).toBe("0");
   });
 
@@ -184,6 +196,17 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
     }
     expect(await epoch(), "the resets were in place").toBe(before);
   }, 120_000);
+
+  it("does not keep a pid 1 a command took over through /proc/1/mem", async () => {
+    // bwrap's init runs as the commands' uid, dumpable: its memory is theirs to write.
+    await sh(`python3 pid1.py 'exec python3 /workspace/loop.py' && sleep 0.3`);
+    expect(await sh("tr '\\0' ' ' < /proc/1/cmdline")).toContain("loop.py");
+    await h.pyro.resetWorkspace(id);
+    // It wrote every 50 ms: a pid 1 that outlived the reset would have made the file again.
+    await sh("sleep 0.5");
+    expect(await sh("ls /workspace")).not.toContain("pid1.txt");
+    expect(await sh("tr '\\0' ' ' < /proc/1/cmdline")).toMatch(/^bwrap /);
+  });
 
   it("still resets in place when nothing outside /workspace changed", async () => {
     const epoch = () => sh("cut -d' ' -f22 /proc/1/stat");
