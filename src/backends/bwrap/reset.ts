@@ -191,17 +191,18 @@ async function agentControlSignature(agentPid: number): Promise<string | null> {
  * its own code, which then outlived the reset (tests/integration/bwrap/reset-escape.test.ts).
  * Its state is signed: the same executable, one thread, blocked in the same system call
  * at the same instruction, and every mapping it cannot write (code, read-only data)
- * byte for byte the same as at start. Null (no in-place reset) when it cannot be read.
+ * byte for byte the same as at start (cheaply: see {@link readOnlyMappings}). Null (no
+ * in-place reset) when it cannot be read.
  * What this does not see: a return address or data changed in its writable memory
  * (stack, heap); see docs/backends.md.
  */
 async function initSignature(pid: number): Promise<string | null> {
   try {
     const base = `/proc/${pid}`;
-    const [exe, tasks, maps] = await Promise.all([
+    const [exe, tasks, smaps] = await Promise.all([
       readlink(`${base}/exe`),
       readdir(`${base}/task`),
-      readFile(`${base}/maps`, "utf8"),
+      readFile(`${base}/smaps`, "utf8"),
     ]);
     // Right after the kill rounds it may still be reaping: give it a moment to block.
     let syscall = "";
@@ -214,15 +215,15 @@ async function initSignature(pid: number): Promise<string | null> {
     const hash = createHash("sha256").update(`${exe}\0${tasks.length}\0${fields[0]}\0${fields.at(-1)}\n`);
     const mem = await open(`${base}/mem`, "r");
     try {
-      for (const line of maps.split("\n")) {
-        const [range, perms, , , , name] = line.split(/\s+/);
-        // Not its own: the kernel's pages (vvar, vvar_vclock, vsyscall) cannot be read.
-        if (!range || perms?.[0] !== "r" || perms[1] === "w" || /^\[(vvar|vsyscall)/.test(name ?? ""))
-          continue;
-        const [start, end] = range.split("-").map((x) => Number.parseInt(x, 16));
-        const buf = Buffer.alloc(end! - start!);
-        await mem.read(buf, 0, buf.length, start!);
-        hash.update(`${range} ${perms}\n`).update(buf);
+      for (const m of readOnlyMappings(smaps)) {
+        hash.update(`${m.range} ${m.perms} ${m.name} ${m.anonKb}\n`);
+        // A page written (through /proc/PID/mem or ptrace) is a private copy: anonymous.
+        // Pages that are still the file's are the file's bytes, which the sandbox cannot
+        // change; only the copied ones (relocations, and any such write) are read.
+        if (m.anonKb === 0) continue;
+        const buf = Buffer.alloc(m.end - m.start);
+        await mem.read(buf, 0, buf.length, m.start);
+        hash.update(buf);
       }
     } finally {
       await mem.close();
@@ -231,6 +232,47 @@ async function initSignature(pid: number): Promise<string | null> {
   } catch {
     return null;
   }
+}
+
+interface Mapping {
+  range: string;
+  perms: string;
+  name: string;
+  start: number;
+  end: number;
+  anonKb: number;
+}
+
+/**
+ * The mappings of /proc/PID/smaps a process cannot write to itself (code, read-only data,
+ * RELRO), with their anonymous (copied) kilobytes. Not the kernel's own pages (vvar,
+ * vvar_vclock, vsyscall), which cannot be read.
+ */
+function readOnlyMappings(smaps: string): Mapping[] {
+  const out: Mapping[] = [];
+  let cur: Mapping | null = null;
+  for (const line of smaps.split("\n")) {
+    const head = /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (head) {
+      const [, start, end, perms, name] = head;
+      const own = perms![0] === "r" && perms![1] !== "w" && !/^\[(vvar|vsyscall)/.test(name!);
+      cur = own
+        ? {
+            range: `${start}-${end}`,
+            perms: perms!,
+            name: name!,
+            start: Number.parseInt(start!, 16),
+            end: Number.parseInt(end!, 16),
+            anonKb: 0,
+          }
+        : null;
+      if (cur) out.push(cur);
+      continue;
+    }
+    const anon = /^Anonymous:\s+(\d+) kB/.exec(line);
+    if (anon && cur) cur.anonKb = Number(anon[1]);
+  }
+  return out;
 }
 
 /** The host pid of the sandbox's pid 1, from the cgroup's processes. */
@@ -258,8 +300,9 @@ async function layersSignature(
   initPid: number | null,
 ): Promise<string | null> {
   if (initPid === null) return null;
-  // The agent's part reads other files and runs ionice: alongside the walk, not after it.
+  // The agent's and pid 1's parts read other files and run ionice: alongside the walk.
   const agentPart = agentControlSignature(agentPid);
+  const initPart = initSignature(initPid);
   const budget = { left: MAX_SIGNED_ENTRIES };
   const tmp = AGENT_TMP.slice(1);
   const root = await treeSignature(
@@ -274,7 +317,7 @@ async function layersSignature(
       (r) => (r === "pts" ? "owner" : /^pts\/\d+$/.test(r) ? "skip" : "full"),
       budget,
     ));
-  const [agent, init] = await Promise.all([agentPart, initSignature(initPid)]);
+  const [agent, init] = await Promise.all([agentPart, initPart]);
   return root && dev && agent && init ? `${root}:${dev}:${agent}:${init}` : null;
 }
 
