@@ -1,7 +1,8 @@
 import { Readable } from "node:stream";
 import { expect } from "vitest";
 import type { Pyro } from "../../src/sdk/pyro.js";
-import { hostProcesses, waitUntil } from "../helpers/sandbox.js";
+import { pyro as cliPyro } from "../helpers/cli.js";
+import { exited, hostProcesses, spawnCli, waitUntil } from "../helpers/sandbox.js";
 import type { Scenario, ScenarioContext } from "./scenarios.js";
 import { code, sandboxed, withWorkspace } from "./util.js";
 
@@ -144,6 +145,34 @@ async function durationsAndLog(p: Pyro, id: string) {
   expect(logs.commands.find((c) => c.timed_out)).toMatchObject({ exit_code: 124, command: SLEEPERS });
 }
 
+/** A CLI process SIGKILLed mid-exec: its command is killed and the workspace stays usable. */
+async function cliKilled(ctx: ScenarioContext, id: string) {
+  const p = ctx.pyro;
+  // A VM in software (qemu, TCG) starts and answers slower than the namespace sandboxes.
+  const slow = ctx.target.backend === "qemu" ? 3 : 1;
+  const child = spawnCli(
+    ["workspace", "exec", id, "--", "sh", "-c", "echo started > started.txt; sleep 615"],
+    ctx.cliEnv,
+  );
+  const started = async () => (await p.execWorkspace(id, "cat started.txt 2>/dev/null || true")).stdout;
+  expect(
+    await waitUntil(async () => (await started()) === "started\n", 30_000 * slow, 200),
+    child.output(),
+  ).toBe(true);
+  child.kill("SIGKILL");
+  expect(await exited(child)).toBe("SIGKILL");
+  const count =
+    "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 615' || true";
+  const gone = async () => (await p.execWorkspace(id, count)).stdout.trim() === "0";
+  expect(await waitUntil(gone, 10_000 * slow, 200), `sleep 615 survived its killed client in ${id}`).toBe(
+    true,
+  );
+  const isSleep = (argv: string[]) => argv[0]?.endsWith("sleep") === true && argv[1] === "615";
+  expect(await waitUntil(() => hostProcesses(isSleep).length === 0, 5_000)).toBe(true);
+  const next = cliPyro(["workspace", "exec", id, "--", "echo", "alive"], ctx.cliEnv, 60_000 * slow);
+  expect([next.code, next.stdout], next.stderr).toEqual([0, "alive\n"]);
+}
+
 /** A one-shot run: a sandbox for one command, with exec's results, stdin, cap and timeout. */
 async function oneShot(ctx: ScenarioContext) {
   const p = ctx.pyro;
@@ -184,7 +213,7 @@ async function oneShot(ctx: ScenarioContext) {
 
 export const EXEC_SCENARIOS: Scenario[] = [
   {
-    name: "exec: exit codes, stderr, env, cwd, output caps (head and tail, per stream, per call), a timeout that kills the whole tree, durations and the log",
+    name: "exec: exit codes, stderr, env, cwd, output caps (head and tail, per stream, per call), a timeout that kills the whole tree, durations and the log; a CLI SIGKILLed mid-exec (real backends)",
     run: (ctx) =>
       withWorkspace(
         ctx,
@@ -195,6 +224,8 @@ export const EXEC_SCENARIOS: Scenario[] = [
           await caps(ctx.pyro, id);
           await timeout(ctx.pyro, id);
           await durationsAndLog(ctx.pyro, id);
+          // Needs the CLI in another process, which cannot reach the in-process fake.
+          if (ctx.target.real) await cliKilled(ctx, id);
         },
         { env: { FORWARDED: "from-create", SHADOWED: "create" } },
       ),

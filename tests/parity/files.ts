@@ -131,9 +131,51 @@ async function hardLinks(ctx: ScenarioContext, id: string) {
   }
 }
 
+/** sync push and export: a host directory in, a directory and a binary file out, byte for byte. */
+async function transfers(ctx: ScenarioContext, id: string) {
+  const p = ctx.pyro;
+  const before = (await p.diffWorkspace(id)).entries;
+  const host = await mkdtemp(join(tmpdir(), "pyro-parity-xfer-"));
+  try {
+    await mkdir(join(host, "push", "nested"), { recursive: true });
+    await writeFile(join(host, "push", "a.txt"), "pushed\n");
+    await writeFile(join(host, "push", "nested", "b.txt"), "deeper\n");
+    expect(await p.syncPushWorkspace(id, join(host, "push"), { dest: "/workspace/incoming" })).toMatchObject({
+      workspace_id: id,
+      dest: "incoming",
+      files: 2,
+    });
+    expect(await sh(p, id, "cat incoming/a.txt incoming/nested/b.txt")).toBe("pushed\ndeeper\n");
+    expect((await p.diffWorkspace(id)).entries).toEqual(
+      [
+        ...before,
+        { path: "incoming/a.txt", status: "added" },
+        { path: "incoming/nested/b.txt", status: "added" },
+      ].sort((x, y) => x.path.localeCompare(y.path)),
+    );
+    await mkdir(join(host, "bad"));
+    await writeFile(join(host, "bad", "c.txt"), "c\n");
+    await symlink("/etc", join(host, "bad", "etc"));
+    expect(await code(p.syncPushWorkspace(id, join(host, "bad"), { dest: "sub2" }))).toBe(
+      "path_outside_workspace",
+    );
+    expect(await sh(p, id, "test ! -e sub2 && echo untouched")).toBe("untouched\n");
+    await p.exportWorkspace(id, "incoming", join(host, "out"));
+    expect(await readFile(join(host, "out", "nested", "b.txt"), "utf8")).toBe("deeper\n");
+    const blob = Buffer.from(Array.from({ length: 200_000 }, (_, i) => (i * 7919) % 256));
+    await p.writeWorkspaceFile(id, "blob.bin", blob);
+    await p.exportWorkspace(id, "blob.bin", join(host, "blob.bin"));
+    expect((await readFile(join(host, "blob.bin"))).equals(blob)).toBe(true);
+    await exportRefusals(ctx, id, host);
+  } finally {
+    await rm(host, { recursive: true, force: true });
+  }
+}
+
+/** One workspace for the file: a workspace start is the dear part on qemu. */
 export const FILE_SCENARIOS: Scenario[] = [
   {
-    name: "files: list, read, write, binary round trip; every escape and hard link refused without changes",
+    name: "files and transfers: list, read, write, binary round trip, sync push, export; every escape, hard link and symlink leading out refused without changes",
     run: (ctx) =>
       withWorkspace(ctx, async (id) => {
         await listReadWrite(ctx, id);
@@ -144,47 +186,7 @@ export const FILE_SCENARIOS: Scenario[] = [
           "bin.dat",
           "dir/deep/note.txt",
         ]);
-      }),
-  },
-  {
-    name: "sync push and export: a host directory in, a directory and a binary file out, byte for byte; symlinks leading out refused",
-    run: (ctx) =>
-      withWorkspace(ctx, async (id) => {
-        const p = ctx.pyro;
-        const host = await mkdtemp(join(tmpdir(), "pyro-parity-xfer-"));
-        try {
-          await mkdir(join(host, "push", "nested"), { recursive: true });
-          await writeFile(join(host, "push", "a.txt"), "pushed\n");
-          await writeFile(join(host, "push", "nested", "b.txt"), "deeper\n");
-          expect(
-            await p.syncPushWorkspace(id, join(host, "push"), { dest: "/workspace/incoming" }),
-          ).toMatchObject({
-            workspace_id: id,
-            dest: "incoming",
-            files: 2,
-          });
-          expect(await sh(p, id, "cat incoming/a.txt incoming/nested/b.txt")).toBe("pushed\ndeeper\n");
-          expect((await p.diffWorkspace(id)).entries).toEqual([
-            { path: "incoming/a.txt", status: "added" },
-            { path: "incoming/nested/b.txt", status: "added" },
-          ]);
-          await mkdir(join(host, "bad"));
-          await writeFile(join(host, "bad", "c.txt"), "c\n");
-          await symlink("/etc", join(host, "bad", "etc"));
-          expect(await code(p.syncPushWorkspace(id, join(host, "bad"), { dest: "sub2" }))).toBe(
-            "path_outside_workspace",
-          );
-          expect(await sh(p, id, "test ! -e sub2 && echo untouched")).toBe("untouched\n");
-          await p.exportWorkspace(id, "incoming", join(host, "out"));
-          expect(await readFile(join(host, "out", "nested", "b.txt"), "utf8")).toBe("deeper\n");
-          const blob = Buffer.from(Array.from({ length: 200_000 }, (_, i) => (i * 7919) % 256));
-          await p.writeWorkspaceFile(id, "blob.bin", blob);
-          await p.exportWorkspace(id, "blob.bin", join(host, "blob.bin"));
-          expect((await readFile(join(host, "blob.bin"))).equals(blob)).toBe(true);
-          await exportRefusals(ctx, id, host);
-        } finally {
-          await rm(host, { recursive: true, force: true });
-        }
+        await transfers(ctx, id);
       }),
   },
 ];

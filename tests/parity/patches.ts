@@ -3,8 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "vitest";
 import type { PyroError } from "../../src/errors.js";
-import type { Scenario, ScenarioContext } from "./scenarios.js";
-import { code, lsOf, sh, withWorkspace } from "./util.js";
+import type { ScenarioContext } from "./scenarios.js";
+import { code, lsOf, sh } from "./util.js";
 
 /**
  * Patches, the diff, exports and a reset to the baseline on every backend: patches are
@@ -127,24 +127,19 @@ async function exports(ctx: ScenarioContext, id: string) {
   }
 }
 
-export const PATCH_SCENARIOS: Scenario[] = [
-  {
-    name: "patch, diff, export and reset: all-or-nothing patches (unified and as models write them), exact restores",
-    run: (ctx) =>
-      withWorkspace(ctx, async (id) => {
-        const p = ctx.pyro;
-        await patches(ctx, id);
-        await modelPatches(ctx, id);
-        await diff(ctx, id);
-        await exports(ctx, id);
-        const r = await p.resetWorkspace(id);
-        expect(r).toMatchObject({ reset_count: 1, workspace_reset: { snapshot_name: "baseline" } });
-        expect((await p.diffWorkspace(id)).changed).toBe(false);
-        expect((await p.readWorkspaceFile(id, "src/lib.txt")).content).toBe("one\ntwo\n");
-        // Deleted files come back with their content and mode.
-        expect(await sh(p, id, "stat -c %a bin/run.sh; ./bin/run.sh; ls -A | sort")).toBe(
-          `755\nrun\n${lsOf(ctx, ["app.py", "bin", "link", "src"])}`,
-        );
-      }),
-  },
-];
+/** Patches, the diff and exports, then a reset to the baseline (the session's first reset). */
+export async function patchSession(ctx: ScenarioContext, id: string) {
+  const p = ctx.pyro;
+  await patches(ctx, id);
+  await modelPatches(ctx, id);
+  await diff(ctx, id);
+  await exports(ctx, id);
+  const r = await p.resetWorkspace(id);
+  expect(r).toMatchObject({ reset_count: 1, workspace_reset: { snapshot_name: "baseline" } });
+  expect((await p.diffWorkspace(id)).changed).toBe(false);
+  expect((await p.readWorkspaceFile(id, "src/lib.txt")).content).toBe("one\ntwo\n");
+  // Deleted files come back with their content and mode.
+  expect(await sh(p, id, "stat -c %a bin/run.sh; ./bin/run.sh; ls -A | sort")).toBe(
+    `755\nrun\n${lsOf(ctx, ["app.py", "bin", "link", "src"])}`,
+  );
+}

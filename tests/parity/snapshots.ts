@@ -1,18 +1,19 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { expect } from "vitest";
+import { patchSession } from "./patches.js";
 import type { Scenario, ScenarioContext } from "./scenarios.js";
 import { code, lsOf, sandboxed, sh, withWorkspace } from "./util.js";
 
 /**
- * Snapshots, resets and stop/start on every backend, following one editing session:
- * each step builds on the state the previous one left.
+ * Patches, snapshots, resets and stop/start on every backend, following one editing
+ * session in one workspace: each step builds on the state the previous one left.
  */
 
 async function snapshotAndDiff(ctx: ScenarioContext, id: string) {
   const p = ctx.pyro;
   await sh(p, id, "rm bin/run.sh && echo cp > checkpoint.txt");
-  // bin/ stays in the snapshot, emptied of run.sh; directories do not count, the symlink does.
+  // bin/ stays in the snapshot, emptied of run.sh; directories do not count, symlinks do.
   expect(await p.createSnapshot(id, "cp1")).toMatchObject({
     workspace_id: id,
     snapshot_name: "cp1",
@@ -38,7 +39,7 @@ async function resetToSnapshot(ctx: ScenarioContext, id: string) {
   const p = ctx.pyro;
   expect(await p.resetWorkspace(id, { snapshot: "cp1" })).toMatchObject({
     workspace_id: id,
-    reset_count: 1,
+    reset_count: 2,
     current_snapshot: "cp1",
     workspace_reset: { snapshot_name: "cp1" },
     state: "running",
@@ -53,7 +54,9 @@ async function resetToSnapshot(ctx: ScenarioContext, id: string) {
   // The workspace still knows how far it is from the baseline.
   expect((await p.diffWorkspace(id)).summary).toEqual({ total: 2, added: 1, modified: 0, deleted: 1 });
   expect(await code(p.deleteSnapshot(id, "cp1"))).toBe("conflict");
-  // An absolute symlink is snapshotted and restored as it was.
+  // An absolute symlink is snapshotted and restored as it was. (No diff against this
+  // snapshot: on qemu that fails, path_outside_workspace, as the snapshot is sent into the VM
+  // through the agent's safe extraction, which refuses the link; reported, not yet fixed.)
   await sh(p, id, "ln -s /etc/hostname host-link");
   expect(await p.createSnapshot(id, "with-link")).toMatchObject({ snapshot_name: "with-link" });
   await sh(p, id, "rm host-link");
@@ -61,10 +64,11 @@ async function resetToSnapshot(ctx: ScenarioContext, id: string) {
   expect(await sh(p, id, "readlink host-link")).toBe("/etc/hostname\n");
 }
 
+/** Back to the baseline: the fourth reset of the session (the patch session's was the first). */
 async function resetToBaseline(ctx: ScenarioContext, id: string) {
   const p = ctx.pyro;
   expect(await p.resetWorkspace(id)).toMatchObject({
-    reset_count: 3,
+    reset_count: 4,
     current_snapshot: "baseline",
     workspace_reset: { snapshot_name: "baseline" },
   });
@@ -72,9 +76,9 @@ async function resetToBaseline(ctx: ScenarioContext, id: string) {
     `print('hello')\n755\nrun\n${lsOf(ctx, ["app.py", "bin", "link", "src"])}`,
   );
   expect(await p.diffWorkspace(id)).toMatchObject({ changed: false, summary: { total: 0 } });
-  expect((await p.getWorkspace(id)).reset_count).toBe(3);
+  expect((await p.getWorkspace(id)).reset_count).toBe(4);
   expect((await p.summarizeWorkspace(id)).outcome).toMatchObject({
-    reset_count: 3,
+    reset_count: 4,
     snapshot_count: expect.any(Number),
   });
   expect(await code(p.resetWorkspace(id, { snapshot: "missing" }))).toBe("not_found");
@@ -83,39 +87,39 @@ async function resetToBaseline(ctx: ScenarioContext, id: string) {
   expect(await code(p.diffWorkspace(id, { snapshot: "cp1" }))).toBe("not_found");
   expect((await p.deleteSnapshot(id, "with-link")).deleted).toBe(true);
   expect((await p.listSnapshots(id)).snapshots.map((s) => s.snapshot_name)).toEqual(["baseline"]);
-  expect((await p.getWorkspace(id)).reset_count).toBe(3);
+  expect((await p.getWorkspace(id)).reset_count).toBe(4);
   // The snapshot trees are host directories that resets never write.
   expect(await readFile(join(ctx.home, "workspaces", id, "snapshots", "baseline", "app.py"), "utf8")).toBe(
     "print('hello')\n",
   );
 }
 
+async function stopStart(ctx: ScenarioContext, id: string) {
+  const p = ctx.pyro;
+  await p.writeWorkspaceFile(id, "kept.txt", "kept\n");
+  // The root filesystem's writes are kept too, where there is a sandbox root to write.
+  if (sandboxed(ctx)) await p.execWorkspace(id, "echo root-layer > /root/kept");
+  expect(await p.stopWorkspace(id)).toMatchObject({ workspace_id: id, state: "stopped" });
+  expect((await p.getWorkspace(id)).state).toBe("stopped");
+  expect(await code(p.execWorkspace(id, "true"))).toBe("workspace_stopped");
+  expect(await code(p.readWorkspaceFile(id, "kept.txt"))).toBe("workspace_stopped");
+  expect(await p.startWorkspace(id)).toMatchObject({ workspace_id: id, state: "running" });
+  expect(await sh(p, id, "cat kept.txt src/lib.txt")).toBe("kept\none\ntwo\n");
+  if (sandboxed(ctx)) expect(await sh(p, id, "cat /root/kept")).toBe("root-layer\n");
+  expect((await p.diffWorkspace(id)).entries).toEqual([{ path: "kept.txt", status: "added" }]);
+}
+
+/** One workspace for the whole session: a workspace start is the dear part on qemu. */
 export const SNAPSHOT_SCENARIOS: Scenario[] = [
   {
-    name: "snapshots: create, diff against, reset to (exactly, root included, absolute symlinks too), reset to the baseline, refusals, delete",
+    name: "patch, diff, export, snapshots, reset, stop and start: all-or-nothing patches (unified and as models write them), exact restores (root and absolute symlinks too), refusals, workspace_stopped",
     run: (ctx) =>
       withWorkspace(ctx, async (id) => {
+        await patchSession(ctx, id);
         await snapshotAndDiff(ctx, id);
         await resetToSnapshot(ctx, id);
         await resetToBaseline(ctx, id);
-      }),
-  },
-  {
-    name: "stop and start keep the files; a stopped workspace refuses work with workspace_stopped",
-    run: (ctx) =>
-      withWorkspace(ctx, async (id) => {
-        const p = ctx.pyro;
-        await p.writeWorkspaceFile(id, "kept.txt", "kept\n");
-        // The root filesystem's writes are kept too, where there is a sandbox root to write.
-        if (sandboxed(ctx)) await p.execWorkspace(id, "echo root-layer > /root/kept");
-        expect(await p.stopWorkspace(id)).toMatchObject({ workspace_id: id, state: "stopped" });
-        expect((await p.getWorkspace(id)).state).toBe("stopped");
-        expect(await code(p.execWorkspace(id, "true"))).toBe("workspace_stopped");
-        expect(await code(p.readWorkspaceFile(id, "kept.txt"))).toBe("workspace_stopped");
-        expect(await p.startWorkspace(id)).toMatchObject({ workspace_id: id, state: "running" });
-        expect(await sh(p, id, "cat kept.txt src/lib.txt")).toBe("kept\none\ntwo\n");
-        if (sandboxed(ctx)) expect(await sh(p, id, "cat /root/kept")).toBe("root-layer\n");
-        expect((await p.diffWorkspace(id)).entries).toEqual([{ path: "kept.txt", status: "added" }]);
+        await stopStart(ctx, id);
       }),
   },
 ];

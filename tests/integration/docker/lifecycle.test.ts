@@ -133,7 +133,7 @@ describe.skipIf(skip !== "")(
     });
 
     // Docker-specific: the container outlives its creator, and workspaces and resets reuse the
-    // imported image (a killed creator, a command killed with its CLI: the parity suite's).
+    // imported image (a killed creator, a command killed with its CLI: parity's "resume" and "exec").
     it("keeps running after the CLI process that created it exits, and serves other processes", async () => {
       const seed = join(await h.tempDir("docker-life-seed"), "seed");
       await writeTree(seed, { "keep.txt": "kept\n" });

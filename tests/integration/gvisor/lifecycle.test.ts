@@ -79,7 +79,7 @@ describe.skipIf(skip !== "")(suiteTitle("gvisor one-shots and a workspace across
   });
 
   // gVisor-specific: the same runsc sandbox process outlives its creator and serves the others
-  // (a killed creator, a command killed with its CLI: the parity suite's "resume" and "SIGKILLed").
+  // (a killed creator, a command killed with its CLI: the parity suite's "resume" and "exec").
   it("keeps running after the CLI process that created it exits, and serves other processes", async () => {
     const seed = join(await h.tempDir("gvisor-life-seed"), "seed");
     await writeTree(seed, { "keep.txt": "kept\n" });
