@@ -11,6 +11,9 @@ import { seccompArgs } from "./seccomp.js";
  */
 export const PROC_READ_ONLY = ["/proc/sys", "/proc/sysrq-trigger", "/proc/pressure"] as const;
 
+/** The files through which pid 1's memory could be written without ptrace. */
+export const PID1_MEMORY = ["/proc/1/mem", "/proc/1/task/1/mem"] as const;
+
 /**
  * The isolation flags every bwrap sandbox of pyro gets: its own pid, ipc, uts, net and
  * cgroup namespaces (network: loopback only), a new session (no TIOCSTI into the
@@ -35,6 +38,9 @@ export function isolationArgs(hostname: string, env: Record<string, string> = {}
     "/proc",
     // /proc/sys exists on every kernel: a missing one is a failed start, not a skipped bind.
     ...PROC_READ_ONLY.flatMap((p) => [p === "/proc/sys" ? "--ro-bind" : "--ro-bind-try", p, p]),
+    // The sandbox's pid 1 (bwrap's init) runs as the commands' uid, dumpable: its memory
+    // is not theirs to write (it outlives a reset in place; seccomp.ts refuses ptrace too).
+    ...PID1_MEMORY.flatMap((p) => ["--ro-bind", "/dev/null", p]),
     "--dev",
     "/dev",
     "--clearenv",

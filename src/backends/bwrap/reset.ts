@@ -25,18 +25,22 @@
  * The agent survives the reset, so a command must not be able to take it over: the
  * agent is started through an execute-only loader (runtime.ts), which makes it
  * non-dumpable, and a process without CAP_SYS_PTRACE (every process in the sandbox) can
- * then neither ptrace it nor open its /proc/PID/mem, fd or environ.
+ * then neither ptrace it nor open its /proc/PID/mem, fd or environ. The sandbox's pid 1
+ * (bwrap's init) survives too; it is dumpable, so seccomp refuses ptrace and
+ * process_vm_* on it and /proc/1/mem is covered read-only (seccomp.ts, isolation.ts).
+ *
+ * What is compared lives in reset-signature.ts.
  */
-import { createHash } from "node:crypto";
-import { lstat, mkdir, open, readdir, readFile, readlink, rename, unlink } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
 import { run } from "../../util/run.js";
 import type { SandboxSpec } from "../backend.js";
 import { procStartTime, sameProcessAlive } from "../common.js";
-import { CgroupLimits, detectCgroups } from "../linux/cgroups.js";
+import type { CgroupLimits } from "../linux/cgroups.js";
 import { type LaunchTools, OVERLAY_OPTIONS } from "../linux/launch.js";
 import type { SandboxLayout } from "../linux/layout.js";
+import { findAgent, findInit, layersSignature, procInfo, sandboxCgroup } from "./reset-signature.js";
 
 /** What a bwrap sandbox records at start so that it can be reset in place. */
 export interface ResetBase {
@@ -45,11 +49,8 @@ export interface ResetBase {
   layers_sig: string;
 }
 
-/** The agent's spool directory inside the sandbox: emptied by the agent, not part of the signature. */
-export const AGENT_TMP = "/run/pyro/tmp";
+export { AGENT_TMP } from "./reset-signature.js";
 
-/** Past this many entries in the root layer and /dev, a sandbox is not reset in place. */
-const MAX_SIGNED_ENTRIES = 20_000;
 /**
  * Deadline of the agent's two reset requests. `begin` waits up to 2 s per shell that
  * ignores its hangup; a command can also stop the agent (SIGSTOP needs no more than its
@@ -59,267 +60,6 @@ const MAX_SIGNED_ENTRIES = 20_000;
 const RESET_REQUEST_MS = 10_000;
 /** Rounds of killing before giving up (a fork bomb outrunning the kills): the caller restarts. */
 const MAX_KILL_ROUNDS = 200;
-
-interface ProcInfo {
-  /** The pid in each pid namespace, the host's first. */
-  nspid: number[];
-  state: string;
-  startTime: string;
-}
-
-async function procInfo(pid: number): Promise<ProcInfo | null> {
-  try {
-    const [status, stat] = await Promise.all([
-      readFile(`/proc/${pid}/status`, "utf8"),
-      readFile(`/proc/${pid}/stat`, "utf8"),
-    ]);
-    const line = /^NSpid:\s+(.*)$/m.exec(status);
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return {
-      nspid: (line?.[1] ?? String(pid)).trim().split(/\s+/).map(Number),
-      state: fields[0] ?? "?",
-      startTime: fields[19] ?? "",
-    };
-  } catch {
-    return null; // gone
-  }
-}
-
-async function sandboxCgroup(cgroupId: string): Promise<CgroupLimits | null> {
-  return CgroupLimits.attach(await detectCgroups(), cgroupId);
-}
-
-/**
- * The agent: the one process inside the sandbox's pid namespace that is not its init
- * (bwrap's pid 1), right after the agent listens, when nothing else runs there yet.
- */
-async function findAgent(cgroupId: string): Promise<{ pid: number; startTime: string } | null> {
-  const pids = await (await sandboxCgroup(cgroupId))?.pids();
-  if (!pids) return null;
-  const inside: { pid: number; startTime: string }[] = [];
-  for (const pid of pids) {
-    const p = await procInfo(pid);
-    if (p && p.nspid.length > 1 && p.nspid.at(-1) !== 1) inside.push({ pid, startTime: p.startTime });
-  }
-  return inside.length === 1 ? inside[0]! : null;
-}
-
-/**
- * How the signature treats an entry (relative path): `skip` leaves it and what is below
- * it out; `owner` hashes only its type, mode and owner (a directory whose times and size
- * change in normal use, like the agent's spool), and still walks below it.
- */
-type SignRule = (rel: string) => "skip" | "owner" | "full";
-
-/**
- * A hash of every entry under `root` (name, type, mode, owner, size, ctime), without
- * following symlinks; null when `root` is missing or holds more than `budget.left` entries.
- */
-async function treeSignature(root: string, rule: SignRule, budget: { left: number }): Promise<string | null> {
-  const hash = createHash("sha256");
-  const walk = async (rel: string): Promise<boolean> => {
-    const names = (await readdir(join(root, rel))).sort();
-    for (const name of names) {
-      const r = rel ? `${rel}/${name}` : name;
-      const how = rule(r);
-      if (how === "skip") continue;
-      if (--budget.left < 0) return false;
-      const st = await lstat(join(root, r), { bigint: true });
-      const times = how === "full" ? `${st.size}\0${st.ctimeNs}\0${st.rdev}` : "";
-      hash.update(`${r}\0${st.mode}\0${st.uid}\0${st.gid}\0${times}\n`);
-      if (st.isDirectory() && !(await walk(r))) return false;
-    }
-    return true;
-  };
-  try {
-    const top = await lstat(root, { bigint: true });
-    if (!top.isDirectory()) return null;
-    hash.update(`.\0${top.mode}\0${top.uid}\0${top.gid}\0${top.ctimeNs}\n`);
-    return (await walk("")) ? hash.digest("hex") : null;
-  } catch {
-    return null;
-  }
-}
-
-/**
- * What a command can change about the agent without ptrace, as the same uid, and what
- * would outlive an in-place reset (and be inherited by every later command): its
- * resource limits (prlimit), its OOM score (raising needs no capability), and each
- * thread's nice value, scheduling policy, CPU affinity and I/O priority. Threads come
- * and go, so the distinct per-thread values are hashed, not one row per thread.
- */
-async function agentControlSignature(agentPid: number): Promise<string | null> {
-  try {
-    const base = `/proc/${agentPid}`;
-    const [limits, oom, tids] = await Promise.all([
-      readFile(`${base}/limits`, "utf8"),
-      readFile(`${base}/oom_score_adj`, "utf8"),
-      readdir(`${base}/task`),
-    ]);
-    const thread = async (tid: string) => {
-      const [stat, status] = await Promise.all([
-        readFile(`${base}/task/${tid}/stat`, "utf8").catch(() => null),
-        readFile(`${base}/task/${tid}/status`, "utf8").catch(() => null),
-      ]);
-      if (stat === null || status === null) return null; // the thread ended meanwhile
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      // nice (field 19), rt_priority (40), policy (41); fields here start at field 3.
-      const cpus = /^Cpus_allowed_list:\s*(.*)$/m.exec(status)?.[1] ?? "?";
-      return `${f[16]}/${f[37]}/${f[38]}/${cpus}`;
-    };
-    // Each thread's I/O priority (ioprio_set, like nice): not in /proc, so util-linux's
-    // ionice reads it, one line per thread; a thread gone meanwhile fails it (restart).
-    const [threads, io] = await Promise.all([
-      Promise.all(tids.map(thread)),
-      run(["ionice", "-p", ...tids], { timeoutMs: 5_000 }),
-    ]);
-    if (io.exitCode !== 0) return null;
-    const rows = new Set(threads.filter((r) => r !== null));
-    const ioRows = [...new Set(io.stdout.trim().split("\n"))].sort().join(",");
-    return createHash("sha256")
-      .update(`${limits}\0${oom}\0${[...rows].sort().join(",")}\0${ioRows}`)
-      .digest("hex");
-  } catch {
-    return null;
-  }
-}
-
-/**
- * The sandbox's pid 1 (bwrap's init): spared by the kill rounds like the agent, but not
- * protected like it. It runs as the commands' uid, holds no capability and is dumpable,
- * so a command can write its memory through /proc/1/mem (or ptrace it) and make it run
- * its own code, which then outlived the reset (tests/integration/bwrap/reset-escape.test.ts).
- * Its state is signed: the same executable, one thread, blocked in the same system call
- * at the same instruction, and every mapping it cannot write (code, read-only data)
- * byte for byte the same as at start (cheaply: see {@link readOnlyMappings}). Null (no
- * in-place reset) when it cannot be read.
- * What this does not see: a return address or data changed in its writable memory
- * (stack, heap); see docs/backends.md.
- */
-async function initSignature(pid: number): Promise<string | null> {
-  try {
-    const base = `/proc/${pid}`;
-    const [exe, tasks, smaps] = await Promise.all([
-      readlink(`${base}/exe`),
-      readdir(`${base}/task`),
-      readFile(`${base}/smaps`, "utf8"),
-    ]);
-    // Right after the kill rounds it may still be reaping: give it a moment to block.
-    let syscall = "";
-    for (let i = 0; i < 50; i++) {
-      syscall = (await readFile(`${base}/syscall`, "utf8")).trim();
-      if (syscall !== "running") break;
-      await new Promise((r) => setTimeout(r, 2));
-    }
-    const fields = syscall.split(" ");
-    const hash = createHash("sha256").update(`${exe}\0${tasks.length}\0${fields[0]}\0${fields.at(-1)}\n`);
-    const mem = await open(`${base}/mem`, "r");
-    try {
-      for (const m of readOnlyMappings(smaps)) {
-        hash.update(`${m.range} ${m.perms} ${m.name} ${m.anonKb}\n`);
-        // A page written (through /proc/PID/mem or ptrace) is a private copy: anonymous.
-        // Pages that are still the file's are the file's bytes, which the sandbox cannot
-        // change; only the copied ones (relocations, and any such write) are read.
-        if (m.anonKb === 0) continue;
-        const buf = Buffer.alloc(m.end - m.start);
-        await mem.read(buf, 0, buf.length, m.start);
-        hash.update(buf);
-      }
-    } finally {
-      await mem.close();
-    }
-    return hash.digest("hex");
-  } catch {
-    return null;
-  }
-}
-
-interface Mapping {
-  range: string;
-  perms: string;
-  name: string;
-  start: number;
-  end: number;
-  anonKb: number;
-}
-
-/**
- * The mappings of /proc/PID/smaps a process cannot write to itself (code, read-only data,
- * RELRO), with their anonymous (copied) kilobytes. Not the kernel's own pages (vvar,
- * vvar_vclock, vsyscall), which cannot be read.
- */
-function readOnlyMappings(smaps: string): Mapping[] {
-  const out: Mapping[] = [];
-  let cur: Mapping | null = null;
-  for (const line of smaps.split("\n")) {
-    const head = /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/.exec(line);
-    if (head) {
-      const [, start, end, perms, name] = head;
-      const own = perms![0] === "r" && perms![1] !== "w" && !/^\[(vvar|vsyscall)/.test(name!);
-      cur = own
-        ? {
-            range: `${start}-${end}`,
-            perms: perms!,
-            name: name!,
-            start: Number.parseInt(start!, 16),
-            end: Number.parseInt(end!, 16),
-            anonKb: 0,
-          }
-        : null;
-      if (cur) out.push(cur);
-      continue;
-    }
-    const anon = /^Anonymous:\s+(\d+) kB/.exec(line);
-    if (anon && cur) cur.anonKb = Number(anon[1]);
-  }
-  return out;
-}
-
-/** The host pid of the sandbox's pid 1, from the cgroup's processes. */
-async function findInit(cgroupId: string): Promise<number | null> {
-  const pids = (await (await sandboxCgroup(cgroupId))?.pids()) ?? [];
-  for (const pid of pids) {
-    const p = await procInfo(pid);
-    if (p && p.nspid.length > 1 && p.nspid.at(-1) === 1) return pid;
-  }
-  return null;
-}
-
-/**
- * The signature of what an in-place reset cannot replace: the root layer's upper
- * directory (seen in the launch step's mount namespace, through its process), the
- * sandbox's /dev (through the agent) and the agent's own limits and scheduling. What
- * is in the agent's spool directory (the agent empties it) and the PTYs in /dev/pts
- * (they come and go with shells) are left out; the spool directory itself, /dev/pts
- * and its ptmx are not: a mode changed there would outlive the reset.
- */
-async function layersSignature(
-  l: SandboxLayout,
-  launchPid: number,
-  agentPid: number,
-  initPid: number | null,
-): Promise<string | null> {
-  if (initPid === null) return null;
-  // The agent's and pid 1's parts read other files and run ionice: alongside the walk.
-  const agentPart = agentControlSignature(agentPid);
-  const initPart = initSignature(initPid);
-  const budget = { left: MAX_SIGNED_ENTRIES };
-  const tmp = AGENT_TMP.slice(1);
-  const root = await treeSignature(
-    `/proc/${launchPid}/root${l.rootUpper}`,
-    (r) => (r === tmp ? "owner" : r.startsWith(`${tmp}/`) ? "skip" : "full"),
-    budget,
-  );
-  const dev =
-    root &&
-    (await treeSignature(
-      `/proc/${agentPid}/root/dev`,
-      (r) => (r === "pts" ? "owner" : /^pts\/\d+$/.test(r) ? "skip" : "full"),
-      budget,
-    ));
-  const [agent, init] = await Promise.all([agentPart, initPart]);
-  return root && dev && agent && init ? `${root}:${dev}:${agent}:${init}` : null;
-}
 
 /** Taken when a sandbox has started: what an in-place reset later compares against. */
 export async function resetBase(
@@ -507,15 +247,19 @@ export async function resetInPlace(
   await agent.request("reset", { phase: "begin" }, { timeoutMs: RESET_REQUEST_MS });
   if (!(await killAllButAgent(cg, agentPid))) return false;
   if (!(await alive())) return false;
-  const init = await findInit(launch.cgroup);
-  if ((await layersSignature(l, launch.pid, agentPid, init)) !== base.layers_sig) return false;
+  // The signature and the swap at once: a swap whose signature then differs is undone
+  // by the restart that follows, which discards both layers anyway.
   const pids = { launch: launch.pid, agent: agentPid };
-  const old = await swapWorkspaceLayer(l, spec, pids, tools);
-  if (!old) return false;
-  // Nothing may have started in between (the agent refused new processes meanwhile).
-  if (!(await killAllButAgent(cg, agentPid)) || !(await alive())) return false;
-  await agent.request("reset", { phase: "finish" }, { timeoutMs: RESET_REQUEST_MS });
-  // The old layer goes after the reset: its removal does not hold up the caller.
-  removeLayer(old);
-  return true;
+  const signed = findInit(launch.cgroup).then((init) => layersSignature(l, launch.pid, agentPid, init));
+  const [sig, old] = await Promise.all([signed, swapWorkspaceLayer(l, spec, pids, tools)]);
+  try {
+    if (sig !== base.layers_sig || !old) return false;
+    // Nothing may have started in between (the agent refused new processes meanwhile).
+    if (!(await killAllButAgent(cg, agentPid)) || !(await alive())) return false;
+    await agent.request("reset", { phase: "finish" }, { timeoutMs: RESET_REQUEST_MS });
+    return true;
+  } finally {
+    // The old layer goes after the reset: its removal does not hold up the caller.
+    if (old) removeLayer(old);
+  }
 }

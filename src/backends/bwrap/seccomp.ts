@@ -17,7 +17,11 @@ import { writeFile } from "node:fs/promises";
  * - `ptrace` is ALLOWED: gdb and strace are ordinary developer tools. Since Linux 4.8
  *   the kernel re-checks seccomp after a tracer rewrites a syscall, so tracing cannot
  *   bypass this filter, and the pid namespace limits tracees to the sandbox itself.
- *   `process_vm_readv/writev` follow the same reasoning.
+ *   `process_vm_readv/writev` follow the same reasoning. Except on the sandbox's pid 1
+ *   (bwrap's init, which runs as the commands' uid and is dumpable): `ptrace(_, 1, ...)`
+ *   and `process_vm_readv/writev(1, ...)` get EPERM, and /proc/1/mem is covered read-only
+ *   (isolation.ts). pid 1 outlives a reset in place (reset.ts), so code a command put
+ *   into it would survive the reset.
  * - `chroot` is ALLOWED: the sandbox root is already a pivoted mount namespace, so a
  *   chroot can only narrow the view, never escape it; whether it works at all is up to
  *   capabilities (CAP_SYS_CHROOT, dropped by `--cap-drop ALL`). Build tools that use
@@ -39,6 +43,8 @@ export const X86_64_SYSCALLS = {
   socket: 41,
   clone: 56,
   ptrace: 101,
+  process_vm_readv: 310,
+  process_vm_writev: 311,
   syslog: 103,
   uselib: 134,
   personality: 135,
@@ -199,6 +205,7 @@ export const BPF = {
 const OFF_NR = 0;
 const OFF_ARCH = 4;
 const OFF_ARG0_LO = 16;
+const OFF_ARG1_LO = 24;
 
 /** Size of one `struct sock_filter`. */
 export const SOCK_FILTER_SIZE = 8;
@@ -214,6 +221,8 @@ type Label =
   | "clone"
   | "personality"
   | "socket"
+  | "pid1"
+  | "vm"
   | "next";
 interface Insn {
   code: number;
@@ -251,6 +260,12 @@ export function buildSeccompProgram(): Buffer {
     jeq(X86_64_SYSCALLS.clone, "clone"),
     jeq(X86_64_SYSCALLS.personality, "personality"),
     jeq(X86_64_SYSCALLS.socket, "socket"),
+    jeq(X86_64_SYSCALLS.ptrace, "next", "vm"),
+    { ...ld(OFF_ARG1_LO) },
+    jeq(1, "eperm", "allow"),
+    { ...ld(OFF_NR), label: "vm" },
+    jeq(X86_64_SYSCALLS.process_vm_readv, "pid1"),
+    jeq(X86_64_SYSCALLS.process_vm_writev, "pid1"),
     ...ENOSYS_SYSCALLS.map((name) => jeq(X86_64_SYSCALLS[name], "enosys")),
     ...DENIED_SYSCALLS.map((name) => jeq(X86_64_SYSCALLS[name], "eperm")),
     ret(SECCOMP_RET_ALLOW),
@@ -261,6 +276,9 @@ export function buildSeccompProgram(): Buffer {
     { ...ld(OFF_ARG0_LO), label: "personality" },
     jeq(0xffff_ffff, "allow"),
     jset(~PERSONALITY_ALLOWED_BITS, "eperm", "allow"),
+    // process_vm_*(pid, ...): pid_t is an int, so the low word is the whole argument.
+    { ...ld(OFF_ARG0_LO), label: "pid1" },
+    jeq(1, "eperm", "allow"),
     // socket(domain, ...): domain is an int, so the low word is the whole argument.
     { ...ld(OFF_ARG0_LO), label: "socket" },
     jeq(AF_VSOCK, "eafnosupport", "allow"),

@@ -167,7 +167,8 @@ describe("a workspace's bwrap argv (pinned)", () => {
         "--unshare-pid --unshare-ipc --unshare-uts --unshare-net --unshare-cgroup-try --new-session",
         "--cap-drop ALL --seccomp 3 --hostname pyro-0123456789ab --proc /proc",
         "--ro-bind /proc/sys /proc/sys --ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger",
-        "--ro-bind-try /proc/pressure /proc/pressure --dev /dev --clearenv",
+        "--ro-bind-try /proc/pressure /proc/pressure",
+        "--ro-bind /dev/null /proc/1/mem --ro-bind /dev/null /proc/1/task/1/mem --dev /dev --clearenv",
         "--setenv PATH /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --setenv HOME /root --setenv LANG C.UTF-8",
       ].join(" "),
     );

@@ -1,0 +1,204 @@
+/**
+ * What bwrap's in-place reset (reset.ts) compares against what it saw at start: the
+ * processes it spares (the agent, the sandbox's pid 1) and the signature of what it
+ * cannot replace (the root layer, /dev, the agent's and pid 1's state). Any difference
+ * means a restart instead.
+ */
+import { createHash } from "node:crypto";
+import { lstat, readdir, readFile, readlink } from "node:fs/promises";
+import { join } from "node:path";
+import { run } from "../../util/run.js";
+import { CgroupLimits, detectCgroups } from "../linux/cgroups.js";
+import type { SandboxLayout } from "../linux/layout.js";
+
+/** The agent's spool directory inside the sandbox: emptied by the agent, not part of the signature. */
+export const AGENT_TMP = "/run/pyro/tmp";
+
+/** Past this many entries in the root layer and /dev, a sandbox is not reset in place. */
+const MAX_SIGNED_ENTRIES = 20_000;
+
+interface ProcInfo {
+  /** The pid in each pid namespace, the host's first. */
+  nspid: number[];
+  state: string;
+  startTime: string;
+}
+
+export async function procInfo(pid: number): Promise<ProcInfo | null> {
+  try {
+    const [status, stat] = await Promise.all([
+      readFile(`/proc/${pid}/status`, "utf8"),
+      readFile(`/proc/${pid}/stat`, "utf8"),
+    ]);
+    const line = /^NSpid:\s+(.*)$/m.exec(status);
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return {
+      nspid: (line?.[1] ?? String(pid)).trim().split(/\s+/).map(Number),
+      state: fields[0] ?? "?",
+      startTime: fields[19] ?? "",
+    };
+  } catch {
+    return null; // gone
+  }
+}
+
+export async function sandboxCgroup(cgroupId: string): Promise<CgroupLimits | null> {
+  return CgroupLimits.attach(await detectCgroups(), cgroupId);
+}
+
+/**
+ * The agent: the one process inside the sandbox's pid namespace that is not its init
+ * (bwrap's pid 1), right after the agent listens, when nothing else runs there yet.
+ */
+export async function findAgent(cgroupId: string): Promise<{ pid: number; startTime: string } | null> {
+  const pids = await (await sandboxCgroup(cgroupId))?.pids();
+  if (!pids) return null;
+  const inside: { pid: number; startTime: string }[] = [];
+  for (const pid of pids) {
+    const p = await procInfo(pid);
+    if (p && p.nspid.length > 1 && p.nspid.at(-1) !== 1) inside.push({ pid, startTime: p.startTime });
+  }
+  return inside.length === 1 ? inside[0]! : null;
+}
+
+/**
+ * How the signature treats an entry (relative path): `skip` leaves it and what is below
+ * it out; `owner` hashes only its type, mode and owner (a directory whose times and size
+ * change in normal use, like the agent's spool), and still walks below it.
+ */
+type SignRule = (rel: string) => "skip" | "owner" | "full";
+
+/**
+ * A hash of every entry under `root` (name, type, mode, owner, size, ctime), without
+ * following symlinks; null when `root` is missing or holds more than `budget.left` entries.
+ */
+async function treeSignature(root: string, rule: SignRule, budget: { left: number }): Promise<string | null> {
+  const hash = createHash("sha256");
+  const walk = async (rel: string): Promise<boolean> => {
+    const names = (await readdir(join(root, rel))).sort();
+    for (const name of names) {
+      const r = rel ? `${rel}/${name}` : name;
+      const how = rule(r);
+      if (how === "skip") continue;
+      if (--budget.left < 0) return false;
+      const st = await lstat(join(root, r), { bigint: true });
+      const times = how === "full" ? `${st.size}\0${st.ctimeNs}\0${st.rdev}` : "";
+      hash.update(`${r}\0${st.mode}\0${st.uid}\0${st.gid}\0${times}\n`);
+      if (st.isDirectory() && !(await walk(r))) return false;
+    }
+    return true;
+  };
+  try {
+    const top = await lstat(root, { bigint: true });
+    if (!top.isDirectory()) return null;
+    hash.update(`.\0${top.mode}\0${top.uid}\0${top.gid}\0${top.ctimeNs}\n`);
+    return (await walk("")) ? hash.digest("hex") : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * What a command can change about the agent without ptrace, as the same uid, and what
+ * would outlive an in-place reset (and be inherited by every later command): its
+ * resource limits (prlimit), its OOM score (raising needs no capability), and each
+ * thread's nice value, scheduling policy, CPU affinity and I/O priority. Threads come
+ * and go, so the distinct per-thread values are hashed, not one row per thread.
+ */
+async function agentControlSignature(agentPid: number): Promise<string | null> {
+  try {
+    const base = `/proc/${agentPid}`;
+    const [limits, oom, tids] = await Promise.all([
+      readFile(`${base}/limits`, "utf8"),
+      readFile(`${base}/oom_score_adj`, "utf8"),
+      readdir(`${base}/task`),
+    ]);
+    const thread = async (tid: string) => {
+      const [stat, status] = await Promise.all([
+        readFile(`${base}/task/${tid}/stat`, "utf8").catch(() => null),
+        readFile(`${base}/task/${tid}/status`, "utf8").catch(() => null),
+      ]);
+      if (stat === null || status === null) return null; // the thread ended meanwhile
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      // nice (field 19), rt_priority (40), policy (41); fields here start at field 3.
+      const cpus = /^Cpus_allowed_list:\s*(.*)$/m.exec(status)?.[1] ?? "?";
+      return `${f[16]}/${f[37]}/${f[38]}/${cpus}`;
+    };
+    // Each thread's I/O priority (ioprio_set, like nice): not in /proc, so util-linux's
+    // ionice reads it, one line per thread; a thread gone meanwhile fails it (restart).
+    const [threads, io] = await Promise.all([
+      Promise.all(tids.map(thread)),
+      run(["ionice", "-p", ...tids], { timeoutMs: 5_000 }),
+    ]);
+    if (io.exitCode !== 0) return null;
+    const rows = new Set(threads.filter((r) => r !== null));
+    const ioRows = [...new Set(io.stdout.trim().split("\n"))].sort().join(",");
+    return createHash("sha256")
+      .update(`${limits}\0${oom}\0${[...rows].sort().join(",")}\0${ioRows}`)
+      .digest("hex");
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The sandbox's pid 1 (bwrap's init): spared by the kill rounds like the agent. It runs as
+ * the commands' uid and is dumpable, so the sandbox keeps commands out of its memory:
+ * seccomp refuses ptrace and process_vm_* on pid 1, and /proc/1/mem is covered read-only
+ * (seccomp.ts, isolation.ts; tests/integration/bwrap/reset-escape.test.ts). Signed here
+ * as a second line: the same executable and one thread. Null when it cannot be read.
+ */
+async function initSignature(pid: number): Promise<string | null> {
+  try {
+    const [exe, tasks] = await Promise.all([readlink(`/proc/${pid}/exe`), readdir(`/proc/${pid}/task`)]);
+    return createHash("sha256").update(`${exe}\0${tasks.length}\n`).digest("hex");
+  } catch {
+    return null;
+  }
+}
+
+/** The host pid of the sandbox's pid 1, from the cgroup's processes. */
+export async function findInit(cgroupId: string): Promise<number | null> {
+  const pids = (await (await sandboxCgroup(cgroupId))?.pids()) ?? [];
+  for (const pid of pids) {
+    const p = await procInfo(pid);
+    if (p && p.nspid.length > 1 && p.nspid.at(-1) === 1) return pid;
+  }
+  return null;
+}
+
+/**
+ * The signature of what an in-place reset cannot replace: the root layer's upper
+ * directory (seen in the launch step's mount namespace, through its process), the
+ * sandbox's /dev (through the agent) and the agent's own limits and scheduling. What
+ * is in the agent's spool directory (the agent empties it) and the PTYs in /dev/pts
+ * (they come and go with shells) are left out; the spool directory itself, /dev/pts
+ * and its ptmx are not: a mode changed there would outlive the reset.
+ */
+export async function layersSignature(
+  l: SandboxLayout,
+  launchPid: number,
+  agentPid: number,
+  initPid: number | null,
+): Promise<string | null> {
+  if (initPid === null) return null;
+  // The agent's and pid 1's parts read other files and run ionice: alongside the walk.
+  const agentPart = agentControlSignature(agentPid);
+  const initPart = initSignature(initPid);
+  const budget = { left: MAX_SIGNED_ENTRIES };
+  const tmp = AGENT_TMP.slice(1);
+  const root = await treeSignature(
+    `/proc/${launchPid}/root${l.rootUpper}`,
+    (r) => (r === tmp ? "owner" : r.startsWith(`${tmp}/`) ? "skip" : "full"),
+    budget,
+  );
+  const dev =
+    root &&
+    (await treeSignature(
+      `/proc/${agentPid}/root/dev`,
+      (r) => (r === "pts" ? "owner" : /^pts\/\d+$/.test(r) ? "skip" : "full"),
+      budget,
+    ));
+  const [agent, init] = await Promise.all([agentPart, initPart]);
+  return root && dev && agent && init ? `${root}:${dev}:${agent}:${init}` : null;
+}
