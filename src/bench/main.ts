@@ -129,13 +129,17 @@ async function main(): Promise<void> {
       }
       if (o.name === "docker") {
         // The floor's image: the same environment, imported by the backend's first create.
+        // Its own container's image: the newest pyro-env image may be another environment's.
         const w = await pyro.createWorkspace({ backend: "docker" });
-        await pyro.deleteWorkspace(w.workspace_id);
         const img = await run([
-          "sh",
-          "-c",
-          "docker images --format '{{.Repository}}:{{.Tag}}' | grep '^pyro-env' | head -1",
+          "docker",
+          "inspect",
+          "--format",
+          "{{.Config.Image}}",
+          `pyro-${w.workspace_id}`,
         ]);
+        await pyro.deleteWorkspace(w.workspace_id);
+        if (img.exitCode !== 0 || !img.stdout.trim()) throw new Error(`docker inspect failed: ${img.stderr}`);
         await run(["docker", "tag", img.stdout.trim(), "pyro-bench-floor"]);
       }
       const f = await sampleMs(quick ? 3 : 10, async () => {

@@ -63,10 +63,11 @@ describe.skipIf(skip !== "")(suiteTitle("an idle bwrap workspace's agent memory"
       expect((await h.pyro.execWorkspace(w.workspace_id, "echo hi")).exit_code).toBe(0);
     await h.pyro.listWorkspaceFiles(w.workspace_id, "/workspace");
     const agents = hostProcesses(
-      // The agent itself (started through the runtime's loader, or node), not the launcher
+      // The agent itself (started through the runtime's loader, its execute-only copy
+      // ld-exec-only.so on bwrap, or node), not the launcher
       // shells and bwrap that carry the same argv.
       (argv) =>
-        /(\/ld-linux[^/]*\.so\.\d+|\/node)$/.test(argv[0] ?? "") &&
+        /(\/ld-[^/]*\.so(\.\d+)?|\/node)$/.test(argv[0] ?? "") &&
         argv.some((a) => a.endsWith("/agent/bundle/main.js")),
     ).filter((p) => {
       const cgroup = readFileSync(`/proc/${p.pid}/cgroup`, "utf8");

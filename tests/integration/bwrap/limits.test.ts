@@ -102,7 +102,7 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
       "time.sleep(0.2)\n" +
       "for p in filter(str.isdigit, os.listdir('/proc')):\n" +
       "  argv = open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')\n" +
-      "  if argv[0].endswith(b'ld-linux-x86-64.so.2') and any(a.endswith(b'bundle/main.js') for a in argv): os.kill(int(p), 19)\n";
+      "  if argv[0].startswith(b'/run/pyro/runtime/lib/ld-') and any(a.endswith(b'bundle/main.js') for a in argv): os.kill(int(p), 19)\n";
     await h.pyro.writeWorkspaceFile(w, "freeze.py", freeze);
     await h.pyro.execWorkspace(w, "setsid python3 freeze.py >/dev/null 2>&1 &");
     await new Promise((r) => setTimeout(r, 500));
@@ -125,7 +125,7 @@ describe.skipIf(skip !== "")(suiteTitle("limits on bwrap", skip), () => {
       (
         await h.pyro.execWorkspace(
           w,
-          "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^/run/pyro/runtime/lib/ld-linux' && echo ${p#/proc/}; done",
+          "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^/run/pyro/runtime/lib/ld-' && echo ${p#/proc/}; done",
         )
       ).stdout.trim();
     const before = await agentPid();
