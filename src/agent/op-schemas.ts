@@ -55,11 +55,7 @@ export const infoResult = z.strictObject({
  * enters the new /workspace.
  */
 export const resetArgs = z.strictObject({ phase: z.enum(["begin", "finish"]) });
-export const resetResult = z.strictObject({
-  phase: z.enum(["begin", "finish"]),
-  /** `begin`: System V IPC objects in the agent's IPC namespace (-1: unknown). */
-  ipc_objects: z.optional(z.int()),
-});
+export const resetResult = z.strictObject({ phase: z.enum(["begin", "finish"]) });
 
 export const execArgs = z
   .strictObject({

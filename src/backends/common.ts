@@ -8,13 +8,20 @@ import { PyroError } from "../errors.js";
 import { FORWARD_SOCKET } from "./guest.js";
 import { withSocketPath } from "./sockpath.js";
 
+/**
+ * The fields of a /proc/PID/stat text after the command name, state first (field 3 of
+ * proc(5) is index 0). The name (field 2) may hold spaces and parentheses: split after
+ * the last ')'.
+ */
+export function statFields(stat: string): string[] {
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+}
+
 /** Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat), or null. */
 export async function procStartTime(pid: number): Promise<string | null> {
   try {
     const stat = await readFile(`/proc/${pid}/stat`, "utf8");
-    // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return fields[19] ?? null;
+    return statFields(stat)[19] ?? null;
   } catch {
     return null;
   }
@@ -33,7 +40,7 @@ export async function sameProcessAlive(pid: unknown, startTime: unknown): Promis
   } catch {
     return false;
   }
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const fields = statFields(stat);
   return fields[0] !== "Z" && fields[0] !== "X" && fields[19] === startTime;
 }
 
@@ -271,7 +278,7 @@ export async function killAndWait(pid: number, startTime: string, timeoutMs = 50
   while (Date.now() < deadline) {
     const st = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => null);
     // Gone, or a zombie (state Z) waiting for a parent that is not us.
-    if (!st || st.slice(st.lastIndexOf(")") + 2).startsWith("Z")) return;
+    if (!st || statFields(st)[0] === "Z") return;
     await new Promise((r) => setTimeout(r, 10));
   }
 }

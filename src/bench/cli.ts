@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
+import { statFields } from "../backends/common.js";
 import { type BenchRow, median, round, row } from "./stats.js";
 
 /** The CLI as a user runs it (bin/pyro.js over dist/). */
@@ -31,7 +32,7 @@ export function timeProcess(argv: string[], env: NodeJS.ProcessEnv): Promise<num
 export async function childrenCpuMs(): Promise<number> {
   const stat = await readFile("/proc/self/stat", "utf8");
   // Fields after the command name (which may hold spaces): cutime, cstime are 16 and 17.
-  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const f = statFields(stat);
   const ticks = Number(f[13]) + Number(f[14]);
   return ticks * 10; // USER_HZ is 100 on Linux
 }

@@ -11,13 +11,23 @@ export async function mountsUnder(root: string): Promise<string[]> {
   } catch {
     return [];
   }
-  const points = text
+  const points = mountPoints(text).filter((p) => p === abs || p.startsWith(abs + sep));
+  return [...new Set(points)].sort((a, b) => b.length - a.length);
+}
+
+/** The mount point of every line of a mountinfo text, one per mount (stacked ones repeat). */
+function mountPoints(mountinfo: string): string[] {
+  return mountinfo
     .split("\n")
     .map((l) => l.split(" ")[4])
     .filter((p): p is string => p !== undefined)
-    .map(unescapeMountPath)
-    .filter((p) => p === abs || p.startsWith(abs + sep));
-  return [...new Set(points)].sort((a, b) => b.length - a.length);
+    .map(unescapeMountPath);
+}
+
+/** How many mounts are stacked at `path` in the mount namespace of process `pid`. */
+export async function mountsStackedAt(pid: number, path: string): Promise<number> {
+  const abs = resolve(path);
+  return mountPoints(await readFile(`/proc/${pid}/mountinfo`, "utf8")).filter((p) => p === abs).length;
 }
 
 /**

@@ -8,10 +8,11 @@ import { createHash } from "node:crypto";
 import { lstat, readdir, readFile, readlink } from "node:fs/promises";
 import { join } from "node:path";
 import { run } from "../../util/run.js";
+import { statFields } from "../common.js";
 import { CgroupLimits, detectCgroups } from "../linux/cgroups.js";
 import type { SandboxLayout } from "../linux/layout.js";
 
-/** The agent's spool directory inside the sandbox: emptied by the agent, not part of the signature. */
+/** The agent's spool directory inside the sandbox: emptied by the agent, its contents signed (none). */
 export const AGENT_TMP = "/run/pyro/tmp";
 
 /** Past this many entries in the root layer and /dev, a sandbox is not reset in place. */
@@ -31,7 +32,7 @@ export async function procInfo(pid: number): Promise<ProcInfo | null> {
       readFile(`/proc/${pid}/stat`, "utf8"),
     ]);
     const line = /^NSpid:\s+(.*)$/m.exec(status);
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const fields = statFields(stat);
     return {
       nspid: (line?.[1] ?? String(pid)).trim().split(/\s+/).map(Number),
       state: fields[0] ?? "?",
@@ -47,18 +48,22 @@ export async function sandboxCgroup(cgroupId: string): Promise<CgroupLimits | nu
 }
 
 /**
- * The agent: the one process inside the sandbox's pid namespace that is not its init
- * (bwrap's pid 1), right after the agent listens, when nothing else runs there yet.
+ * The sandbox's processes, from its cgroup: its pid 1 (bwrap's init) and the others
+ * inside its pid namespace (the launch step's processes are outside it). Right after
+ * the agent listens, the agent is the one other.
  */
-export async function findAgent(cgroupId: string): Promise<{ pid: number; startTime: string } | null> {
-  const pids = await (await sandboxCgroup(cgroupId))?.pids();
-  if (!pids) return null;
+export async function sandboxProcesses(
+  cg: CgroupLimits,
+): Promise<{ init: number | null; inside: { pid: number; startTime: string }[] }> {
+  let init: number | null = null;
   const inside: { pid: number; startTime: string }[] = [];
-  for (const pid of pids) {
+  for (const pid of await cg.pids()) {
     const p = await procInfo(pid);
-    if (p && p.nspid.length > 1 && p.nspid.at(-1) !== 1) inside.push({ pid, startTime: p.startTime });
+    if (!p || p.nspid.length < 2) continue;
+    if (p.nspid.at(-1) === 1) init = pid;
+    else inside.push({ pid, startTime: p.startTime });
   }
-  return inside.length === 1 ? inside[0]! : null;
+  return { init, inside };
 }
 
 /**
@@ -119,7 +124,7 @@ async function agentControlSignature(agentPid: number): Promise<string | null> {
         readFile(`${base}/task/${tid}/status`, "utf8").catch(() => null),
       ]);
       if (stat === null || status === null) return null; // the thread ended meanwhile
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      const f = statFields(stat);
       // nice (field 19), rt_priority (40), policy (41); fields here start at field 3.
       const cpus = /^Cpus_allowed_list:\s*(.*)$/m.exec(status)?.[1] ?? "?";
       return `${f[16]}/${f[37]}/${f[38]}/${cpus}`;
@@ -157,23 +162,14 @@ async function initSignature(pid: number): Promise<string | null> {
   }
 }
 
-/** The host pid of the sandbox's pid 1, from the cgroup's processes. */
-export async function findInit(cgroupId: string): Promise<number | null> {
-  const pids = (await (await sandboxCgroup(cgroupId))?.pids()) ?? [];
-  for (const pid of pids) {
-    const p = await procInfo(pid);
-    if (p && p.nspid.length > 1 && p.nspid.at(-1) === 1) return pid;
-  }
-  return null;
-}
-
 /**
  * The signature of what an in-place reset cannot replace: the root layer's upper
  * directory (seen in the launch step's mount namespace, through its process), the
- * sandbox's /dev (through the agent) and the agent's own limits and scheduling. What
- * is in the agent's spool directory (the agent empties it) and the PTYs in /dev/pts
- * (they come and go with shells) are left out; the spool directory itself, /dev/pts
- * and its ptmx are not: a mode changed there would outlive the reset.
+ * sandbox's /dev (through the agent) and the agent's own limits and scheduling. The
+ * PTYs in /dev/pts (they come and go with shells) are left out, and the times of the
+ * agent's spool directory (the agent empties it at `begin`, so what is left in it is
+ * signed: a tree it could not remove means a restart); /dev/pts, its ptmx and the
+ * spool's mode are not: a mode changed there would outlive the reset.
  */
 export async function layersSignature(
   l: SandboxLayout,
@@ -189,7 +185,8 @@ export async function layersSignature(
   const tmp = AGENT_TMP.slice(1);
   const root = await treeSignature(
     `/proc/${launchPid}/root${l.rootUpper}`,
-    (r) => (r === tmp ? "owner" : r.startsWith(`${tmp}/`) ? "skip" : "full"),
+    // The spool's times change with use; what is in it must be nothing, as at start.
+    (r) => (r === tmp ? "owner" : "full"),
     budget,
   );
   const dev =

@@ -34,13 +34,14 @@
 import { mkdir, readdir, readFile, rename, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
+import { mountsStackedAt } from "../../util/mounts.js";
 import { run } from "../../util/run.js";
 import type { SandboxSpec } from "../backend.js";
-import { procStartTime, sameProcessAlive } from "../common.js";
+import { procStartTime, sameProcessAlive, statFields } from "../common.js";
 import type { CgroupLimits } from "../linux/cgroups.js";
 import { type LaunchTools, OVERLAY_OPTIONS } from "../linux/launch.js";
 import type { SandboxLayout } from "../linux/layout.js";
-import { findAgent, findInit, layersSignature, procInfo, sandboxCgroup } from "./reset-signature.js";
+import { layersSignature, procInfo, sandboxCgroup, sandboxProcesses } from "./reset-signature.js";
 
 /** What a bwrap sandbox records at start so that it can be reset in place. */
 export interface ResetBase {
@@ -68,9 +69,13 @@ export async function resetBase(
   cgroupId: string,
 ): Promise<ResetBase | null> {
   if (l.legacy) return null;
-  const agent = await findAgent(cgroupId);
+  const cg = await sandboxCgroup(cgroupId);
+  if (!cg) return null;
+  const { init, inside } = await sandboxProcesses(cg);
+  // Right after the agent listens, nothing else runs inside: the one process is the agent.
+  const agent = inside.length === 1 ? inside[0]! : null;
   if (!agent) return null;
-  const sig = await layersSignature(l, launchPid, agent.pid, await findInit(cgroupId));
+  const sig = await layersSignature(l, launchPid, agent.pid, init);
   await removeOldLayers(l, launchPid);
   return sig ? { agent_pid: agent.pid, agent_start_time: agent.startTime, layers_sig: sig } : null;
 }
@@ -83,9 +88,9 @@ export async function resetBase(
 async function liveThreads(pid: number): Promise<boolean> {
   const tids = await readdir(`/proc/${pid}/task`).catch(() => []);
   for (const tid of tids) {
-    const stat = await readFile(`/proc/${pid}/task/${tid}/stat`, "utf8").catch(() => "");
-    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
-    if (state !== "" && state !== "Z" && state !== "X") return true;
+    const stat = await readFile(`/proc/${pid}/task/${tid}/stat`, "utf8").catch(() => null);
+    const state = stat === null ? null : statFields(stat)[0];
+    if (state && state !== "Z" && state !== "X") return true;
   }
   return false;
 }
@@ -114,12 +119,6 @@ async function killAllButAgent(cg: CgroupLimits, agent: number): Promise<boolean
     await new Promise((r) => setTimeout(r, round < 10 ? 1 : 5));
   }
   return false;
-}
-
-/** How many mounts sit at `path` in the mount namespace of `pid`. */
-async function mountsAt(pid: number, path: string): Promise<number> {
-  const info = await readFile(`/proc/${pid}/mountinfo`, "utf8");
-  return info.split("\n").filter((line) => line.split(" ")[4] === path).length;
 }
 
 /**
@@ -154,8 +153,8 @@ async function swapWorkspaceLayer(
   const inLaunch = (p: string) => `/proc/${pids.launch}/root${p}`;
   const mq = join(spec.dir, "mnt", "mq");
   const [stacked, mqMounted] = await Promise.all([
-    mountsAt(pids.launch, l.wsMerged),
-    mountsAt(pids.launch, mq).then((n) => n > 0),
+    mountsStackedAt(pids.launch, l.wsMerged),
+    mountsStackedAt(pids.launch, mq).then((n) => n > 0),
   ]);
   const old = join(l.diskMount, "ws", `old-${Date.now()}-${process.pid}`);
   await mkdir(inLaunch(old));
@@ -212,16 +211,26 @@ const REMOVE_LAYER_TIMEOUT_MS = 10 * 60_000;
 
 /**
  * Removes a layer moved aside, in the background. The sandbox made what is in it: with
- * `rm -rf`, which walks with openat and so goes as deep as the tree does (node's
+ * `rm -rf` (after {@link REMOVE_LAYER} empties its files), which walks with openat and so goes as deep as the tree does (node's
  * recursive rm builds whole paths and gave up past PATH_MAX, ENAMETOOLONG: a command's
  * deep enough tree kept its bytes in the disk image through every reset). Symlinks are
  * removed, not followed, and the walk stays on the disk image.
  */
 function removeLayer(path: string): void {
-  void run(["rm", "-rf", "--one-file-system", "--", path], { timeoutMs: REMOVE_LAYER_TIMEOUT_MS }).catch(
-    () => {},
-  );
+  void run(["sh", "-c", REMOVE_LAYER, "pyro-remove-layer", path], {
+    timeoutMs: REMOVE_LAYER_TIMEOUT_MS,
+  }).catch(() => {});
 }
+
+/**
+ * Files are emptied before the tree is removed: after the first in-place reset the old
+ * layer is the upper directory of /workspace's first overlay, which stays mounted
+ * (hidden) for the sandbox's life and keeps the inodes it has looked up, so unlinking
+ * alone left their blocks in use in the disk image. find's -execdir goes as deep as the
+ * tree does, like rm's walk; -xdev keeps both on the disk image.
+ */
+const REMOVE_LAYER =
+  'find "$1" -xdev -type f -execdir truncate -s 0 -- {} +; rm -rf --one-file-system -- "$1"';
 
 /**
  * Resets the sandbox in place onto `spec.snapshot` (see the top of this file). Returns
@@ -250,7 +259,7 @@ export async function resetInPlace(
   // The signature and the swap at once: a swap whose signature then differs is undone
   // by the restart that follows, which discards both layers anyway.
   const pids = { launch: launch.pid, agent: agentPid };
-  const signed = findInit(launch.cgroup).then((init) => layersSignature(l, launch.pid, agentPid, init));
+  const signed = sandboxProcesses(cg).then((p) => layersSignature(l, launch.pid, agentPid, p.init));
   const [sig, old] = await Promise.all([signed, swapWorkspaceLayer(l, spec, pids, tools)]);
   try {
     if (sig !== base.layers_sig || !old) return false;

@@ -153,6 +153,20 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset escapes", skip), () => {
     expect(await sh("python3 inspect.py 1")).toBe("refused");
   });
 
+  it("leaves nothing a command put in the agent's spool, not even a tree deeper than PATH_MAX", async () => {
+    const deep = [
+      "import os",
+      'os.chdir("/run/pyro/tmp"); os.mkdir("deep"); os.chdir("deep")',
+      "for i in range(1500):",
+      '    os.mkdir("d" * 50); os.chdir("d" * 50)',
+      'open("left", "w").write("x")',
+    ].join("\n");
+    await h.pyro.writeWorkspaceFile(id, "spool.py", deep);
+    await sh("python3 spool.py && echo hi > /run/pyro/tmp/top");
+    await h.pyro.resetWorkspace(id);
+    expect(await sh("ls -A /run/pyro/tmp | wc -l")).toBe("0");
+  });
+
   it("frees the disk image of a discarded tree deeper than PATH_MAX", async () => {
     const usedKiB = async () => Number(await sh("sync; df -k --output=used /workspace | tail -1"));
     const fresh = await usedKiB();

@@ -1,11 +1,11 @@
 /**
  * The agent's part of an in-place reset (backends/bwrap/reset.ts does the rest from
  * outside): `begin` ends the services and shells it started, refuses new processes and
- * leaves /workspace so the host can swap its layer; `finish` forgets what ended, enters
+ * empties its spool and leaves /workspace so the host can swap its layer; `finish` forgets what ended, enters
  * the new /workspace and takes work again. The host kills every other process of the
  * sandbox itself between the two: it does not trust the agent to have done it.
  */
-import { readdir, readFile, rm } from "node:fs/promises";
+import { readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentError } from "../../errors.js";
 import type { OpHandler } from "./context.js";
@@ -26,30 +26,21 @@ export function refuseWhileResetting(): void {
     throw new AgentError("conflict", "the workspace is being reset", "retry once the reset has finished");
 }
 
-/** System V IPC objects in this IPC namespace: the host removes them when there are any. */
-async function ipcObjects(): Promise<number> {
-  let n = 0;
-  for (const kind of ["shm", "sem", "msg"]) {
-    const text = await readFile(`/proc/sysvipc/${kind}`, "utf8").catch(() => null);
-    if (text === null) return -1;
-    n += text.split("\n").filter(Boolean).length - 1; // a header line
-  }
-  return n;
-}
-
 export const reset: OpHandler<"reset"> = async (args, ctx) => {
   if (args.phase === "begin") {
     resettingUntil = Date.now() + RESET_EXPIRY_MS;
     killServicesOf(ctx.workspace);
     await closeShellsOf(ctx.workspace);
+    // The spool holds nothing between requests; what a command left there goes too,
+    // before the host's signature, which holds the spool to be as empty as at start
+    // (what this cannot remove means a restart).
+    for (const name of await readdir(ctx.tmpDir))
+      await rm(join(ctx.tmpDir, name), { recursive: true, force: true });
     // Out of /workspace, so its layer can be unmounted and replaced under us.
     process.chdir("/");
-    return { phase: "begin", ipc_objects: await ipcObjects() };
+    return { phase: "begin" };
   }
   forgetServicesOf(ctx.workspace);
-  // The spool holds nothing between requests; what a command left there goes too.
-  for (const name of await readdir(ctx.tmpDir))
-    await rm(join(ctx.tmpDir, name), { recursive: true, force: true });
   process.chdir(ctx.workspace.givenRoot);
   resettingUntil = 0;
   return { phase: "finish" };
