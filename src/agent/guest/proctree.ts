@@ -251,8 +251,20 @@ export async function hangUpSession(sid: number, leaderArgv: readonly string[] =
     signalAll(all, "SIGCONT");
     hung += all.length;
     await new Promise((r) => setTimeout(r, 10));
-    // Whoever is still there after a hangup ignores it (nohup): leave it be.
-    for (const p of await sessionMembers(sid)) if (all.includes(p)) survivors.add(p);
+    // Whoever is still there and ignores or handles SIGHUP (nohup) is left be. One that
+    // does neither is dying but was not scheduled yet (a busy machine): it is signalled
+    // again next round, not taken for a survivor (a fork bomb's member was, and forked on).
+    for (const p of await sessionMembers(sid))
+      if (all.includes(p) && (await keepsSighup(p))) survivors.add(p);
   }
   return hung;
+}
+
+/** Whether `pid` ignores or catches SIGHUP (SigIgn/SigCgt bit 0 in /proc/PID/status). */
+async function keepsSighup(pid: number): Promise<boolean> {
+  const status = await readFile(`/proc/${pid}/status`, "utf8").catch(() => null);
+  if (status === null) return false;
+  const mask = (name: string) =>
+    BigInt(`0x${new RegExp(`^${name}:\\s*([0-9a-f]+)$`, "m").exec(status)?.[1] ?? "0"}`);
+  return ((mask("SigIgn") | mask("SigCgt")) & 1n) === 1n;
 }
