@@ -144,7 +144,7 @@ const IPC_CLEAR = [
  * unmounts the overlay stacked by the previous reset and mounts the new one. Returns where the old
  * directories are (for the caller to remove once the reset is done), null on failure.
  */
-async function swapWorkspaceLayer(
+export async function swapWorkspaceLayer(
   l: SandboxLayout,
   spec: SandboxSpec,
   pids: { launch: number; agent: number },
