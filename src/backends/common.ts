@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { closeSync, type FSWatcher, openSync, watch } from "node:fs";
+import { closeSync, type FSWatcher, openSync, readFileSync, watch } from "node:fs";
 import { link, lstat, mkdir, open, readFile, unlink } from "node:fs/promises";
 import { type NetConnectOpts, connect as netConnect, type Socket } from "node:net";
 import { dirname, join } from "node:path";
@@ -31,12 +31,15 @@ export async function procStartTime(pid: number): Promise<string | null> {
  * True when `pid` is alive and is the same process (start time matches): pid reuse safe.
  * A zombie is dead: a sandbox whose starter exited is reparented to pid 1, and where pid 1
  * does not reap (many containers and VMs), the dead sandbox would otherwise look alive forever.
+ * Read synchronously: every call on a workspace checks its sandbox this way (refreshState),
+ * and an async readFile of a /proc file costs ~0.4 ms of thread-pool round trips where a
+ * sync read takes ~0.03 ms (procfs answers from memory; it does not block on a disk).
  */
 export async function sameProcessAlive(pid: unknown, startTime: unknown): Promise<boolean> {
   if (typeof pid !== "number" || typeof startTime !== "string") return false;
   let stat: string;
   try {
-    stat = await readFile(`/proc/${pid}/stat`, "utf8");
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
   } catch {
     return false;
   }

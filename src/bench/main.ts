@@ -25,7 +25,8 @@ import { syncRows } from "./sync.js";
  * samples (stats.ts judge()). --quick: fewer runs. --only=GROUP runs one group of rows:
  * cli (the CLI as whole processes), network (the egress proxy), services, shells, commit,
  * environments (image pull and create from an image), mcp, sync (reset, sync push and
- * export of a 10k-file / 100 MB workspace).
+ * export of a 10k-file / 100 MB workspace), bwrap (the bwrap backend's rows: create, warm
+ * exec, reset, idle RSS, one-shot run).
  */
 async function main(): Promise<void> {
   const json = process.argv.includes("--json");
@@ -68,18 +69,9 @@ async function main(): Promise<void> {
   const extra: Record<string, unknown> = {};
   const n = quick ? 5 : 20;
   try {
-    log("bench: pulling debian:12");
-    const env = await pyro.pullEnvironment("debian:12");
-
-    // Floor: a bare bwrap spawn of /bin/true over the same rootfs.
-    const bwrapTrue = bareBwrap(env.rootfs);
-    const floor = await sampleMs(n, async () => {
-      const r = await run(bwrapTrue, { killGroup: false });
-      if (r.exitCode !== 0) throw new Error(`bwrap floor failed: ${r.stderr}`);
-    });
-    log(`bench: floor bwrap /bin/true ${round(median(floor))} ms`);
-
+    const { bwrapTrue, floor } = await bwrapFloor(pyro, n, log);
     rows.push(...(await backendRows(pyro, "bwrap", "bwrap /bin/true", floor, n, quick, extra)));
+    if (process.argv.includes("--only=bwrap")) return output(rows, extra, json);
 
     // The disk limit's share of a create: a sparse 10 GiB ext4 image (the mount is in the launch).
     const diskDir = await mkdtemp(join(home, "disk-"));
@@ -195,6 +187,19 @@ function output(rows: BenchRow[], extra: Record<string, unknown>, json: boolean)
       `  ${r.name}: ${r.value_ms} ${r.unit} (ratio ${r.ratio}×, IQR ${r.iqr[0]} / floor IQR ${r.iqr[1]}), goal ${r.target}\n`,
     );
   process.exitCode = 1;
+}
+
+/** The floor of the bwrap rows: a bare bwrap spawn of /bin/true over debian:12's rootfs. */
+async function bwrapFloor(pyro: Pyro, n: number, log: (s: string) => void) {
+  log("bench: pulling debian:12");
+  const env = await pyro.pullEnvironment("debian:12");
+  const bwrapTrue = bareBwrap(env.rootfs);
+  const floor = await sampleMs(n, async () => {
+    const r = await run(bwrapTrue, { killGroup: false });
+    if (r.exitCode !== 0) throw new Error(`bwrap floor failed: ${r.stderr}`);
+  });
+  log(`bench: floor bwrap /bin/true ${round(median(floor))} ms`);
+  return { bwrapTrue, floor };
 }
 
 /** Why a backend cannot be benchmarked here, or null. */

@@ -69,7 +69,9 @@ export async function commandCwd(
   cwd: string | undefined,
   workspace: ExecContext["workspace"],
 ): Promise<string> {
-  if (cwd === undefined) return workspace.root;
+  // The root itself (the default every host sends) needs no look at the disk: resolve()
+  // would only lstat the directory the agent opened as its root (a thread-pool round trip).
+  if (cwd === undefined || workspace.relative(cwd) === "") return workspace.root;
   const resolved = await workspace.resolve(cwd);
   if (!resolved.stat) throw new AgentError("not_found", `cwd does not exist: ${cwd}`);
   if (!resolved.stat.isDirectory())
