@@ -71,6 +71,22 @@ describe("kept command output", () => {
     expect(store.listCommands(a)[0]!.stdout_tail).toHaveLength(TAIL_BYTES);
   });
 
+  it("prunes the same with commands of no output in between (they skip the prune)", () => {
+    const big = "z".repeat(2 * MiB);
+    const n = Math.ceil(OUTPUT_BUDGET_BYTES / big.length) + 3;
+    const outputs: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const keep = (stdout: string) => ({ stdout, stderr: "", stdout_bytes: stdout.length, stderr_bytes: 0 });
+      outputs.push(store.recordCommand(a, sampleCommand(`c${i}`), keep(big)));
+      store.recordCommand(a, sampleCommand("true"), keep(""));
+    }
+    const full = outputs.filter((seq) => store.commandOutput(a, seq)!.stdout !== null);
+    expect(full.length * big.length).toBeLessThanOrEqual(OUTPUT_BUDGET_BYTES);
+    expect(full.length).toBeGreaterThanOrEqual(OUTPUT_BUDGET_BYTES / big.length - 1);
+    expect(full.at(-1)).toBe(outputs.at(-1));
+    expect(store.commandOutput(a, outputs[0]!)!.stdout).toBeNull();
+  });
+
   it("drops kept output with its workspace", () => {
     const seq = store.recordCommand(a, sampleCommand("x"), {
       stdout: "o",
