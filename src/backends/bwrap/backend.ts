@@ -174,7 +174,8 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
       throw err;
     }
     // In place only with an agent no command can take over (it outlives the reset).
-    return runtime.nonDumpable ? { ...state, ...(await resetBase(l, pid, spec.workspace_id)) } : state;
+    const helper = { spec, tools: await this.launchTools() };
+    return runtime.nonDumpable ? { ...state, ...(await resetBase(l, pid, spec.workspace_id, helper)) } : state;
   }
 
   isRunning(state: SandboxState): Promise<boolean> {

@@ -31,7 +31,8 @@
  *
  * What is compared lives in reset-signature.ts.
  */
-import { mkdir, readdir, readFile, rename, unlink } from "node:fs/promises";
+import { readdirSync, readFileSync } from "node:fs";
+import { mkdir, readdir, rename, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
 import { mountsStackedAt } from "../../util/mounts.js";
@@ -41,6 +42,7 @@ import { procStartTime, sameProcessAlive, statFields } from "../common.js";
 import type { CgroupLimits } from "../linux/cgroups.js";
 import { type LaunchTools, OVERLAY_OPTIONS } from "../linux/launch.js";
 import type { SandboxLayout } from "../linux/layout.js";
+import { helperSwap, startResetHelper } from "./reset-helper.js";
 import { layersSignature, procInfo, sandboxCgroup, sandboxProcesses } from "./reset-signature.js";
 
 /** What a bwrap sandbox records at start so that it can be reset in place. */
@@ -67,6 +69,7 @@ export async function resetBase(
   l: SandboxLayout,
   launchPid: number,
   cgroupId: string,
+  helper?: { spec: SandboxSpec; tools: LaunchTools },
 ): Promise<ResetBase | null> {
   if (l.legacy) return null;
   const cg = await sandboxCgroup(cgroupId);
@@ -75,7 +78,12 @@ export async function resetBase(
   // Right after the agent listens, nothing else runs inside: the one process is the agent.
   const agent = inside.length === 1 ? inside[0]! : null;
   if (!agent) return null;
-  const sig = await layersSignature(l, launchPid, agent.pid, init);
+  const pids = { launch: launchPid, agent: agent.pid };
+  // The helper is not in the sandbox's pid namespace: not among what is signed.
+  const [sig] = await Promise.all([
+    layersSignature(l, launchPid, agent.pid, init),
+    helper ? startResetHelper(helper.spec, l, pids, helper.tools, cg).catch(() => {}) : null,
+  ]);
   await removeOldLayers(l, launchPid);
   return sig ? { agent_pid: agent.pid, agent_start_time: agent.startTime, layers_sig: sig } : null;
 }
@@ -85,10 +93,16 @@ export async function resetBase(
  * exit(2) alone (not exit_group) shows as a zombie in /proc/PID/stat while its other
  * threads go on: a command could otherwise outlive a reset that way.
  */
-async function liveThreads(pid: number): Promise<boolean> {
-  const tids = await readdir(`/proc/${pid}/task`).catch(() => []);
+function liveThreads(pid: number): boolean {
+  let tids: string[] = [];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {}
   for (const tid of tids) {
-    const stat = await readFile(`/proc/${pid}/task/${tid}/stat`, "utf8").catch(() => null);
+    let stat: string | null = null;
+    try {
+      stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+    } catch {}
     const state = stat === null ? null : statFields(stat)[0];
     if (state && state !== "Z" && state !== "X") return true;
   }
@@ -109,7 +123,7 @@ async function killAllButAgent(cg: CgroupLimits, agent: number): Promise<boolean
       // Outside the pid namespace: the launch step (shell, log reader, bwrap's parent).
       if (!p || p.nspid.length < 2 || p.nspid.at(-1) === 1) continue;
       // A zombie whose threads still run (its main thread ended alone) is not gone.
-      if ((p.state === "Z" || p.state === "X") && !(await liveThreads(pid))) continue;
+      if ((p.state === "Z" || p.state === "X") && !liveThreads(pid)) continue;
       left++;
       try {
         process.kill(pid, "SIGKILL");
@@ -136,13 +150,14 @@ const IPC_CLEAR = [
  * Replaces /workspace's layer. File operations go through the launch step's root
  * (`/proc/PID/root`, where the disk image is mounted; every path component up to the
  * layer directories is the host's): the current layer's directories are moved aside
- * and new ones made. One process in the launch step's mount namespace (and the
- * sandbox's IPC namespace) then clears the System V IPC objects when there are any
- * (counted there, after the kill: a count taken before it missed what a dying command
- * made in between, see {@link IPC_CLEAR}),
- * mounts the sandbox's POSIX message queues where the host can empty them (once),
- * unmounts the overlay stacked by the previous reset and mounts the new one. Returns where the old
- * directories are (for the caller to remove once the reset is done), null on failure.
+ * and new ones made. A process in the launch step's mount namespace and the sandbox's
+ * IPC namespace then clears the System V IPC objects when there are any (counted there,
+ * after the kill: a count taken before it missed what a dying command made in between,
+ * see {@link IPC_CLEAR}), mounts the sandbox's POSIX message queues where the host can
+ * empty them (once), unmounts the overlay stacked by the previous reset and mounts the
+ * new one: the sandbox's swap helper (reset-helper.ts) when it has one, else a spawned
+ * `nsenter ... sh -c`. Returns where the old directories are (for the caller to remove
+ * once the reset is done), null on failure.
  */
 export async function swapWorkspaceLayer(
   l: SandboxLayout,
@@ -152,10 +167,8 @@ export async function swapWorkspaceLayer(
 ): Promise<string | null> {
   const inLaunch = (p: string) => `/proc/${pids.launch}/root${p}`;
   const mq = join(spec.dir, "mnt", "mq");
-  const [stacked, mqMounted] = await Promise.all([
-    mountsStackedAt(pids.launch, l.wsMerged),
-    mountsStackedAt(pids.launch, mq).then((n) => n > 0),
-  ]);
+  const [stacked = 0, mqs = 0] = mountsStackedAt(pids.launch, [l.wsMerged, mq]);
+  const mqMounted = mqs > 0;
   const old = join(l.diskMount, "ws", `old-${Date.now()}-${process.pid}`);
   await mkdir(inLaunch(old));
   await rename(inLaunch(l.wsUpper), inLaunch(join(old, "upper")));
@@ -163,15 +176,30 @@ export async function swapWorkspaceLayer(
   await mkdir(inLaunch(l.wsUpper), { mode: 0o755 });
   await mkdir(inLaunch(l.wsWork), { mode: 0o755 });
   if (!mqMounted) await mkdir(mq, { recursive: true, mode: 0o700 });
+  const flags = { umount: stacked > 1, mq: !mqMounted };
+  const byHelper = await helperSwap(spec, l, pids, flags);
+  if (byHelper === "fail") return null;
+  if (byHelper === "absent" && !(await spawnSwap(l, spec, pids, tools, flags))) return null;
+  for (const name of await readdir(inLaunch(mq))) await unlink(inLaunch(join(mq, name)));
+  return inLaunch(old);
+}
+
+/** The mount step of {@link swapWorkspaceLayer} in a spawned `nsenter ... sh -c` (no helper). */
+async function spawnSwap(
+  l: SandboxLayout,
+  spec: SandboxSpec,
+  pids: { launch: number; agent: number },
+  tools: LaunchTools,
+  flags: { umount: boolean; mq: boolean },
+): Promise<boolean> {
   const options = `nosuid,nodev,lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}`;
   const script = [
     "set -eu",
     IPC_CLEAR,
-    ...(mqMounted ? [] : [`${tools.mount} -t mqueue pyro-mq "$5"`]),
-    ...(stacked > 1 ? [`${tools.umount} -l "$4"`] : []),
+    ...(flags.mq ? [`${tools.mount} -t mqueue pyro-mq "$5"`] : []),
+    ...(flags.umount ? [`${tools.umount} -l "$4"`] : []),
     `${tools.mount} -t overlay pyro -o "${options}" "$4"`,
   ].join("\n");
-  const lower = join(spec.snapshotsDir, spec.snapshot);
   const r = await run(
     [
       "nsenter",
@@ -182,17 +210,15 @@ export async function swapWorkspaceLayer(
       "-c",
       script,
       "pyro-reset",
-      lower,
+      join(spec.snapshotsDir, spec.snapshot),
       l.wsUpper,
       l.wsWork,
       l.wsMerged,
-      mq,
+      join(spec.dir, "mnt", "mq"),
     ],
     { timeoutMs: 30_000 },
   );
-  if (r.exitCode !== 0) return null;
-  for (const name of await readdir(inLaunch(mq))) await unlink(inLaunch(join(mq, name)));
-  return inLaunch(old);
+  return r.exitCode === 0;
 }
 
 /**

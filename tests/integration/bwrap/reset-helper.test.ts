@@ -1,0 +1,143 @@
+import { closeSync, constants, openSync, readFileSync, readSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  bwrapSkipReason,
+  type Harness,
+  hostProcesses,
+  openHarness,
+  processAlive,
+  sandboxPid,
+  suiteTitle,
+  waitUntil,
+} from "../../helpers/sandbox.js";
+
+/**
+ * The swap helper of bwrap's in-place reset (backends/bwrap/reset-helper.ts): a root
+ * shell beside each sandbox that mounts /workspace's new layer when the host asks
+ * through a FIFO. It must do the resets, refuse anything but its one operation on a
+ * valid snapshot name, stay out of the sandbox's reach, and end with the sandbox.
+ */
+const skip = bwrapSkipReason();
+
+describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
+  let h: Harness;
+  let id: string;
+  const sh = async (command: string) => {
+    const r = await h.pyro.execWorkspace(id, command);
+    expect(r.exit_code, `\`${command}\` failed: ${r.stderr}`).toBe(0);
+    return r.stdout.trim();
+  };
+  /** The helper of the workspace's sandbox: its pid and sandbox directory (from its argv). */
+  const helper = () => {
+    const launch = String(sandboxPid(h.pyro, id));
+    const found = hostProcesses((argv) => argv.includes("pyro-reset-helper") && argv.includes(launch));
+    expect(found, "one helper per sandbox").toHaveLength(1);
+    const argv = found[0]!.argv;
+    return { pid: found[0]!.pid, dir: argv[argv.indexOf("pyro-reset-helper") + 2]! };
+  };
+  const epoch = () => sh("cut -d' ' -f22 /proc/1/stat");
+  /** One request written to the helper's FIFO, and its answer (null: none within 3 s). */
+  const ask = async (dir: string, line: string): Promise<string | null> => {
+    const fifo = join(dir, "reset-helper");
+    const req = openSync(join(fifo, "req"), constants.O_WRONLY | constants.O_NONBLOCK);
+    writeFileSync(req, `${line}\n`);
+    closeSync(req);
+    const rep = openSync(join(fifo, "rep"), constants.O_RDONLY | constants.O_NONBLOCK);
+    const buf = Buffer.alloc(4096);
+    let got = "";
+    try {
+      await waitUntil(() => {
+        try {
+          got += buf.toString("utf8", 0, readSync(rep, buf));
+        } catch {} // EAGAIN: nothing yet
+        return got.includes("\n");
+      }, 3_000);
+    } finally {
+      closeSync(rep);
+    }
+    return got.includes("\n") ? got.trim() : null;
+  };
+
+  beforeAll(async () => {
+    h = await openHarness("reset-helper");
+    id = (await h.create({})).workspace_id;
+  });
+  afterAll(async () => {
+    await h?.cleanup();
+  });
+
+  it("does the in-place reset's mount (the new layer is mounted by it, not by a spawn)", async () => {
+    const { pid, dir } = helper();
+    const before = await epoch();
+    await sh("echo x > gone.txt");
+    await h.pyro.resetWorkspace(id);
+    expect(await epoch()).toBe(before);
+    expect(await sh("ls")).toBe("");
+    // Only the helper names the lower layer through its descriptor 5.
+    const mounts = readFileSync(`/proc/${pid}/mountinfo`, "utf8").split("\n");
+    const ws = mounts.filter((l) => l.split(" ")[4] === join(dir, "mnt", "ws"));
+    expect(ws.at(-1)).toContain("lowerdir=/proc/self/fd/5/baseline");
+  });
+
+  it("is out of the sandbox's reach: no process, no FIFO, no host path inside", async () => {
+    const { pid, dir } = helper();
+    const inside = await sh(
+      `for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done; ` +
+        `find / -xdev -type p 2>/dev/null; ls -d ${dir} 2>&1 || true`,
+    );
+    expect(inside).not.toContain("pyro-reset-helper");
+    expect(inside).not.toContain("reset-helper/req");
+    expect(inside).toContain("No such file or directory");
+    // The host sees it in the host's pid namespace only (one NSpid entry).
+    expect(readFileSync(`/proc/${pid}/status`, "utf8")).toMatch(/^NSpid:\s+\d+$/m);
+  });
+
+  it("refuses every request but a swap onto a valid snapshot name, and changes nothing", async () => {
+    const { pid, dir } = helper();
+    const stacked = () =>
+      readFileSync(`/proc/${pid}/mountinfo`, "utf8")
+        .split("\n")
+        .filter((l) => l.split(" ")[4] === join(dir, "mnt", "ws")).length;
+    const n = stacked();
+    for (const bad of [
+      "a1 swap ../../etc 0 0",
+      "a2 swap a/b 0 0",
+      "a3 swap .hidden 0 0",
+      "a4 swap baseline 2 0",
+      "a5 swap baseline 0 0 extra",
+      "a6 umount baseline 1 0",
+      "a7 sh -c id",
+    ]) {
+      expect(await ask(dir, bad), bad).toBe(`${bad.split(" ")[0]} refused`);
+    }
+    // A request without a hex id gets no answer at all.
+    expect(await ask(dir, "x-y swap baseline 0 0")).toBeNull();
+    expect(stacked()).toBe(n);
+    expect(await sh("echo ok > f && cat f && rm f")).toBe("ok");
+  });
+
+  it("without its helper the reset still happens in place (through a spawned nsenter)", async () => {
+    const { pid } = helper();
+    process.kill(pid, "SIGKILL");
+    expect(await waitUntil(() => !processAlive(pid), 5_000)).toBe(true);
+    const before = await epoch();
+    await sh("echo x > gone.txt");
+    await h.pyro.resetWorkspace(id);
+    expect(await epoch()).toBe(before);
+    expect(await sh("ls")).toBe("");
+  });
+
+  it("ends with the sandbox", async () => {
+    // A new sandbox (the previous test killed this one's helper) and so a new helper.
+    await h.pyro.stopWorkspace(id);
+    await h.pyro.startWorkspace(id);
+    const { pid, dir } = helper();
+    await h.pyro.stopWorkspace(id);
+    expect(processAlive(pid)).toBe(false);
+    // No reader: the FIFO cannot be written any more.
+    expect(() =>
+      openSync(join(dir, "reset-helper", "req"), constants.O_WRONLY | constants.O_NONBLOCK),
+    ).toThrow(/ENXIO/);
+  });
+});
