@@ -280,7 +280,7 @@ export async function hangUpSession(sid: number, leaderArgv: readonly string[] =
     signalAll(all, "SIGHUP");
     signalAll(all, "SIGCONT");
     hung += all.length;
-    await new Promise((r) => setTimeout(r, 10));
+    await untilEnded(all);
     // Whoever is still there and ignores or handles SIGHUP (nohup) is left be. One that
     // does neither is dying but was not scheduled yet (a busy machine): it is signalled
     // again next round, not taken for a survivor (a fork bomb's member was, and forked on).
@@ -288,6 +288,27 @@ export async function hangUpSession(sid: number, leaderArgv: readonly string[] =
       if (all.includes(p) && (await keepsSighup(p))) survivors.add(p);
   }
   return hung;
+}
+
+/** How long a hangup round gives the processes it signalled to end. */
+const ROUND_WAIT_MS = 10;
+
+/**
+ * Waits until every one of `pids` has ended (a zombie has), or ROUND_WAIT_MS. A
+ * background job usually dies within the first millisecond: a fixed wait made every exec
+ * that left one 10 ms slower. Whoever is still there at the end is judged as before.
+ */
+async function untilEnded(pids: readonly number[]): Promise<void> {
+  const deadline = performance.now() + ROUND_WAIT_MS;
+  const aliveNow = (pid: number) => {
+    const text = readStatSync(String(pid));
+    return text !== null && procInfo(text) !== null;
+  };
+  while (pids.some(aliveNow)) {
+    const left = deadline - performance.now();
+    if (left <= 0) return;
+    await new Promise((r) => setTimeout(r, Math.min(1, left)));
+  }
 }
 
 /** Whether `pid` ignores or catches SIGHUP (SigIgn/SigCgt bit 0 in /proc/PID/status). */
