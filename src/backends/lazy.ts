@@ -8,7 +8,7 @@ import type { BackendName, ExecutionMode, SandboxSpec, SandboxState, WorkspaceBa
  * (backend.runOnce)`) before it has loaded the backend. `exposeSnapshot` is not one: the
  * core only ever calls it (`?.()`), so the facade always has it.
  */
-export const BACKEND_FEATURES = ["connectPort", "connectNet", "openDisk", "runOnce"] as const;
+export const BACKEND_FEATURES = ["connectPort", "connectNet", "openDisk", "runOnce", "adoptSpare"] as const;
 export type BackendFeature = (typeof BACKEND_FEATURES)[number];
 
 /** What a LazyBackend knows before loading (a registry entry). */
@@ -34,6 +34,7 @@ export class LazyBackend implements WorkspaceBackend {
   declare connectNet?: WorkspaceBackend["connectNet"];
   declare openDisk?: WorkspaceBackend["openDisk"];
   declare runOnce?: WorkspaceBackend["runOnce"];
+  declare adoptSpare?: WorkspaceBackend["adoptSpare"];
   private loading: Promise<WorkspaceBackend> | undefined;
   private real: WorkspaceBackend | undefined;
 

@@ -100,7 +100,7 @@ const ENTRIES: { readonly [N in BackendName]: BackendEntry } = {
     optIn: false,
     isolating: true,
     executionMode: "guest_agent",
-    features: ["connectPort", "openDisk", "runOnce"],
+    features: ["connectPort", "openDisk", "runOnce", "adoptSpare"],
     load: async () => new (await import("./bwrap/backend.js")).BwrapBackend(),
   },
   host: {

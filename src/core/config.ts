@@ -1,5 +1,6 @@
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
+import { PyroError } from "../errors.js";
 
 /**
  * pyro's configuration: every `PYRO_*` environment variable it reads, declared once
@@ -17,6 +18,9 @@ import { join, resolve } from "node:path";
  * They are plain functions, not zod schemas: every CLI command reads this module, and
  * zod's classic build was ~135 ms of a `workspace list`'s CPU to import (issue 18).
  */
+
+/** Most spares a pool keeps per environment (core/pool.ts MAX_POOL_SIZE). */
+const MAX_POOL = 4;
 
 /** A string where an empty value means "not set". */
 const optionalString = (v: string): string | undefined => (v === "" ? undefined : v);
@@ -80,6 +84,15 @@ export const CONFIG_VARS = {
     read: optionalString,
     description: "The firecracker binary (a path, or a name looked up on PATH).",
     default: "`firecracker` on PATH",
+  }),
+  PYRO_POOL: declare({
+    read: (v) => {
+      const n = Number(v);
+      return v.trim() !== "" && Number.isInteger(n) && n >= 0 ? Math.min(n, MAX_POOL) : undefined;
+    },
+    description:
+      "Started bwrap sandboxes kept ready per environment for new workspaces (docs/backends.md, pool); 0 turns the pool off, at most 4, anything else is ignored. SDK option `pool`.",
+    default: "1 for `pyro mcp serve`, else 0",
   }),
   PYRO_CLAUDE_BIN: declare({
     read: optionalString,
@@ -181,22 +194,40 @@ export interface PyroConfig {
   firecrackerBin: string | undefined;
   /** PYRO_REGISTRY_AUTH (a secret: never logged). */
   registryAuth: string | undefined;
+  /** Option `pool`, then PYRO_POOL, then option `poolDefault`, then 0: spares per environment. */
+  pool: number;
 }
 
 export interface ConfigOptions extends PathOptions {
   /** Debian mirror for environment builds (default: PYRO_DEBIAN_MIRROR, else the host's apt mirror). */
   mirror?: string;
+  /** Started sandboxes kept ready per environment (core/pool.ts); default PYRO_POOL, else `poolDefault`. */
+  pool?: number;
+  /** The pool's size when neither `pool` nor PYRO_POOL says (`pyro mcp serve`: 1; default 0). */
+  poolDefault?: number;
 }
 
 /** The engine's configuration: option → environment variable → default. */
 export function loadConfig(options: ConfigOptions = {}): PyroConfig {
   const env = options.env ?? process.env;
+  for (const [key, v] of [
+    ["pool", options.pool],
+    ["poolDefault", options.poolDefault],
+  ] as const) {
+    if (v !== undefined && !(Number.isInteger(v) && v >= 0 && v <= MAX_POOL))
+      throw new PyroError(
+        "invalid_argument",
+        `${key} must be a whole number from 0 to ${MAX_POOL}`,
+        "0 turns the pool off",
+      );
+  }
   return {
     paths: resolvePaths({ ...options, env }),
     backend: configValue(env, "PYRO_BACKEND"),
     debianMirror: options.mirror ?? configValue(env, "PYRO_DEBIAN_MIRROR"),
     firecrackerBin: configValue(env, "PYRO_FIRECRACKER_BIN"),
     registryAuth: configValue(env, "PYRO_REGISTRY_AUTH"),
+    pool: Math.min(options.pool ?? configValue(env, "PYRO_POOL") ?? options.poolDefault ?? 0, MAX_POOL),
   };
 }
 

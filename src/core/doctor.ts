@@ -3,8 +3,10 @@ import { join } from "node:path";
 import type { BackendName, KvmStatus } from "../backends/backend.js";
 import { type ProbeReport, probeAll } from "../backends/registry.js";
 import type { EnvironmentInfo } from "../env/cache.js";
+import { loadConfig } from "./config.js";
 import type { Engine } from "./engine.js";
 import { type NetworkDoctor, networkDoctor } from "./network.js";
+import { poolReport, SERVE_POOL_SIZE, type SpareReport } from "./pool.js";
 
 export type Readiness = "warm" | "cold" | "stale";
 
@@ -27,6 +29,12 @@ export interface DoctorReport {
   };
   /** Network policies and published ports per backend, and whether the proxy serves here. */
   network: NetworkDoctor;
+  /**
+   * The pool of started sandboxes (core/pool.ts): the size this process would keep
+   * (`pyro mcp serve` keeps 1 unless PYRO_POOL says otherwise) and the spares on disk,
+   * each with whether its owner still runs (a dead owner's are reaped by the next pool).
+   */
+  pool: { size: number; serve_size: number; spares: SpareReport[] };
   environment?: {
     name: string;
     readiness: Readiness;
@@ -46,7 +54,7 @@ export async function doctor(
 ): Promise<DoctorReport> {
   // Validate the environment name before spending seconds on probes.
   const envInfo = options.environment ? await engine.environments.info(options.environment) : undefined;
-  const [probes, list, network] = await Promise.all([
+  const [probes, list, network, spares] = await Promise.all([
     probeAll({
       env: engine.env,
       settings: engine.backendSettings,
@@ -57,6 +65,7 @@ export async function doctor(
       engine.implemented().map((n) => engine.backend(n)),
       join(engine.paths.home, "tmp"),
     ),
+    poolReport(join(engine.paths.home, "pool")),
   ]);
   const report: DoctorReport = {
     platform: {
@@ -82,6 +91,11 @@ export async function doctor(
       })),
     },
     network,
+    pool: {
+      size: engine.config.pool,
+      serve_size: loadConfig({ env: engine.env, poolDefault: SERVE_POOL_SIZE }).pool,
+      spares,
+    },
   };
   if (envInfo) report.environment = readiness(envInfo);
   return report;

@@ -21,6 +21,7 @@ import { StateStore } from "../state/store.js";
 import { makeDirsSync } from "../util/fs.js";
 import { type ConfigOptions, loadConfig, type PyroConfig, type PyroPaths } from "./config.js";
 import { EngineEvents, ObservedEnvironmentCache } from "./events.js";
+import { SandboxPool } from "./pool.js";
 import { runRecipe, seedRecipeEnvironment } from "./recipes.js";
 import { Workspaces } from "./workspaces.js";
 
@@ -58,6 +59,8 @@ export class Engine {
   /** What the engine reports to watchers (builds, sandbox starts, workspaces coming and going); secrets redacted. */
   readonly events: EngineEvents;
   readonly workspaces: Workspaces;
+  /** Started sandboxes handed to new workspaces (core/pool.ts); off unless configured. */
+  readonly pool: SandboxPool;
   readonly appDir = APP_DIR;
   readonly networkTestHosts: Record<string, string> | undefined;
   private readonly backends: Partial<Record<BackendName, WorkspaceBackend>>;
@@ -93,7 +96,29 @@ export class Engine {
       ...options.backends,
     };
     this.injected = new Set(Object.keys(options.backends ?? {}) as BackendName[]);
+    this.pool = new SandboxPool({
+      size: this.config.pool,
+      dir: join(this.paths.home, "pool"),
+      appDir: APP_DIR,
+      runtimeCacheDir: join(this.paths.home, "runtime"),
+      backend: (name) => this.backend(name),
+    });
     this.workspaces = new Workspaces(this);
+  }
+
+  /**
+   * Fills the pool (when it is on) for the default backend and `environment`, if that
+   * environment is already cached: `pyro mcp serve` calls it at start, so its first
+   * create gets a started sandbox. Never builds or downloads anything.
+   */
+  async warmPool(environment = "debian:12"): Promise<void> {
+    if (!this.pool.enabled) return;
+    const backend = await this.chooseBackend(undefined, false).catch(() => null);
+    if (!backend?.adoptSpare) return;
+    const info = await this.environments.info(environment).catch(() => null);
+    if (info?.status !== "cached") return;
+    const env = await this.environments.pull(environment);
+    this.pool.want(backend, env.rootfs);
   }
 
   /** The environment a seed repository's `.pyro/environment.toml` builds (null without one). */
@@ -227,6 +252,7 @@ export class Engine {
   }
 
   async close(): Promise<void> {
+    await this.pool.close();
     await this.workspaces.close();
     this.stateStore?.close();
     this.stateStore = undefined;

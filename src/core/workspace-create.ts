@@ -81,12 +81,12 @@ export async function createWorkspace(inner: WorkspaceInternals, options: Create
       file_count: seed.file_count,
     });
     created = await inner.startNetwork(created, backend);
-    const state = await backend.start(
-      ws.sandboxSpec(created),
-      options.signal ? { signal: options.signal } : {},
-    );
+    const spec = ws.sandboxSpec(created);
+    // A started spare of the pool when one fits (mcp serve), else a sandbox of its own.
+    const spare = (await deps.pool?.take(backend, spec)) ?? null;
+    const state = spare ?? (await backend.start(spec, options.signal ? { signal: options.signal } : {}));
     const w = inner.setState(id, "running", { runtime: { sandbox: state, owner: null } });
-    recordCreated(inner, w, environment, backend, seed);
+    recordCreated(inner, w, environment, backend, seed, spare !== null);
     return workspaceView(w, backend.executionMode);
   } catch (err) {
     await rollbackCreate(inner, id, created, backend);
@@ -101,6 +101,7 @@ function recordCreated(
   environment: string,
   backend: WorkspaceBackend,
   seed: WorkspaceSeed,
+  pooled: boolean,
 ): void {
   const id = w.workspace_id;
   inner.deps.store().recordEvent(id, "create", {
@@ -108,6 +109,7 @@ function recordCreated(
     backend: backend.name,
     seed: seed.kind,
     source: seed.source,
+    sandbox: pooled ? "pool" : "started",
   });
   inner.ws.emit({
     level: "notice",

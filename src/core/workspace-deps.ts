@@ -5,6 +5,7 @@ import type { StateStore } from "../state/store.js";
 import type { WorkspacePatch, WorkspaceRow, WorkspaceState } from "../state/types.js";
 import type { PyroPaths } from "./config.js";
 import type { EngineEvents } from "./events.js";
+import type { SandboxPool } from "./pool.js";
 import type { WorkspaceSecrets } from "./secrets.js";
 import type { Workspaces } from "./workspaces.js";
 
@@ -51,6 +52,8 @@ export interface WorkspaceDeps {
   seedRecipe?(seedPath: string, options: PullOptions): Promise<string | null>;
   /** Where lifecycle events go (sandbox starts and restarts, workspaces created and removed). */
   readonly events?: EngineEvents;
+  /** Started sandboxes for new workspaces (core/pool.ts); none in tests that give none. */
+  readonly pool?: Pick<SandboxPool, "take" | "want">;
 }
 
 /**

@@ -117,6 +117,8 @@ export class Pyro {
   constructor(options: PyroOptions = {}) {
     this.engine = new Engine(options);
     this.ws = this.engine.workspaces;
+    // With a pool (option `pool`, PYRO_POOL; `pyro mcp serve` by default), spares start now.
+    if (this.engine.pool.enabled) void this.engine.warmPool().catch(() => {});
   }
 
   async doctor(options: DoctorOptions = {}): Promise<DoctorReport> {

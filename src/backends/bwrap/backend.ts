@@ -24,6 +24,7 @@ import { socketSandboxShape, stateReader } from "../sandbox-state.js";
 import { linuxDiskView, openDiskView } from "./disk-view.js";
 import { isolationArgs } from "./isolation.js";
 import { bwrapRunOnce } from "./oneshot.js";
+import { adoptSpare } from "./pool.js";
 import { AGENT_TMP, type ResetBase, resetBase, resetInPlace } from "./reset.js";
 import { writeSeccompFile } from "./seccomp.js";
 
@@ -199,6 +200,20 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
     if (!done) return null;
     const { in_place_reset: _, ...kept } = state as SandboxState & { in_place_reset?: boolean };
     return kept;
+  }
+
+  /** Hands a spare sandbox of the pool to a new workspace (pool.ts). */
+  async adoptSpare(
+    spare: SandboxSpec,
+    state: SandboxState,
+    spec: SandboxSpec,
+    agent: AgentClient,
+  ): Promise<SandboxState | null> {
+    const s = BWRAP_STATE.read(state);
+    if (s.agent_pid === undefined || s.agent_start_time === undefined || s.layers_sig === undefined)
+      return null;
+    const base = { agent_pid: s.agent_pid, agent_start_time: s.agent_start_time, layers_sig: s.layers_sig };
+    return adoptSpare(spare, { ...s, ...base }, spec, agent, await this.launchTools());
   }
 
   /** Kills every process of the sandbox (through its cgroup) and waits for them. */

@@ -1,6 +1,6 @@
 import { constants } from "node:fs";
-import { access, mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { access, mkdir, readFile, rename, rmdir, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { PyroError } from "../../errors.js";
 import { exists } from "../../util/fs.js";
@@ -178,6 +178,25 @@ export class CgroupLimits {
       }
     }
     return dirs.size > 0 ? new CgroupLimits(layout, id, dirs) : null;
+  }
+
+  /**
+   * Renames the group(s) to `id` (within the same parent: cgroup directories can be
+   * renamed in place, their processes stay) and applies `limits`, reading each back.
+   * A pool's spare sandbox takes its workspace's name and limits this way. Throws, with
+   * the group under whichever name it reached, when either step fails.
+   */
+  async renameTo(id: string, limits: CgroupLimitSpec): Promise<CgroupLimits> {
+    checkId(id);
+    const dirs = new Map<CgroupController | "unified", string>();
+    for (const [c, dir] of this.dirs) {
+      const to = join(dirname(dir), id);
+      await rename(dir, to);
+      dirs.set(c, to);
+    }
+    const renamed = new CgroupLimits(this.layout, id, dirs);
+    await renamed.applyLimits(limits);
+    return renamed;
   }
 
   /** Moves a process (all its threads) into the group(s). Children forked later follow. */

@@ -47,6 +47,10 @@ export function renderDoctor(r: DoctorReport): string {
     lines.push(
       `  ${name.padEnd(12)} ${n.policies.join(", ")}${n.published_ports ? " + published ports" : ""}; ${n.channel}`,
     );
+  const stale = r.pool.spares.filter((s) => !s.owner_alive).length;
+  lines.push(
+    `pool: ${r.pool.serve_size} started sandbox(es) per environment for \`pyro mcp serve\`, ${r.pool.size} here; ${r.pool.spares.length} spare(s) on disk${stale ? ` (${stale} of a process that is gone: the next pool ends them)` : ""}`,
+  );
   lines.push(`cache: ${r.cache.path} (${formatBytes(r.cache.size_bytes)})`);
   for (const e of r.cache.environments) lines.push(`  ${e.name.padEnd(16)} ${e.status}`);
   if (r.environment)

@@ -2,6 +2,7 @@ import { stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import { debugEnabled, resolvePaths } from "../../core/config.js";
+import { SERVE_POOL_SIZE } from "../../core/pool.js";
 import { EXIT_OK, PyroError, toPyroError } from "../../errors.js";
 import { parseHttpAddress, serveHttp } from "../../mcp/http.js";
 import { MODE_NAMES, PROFILE_NAMES, toolSet } from "../../mcp/profiles.js";
@@ -81,7 +82,8 @@ async function serve(ctx: CliContext, o: ServeFlags): Promise<number> {
     });
     const allowHostPaths = await allowedDirs(cwd, o.allowHostPath);
     prefetch(seed);
-    const pyro = new Pyro({ env: ctx.io.env });
+    // A started sandbox ready for the first create (PYRO_POOL=0 turns it off).
+    const pyro = new Pyro({ env: ctx.io.env, poolDefault: SERVE_POOL_SIZE });
     const shutdown = new AbortController();
     const calls = new CallTracker();
     cleanup = async () => {
