@@ -8,8 +8,8 @@ import { atomicWriteFile } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { connectForwardIn, connectSandboxSocket, waitForSocket } from "../common.js";
-import { AGENT_SOCKET, agentArgv, FORWARD_SOCKET, guestNet } from "../guest.js";
-import { type NodeRuntime, prepareNodeRuntime } from "../runtime.js";
+import { AGENT_SOCKET, agentArgv, guestNet } from "../guest.js";
+import { prepareNodeRuntime } from "../runtime.js";
 import {
   CALL_MS,
   deadline,
@@ -29,13 +29,13 @@ import {
   overlayVolumeBody,
   unappliedSettings,
   type VolumeBody,
-  volumeName,
   workspaceContainerBody,
   workspaceUser,
 } from "./container.js";
 import { openDockerDisk } from "./disk.js";
-import { ensureImage } from "./image.js";
+import { ensureImage, imageRef } from "./image.js";
 import { dockerRunOnce } from "./oneshot.js";
+import { baseName, otherSlot, type Slot, StandbyTable, slotName, slotPaths, slotVolume } from "./standby.js";
 import { ExecChannel } from "./stream.js";
 
 /** The engine a workspace lives on, kept in its directory so any later process finds it. */
@@ -44,6 +44,8 @@ const AGENT_READY_MS = 20_000;
 
 interface EngineRecord {
   endpoint: string;
+  /** The slot of the workspace's container (standby.ts); absent: "a". */
+  slot?: Slot;
 }
 
 interface DockerState extends SandboxState {
@@ -51,20 +53,13 @@ interface DockerState extends SandboxState {
   endpoint: string;
   container_id: string;
   container: string;
+  /** The container's slot (standby.ts); absent: "a". */
+  slot?: Slot;
   agent_argv: string[];
   /** Host directory of the agent's and the published-port sockets (absent: an exec per connection). */
   sock_dir?: string;
   /** The agent's socket in it. */
   socket?: string;
-}
-
-function layout(dir: string) {
-  return {
-    upper: join(dir, "ws", "upper"),
-    work: join(dir, "ws", "work"),
-    record: join(dir, RECORD),
-    sock: join(dir, "sock"),
-  };
 }
 
 function asDockerState(state: SandboxState): DockerState {
@@ -94,6 +89,10 @@ export class DockerBackend implements WorkspaceBackend {
   readonly name = "docker" as const;
   readonly executionMode = "guest_agent" as const;
   private readonly clients: EngineClients;
+  /** Standbys this process makes or holds (standby.ts), by the workspace's container name. */
+  private readonly standbys = new StandbyTable<DockerState>();
+  /** Workspaces whose next start is followed by a standby: this process reset them. */
+  private readonly wantStandby = new Set<string>();
 
   constructor(env: NodeJS.ProcessEnv = process.env) {
     this.clients = new EngineClients(env);
@@ -113,15 +112,42 @@ export class DockerBackend implements WorkspaceBackend {
   }
 
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
-    const l = layout(spec.dir);
-    const endpoint = (await readRecord(spec.dir))?.endpoint ?? this.clients.defaultEndpoint();
+    const record = await readRecord(spec.dir);
+    const endpoint = record?.endpoint ?? this.clients.defaultEndpoint();
+    const slot = record?.slot ?? "a";
     await mkdir(spec.dir, { recursive: true, mode: 0o700 });
-    await atomicWriteFile(l.record, JSON.stringify({ endpoint } satisfies EngineRecord), 0o600);
+    await atomicWriteFile(
+      join(spec.dir, RECORD),
+      JSON.stringify({ endpoint, slot } satisfies EngineRecord),
+      0o600,
+    );
     const docker = await this.clients.get(endpoint);
+    const base = containerName(spec.workspace_id);
+    // The other slot's container (a standby, or an old container a hand-out left paused in
+    // a process that ended): not this start's to keep.
+    if (record) await this.dropStandby(docker, base, otherSlot(slot)).catch(() => {});
+    const parts = await this.containerParts(docker, endpoint, spec, slot, slotName(base, slot), options);
+    const state = await this.launch(docker, endpoint, spec, parts, true, options);
+    if (this.wantStandby.delete(base)) this.scheduleStandby(spec, state, parts.image, slot);
+    return state;
+  }
+
+  /** The bodies of a container of `spec` in `slot`, its directories made and its sockets gone. */
+  private async containerParts(
+    docker: Docker,
+    endpoint: string,
+    spec: SandboxSpec,
+    slot: Slot,
+    name: string,
+    options: { signal?: AbortSignal },
+  ) {
+    const l = slotPaths(spec.dir, slot);
     const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
     const image = await ensureImage(docker, endpoint, spec.rootfs, options);
+    // The socket directory is the container's /run/pyro/sock: nothing a command left there
+    // outlives the container's start (a reset's restart kept it before).
+    await rm(l.sock, { recursive: true, force: true });
     for (const d of [l.upper, l.work, l.sock]) await mkdir(d, { recursive: true, mode: 0o700 });
-    for (const f of [AGENT_SOCKET, FORWARD_SOCKET]) await rm(join(l.sock, f), { force: true });
     const argvOfAgent = agentArgv(
       runtime,
       IN_CONTAINER,
@@ -130,13 +156,12 @@ export class DockerBackend implements WorkspaceBackend {
       { idleCommands: true },
     );
     const volume = overlayVolumeBody({
-      name: volumeName(spec.workspace_id),
+      name: slotVolume(spec.workspace_id, slot),
       lower: join(spec.snapshotsDir, spec.snapshot),
       upper: l.upper,
       work: l.work,
       labels: { [LABELS.workspace]: spec.workspace_id, [LABELS.dir]: spec.dir },
     });
-
     const ids = process.getuid && process.getgid ? { uid: process.getuid(), gid: process.getgid() } : null;
     const body = workspaceContainerBody({
       spec,
@@ -161,11 +186,29 @@ export class DockerBackend implements WorkspaceBackend {
           ),
       user: workspaceUser(ids),
       sockDir: l.sock,
+      name,
+      volume: volume.Name,
     });
+    return { body, volume, image, slot, sock: l.sock, argvOfAgent };
+  }
 
+  /**
+   * Creates (or, with `reuse`, finds the kept) container, starts it and waits for its
+   * agent. A start that fails stops the container again.
+   */
+  private async launch(
+    docker: Docker,
+    endpoint: string,
+    spec: SandboxSpec,
+    p: Awaited<ReturnType<DockerBackend["containerParts"]>>,
+    reuse: boolean,
+    options: { signal?: AbortSignal },
+  ): Promise<DockerState> {
     let id: string;
     try {
-      id = (await this.reusable(docker, body, volume)) ?? (await this.createContainer(docker, body, volume));
+      id =
+        (reuse ? await this.reusable(docker, p.body, p.volume) : null) ??
+        (await this.createContainer(docker, p.body, p.volume));
       await ignoreGone(docker.getContainer(id).start(deadline(CALL_MS, options.signal)), [304]);
     } catch (err) {
       throw engineError(err, `starting the container of ${spec.workspace_id}`, endpoint);
@@ -174,20 +217,21 @@ export class DockerBackend implements WorkspaceBackend {
       backend: "docker",
       endpoint,
       container_id: id,
-      container: containerName(spec.workspace_id),
-      agent_argv: argvOfAgent,
-      ...(spec.netDir ? { sock_dir: l.sock, socket: join(l.sock, AGENT_SOCKET) } : {}),
+      container: p.body.name,
+      slot: p.slot,
+      agent_argv: p.argvOfAgent,
+      ...(spec.netDir ? { sock_dir: p.sock, socket: join(p.sock, AGENT_SOCKET) } : {}),
     };
     try {
       if (state.sock_dir)
         await waitForSocket(join(state.sock_dir, AGENT_SOCKET), () => this.isRunning(state), {
           timeoutMs: AGENT_READY_MS,
-          what: `the agent of container ${state.container}`,
+          what: `the agent of container ${p.body.name}`,
           ...(options.signal ? { signal: options.signal } : {}),
         });
       await this.awaitAgent(state, options.signal);
     } catch (err) {
-      await this.stop(state).catch(() => {});
+      await killContainer(docker, id).catch(() => {});
       throw err;
     }
     return state;
@@ -315,13 +359,19 @@ export class DockerBackend implements WorkspaceBackend {
     }
   }
 
-  /** Kills every process of the container; the container (its root layer) and /workspace stay. */
+  /**
+   * Kills every process of the container; the container (its root layer) and /workspace
+   * stay. A standby of the workspace is removed (a stopped workspace keeps none).
+   */
   async stop(state: SandboxState): Promise<void> {
     const s = asDockerState(state);
-    const c = (await this.clients.get(s.endpoint)).getContainer(s.container_id);
+    const docker = await this.clients.get(s.endpoint);
+    const slot = s.slot ?? "a";
     try {
-      await ignoreGone(c.kill({ signal: "SIGKILL", ...deadline() }), [409]);
-      await ignoreGone(c.wait({ condition: "not-running", ...deadline() }));
+      await Promise.all([
+        killContainer(docker, s.container_id),
+        this.dropStandby(docker, baseName(s.container, slot), otherSlot(slot)),
+      ]);
     } catch (err) {
       throw engineError(err, `stopping container ${s.container}`, s.endpoint);
     }
@@ -329,14 +379,20 @@ export class DockerBackend implements WorkspaceBackend {
 
   /** A stopped workspace's files, read by a throwaway read-only container (disk.ts). */
   async openDisk(spec: SandboxSpec): Promise<Duplex> {
-    const endpoint = (await readRecord(spec.dir))?.endpoint ?? this.clients.defaultEndpoint();
-    return openDockerDisk(await this.clients.get(endpoint), endpoint, spec);
+    const record = await readRecord(spec.dir);
+    const endpoint = record?.endpoint ?? this.clients.defaultEndpoint();
+    return openDockerDisk(
+      await this.clients.get(endpoint),
+      endpoint,
+      spec,
+      slotVolume(spec.workspace_id, record?.slot ?? "a"),
+    );
   }
 
-  /** Removes the container (its root layer) and the /workspace volume and upper layer. */
+  /** Removes the containers (their root layers) and the /workspace volumes and upper layers. */
   async discardChanges(spec: SandboxSpec): Promise<void> {
     await this.removeEngineObjects(spec, null);
-    await removeTree(join(spec.dir, "ws"));
+    for (const slot of ["a", "b"] as const) await removeTree(slotPaths(spec.dir, slot).ws);
   }
 
   async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
@@ -344,33 +400,170 @@ export class DockerBackend implements WorkspaceBackend {
     await removeTree(spec.dir);
   }
 
-  /** Removes this workspace's container and volume, checking by label that they are ours. */
+  /** Removes both slots' containers and volumes, checking by label that they are ours. */
   private async removeEngineObjects(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
     const recorded =
       typeof state?.endpoint === "string" ? state.endpoint : (await readRecord(spec.dir))?.endpoint;
     // Never started on an engine: nothing there to remove.
     if (!recorded) return;
     const docker = await this.clients.get(recorded);
+    const base = containerName(spec.workspace_id);
     try {
-      const name = containerName(spec.workspace_id);
-      const c = await ignoreGone(docker.getContainer(name).inspect(deadline()));
-      if (c && c.Config.Labels?.[LABELS.dir] === spec.dir) {
-        await ignoreGone(docker.getContainer(c.Id).remove({ force: true, ...deadline() }), [409]);
+      await this.standbys.drop(base);
+      await this.standbys.cleanedUp(base);
+      for (const slot of ["a", "b"] as const) {
+        const c = await ignoreGone(docker.getContainer(slotName(base, slot)).inspect(deadline()));
+        if (c && c.Config.Labels?.[LABELS.dir] === spec.dir)
+          await ignoreGone(docker.getContainer(c.Id).remove({ force: true, ...deadline() }), [409]);
+        await removeVolume(docker, slotVolume(spec.workspace_id, slot), spec.dir);
       }
-      const vol = volumeName(spec.workspace_id);
-      const v = await ignoreGone(docker.getVolume(vol).inspect(deadline()));
-      if (v && v.Labels?.[LABELS.dir] === spec.dir)
-        await ignoreGone(docker.getVolume(vol).remove(deadline()));
     } catch (err) {
       throw engineError(err, `removing the container of ${spec.workspace_id}`, recorded);
     }
   }
+
+  /** Ends this process's standby of the workspace and removes the container in `slot`. */
+  private async dropStandby(docker: Docker, base: string, slot: Slot): Promise<void> {
+    await this.standbys.drop(base);
+    await ignoreGone(docker.getContainer(slotName(base, slot)).remove({ force: true, ...deadline() }), [409]);
+  }
+
+  /** After STANDBY_DELAY_MS (standby.ts), a standby for the next reset of `spec`'s workspace. */
+  private scheduleStandby(spec: SandboxSpec, current: DockerState, image: string, slot: Slot): void {
+    if (!spec.netDir) return;
+    const next = otherSlot(slot);
+    this.standbys.schedule(containerName(spec.workspace_id), standbyKey(spec, image), next, (entry) =>
+      this.makeStandby(spec, current.endpoint, next, () => entry.cancelled),
+    );
+  }
+
+  /**
+   * Starts a standby in `slot`: what is left there removed first (the old container of the
+   * last hand-out, its volume and directories), then a container as a restart would start
+   * it. A cancel while it started removes it again.
+   */
+  private async makeStandby(
+    spec: SandboxSpec,
+    endpoint: string,
+    slot: Slot,
+    cancelled: () => boolean,
+  ): Promise<DockerState | null> {
+    const docker = await this.clients.get(endpoint);
+    const base = containerName(spec.workspace_id);
+    await this.standbys.cleanedUp(base);
+    await ignoreGone(docker.getContainer(slotName(base, slot)).remove({ force: true, ...deadline() }), [409]);
+    await removeVolume(docker, slotVolume(spec.workspace_id, slot), spec.dir);
+    const l = slotPaths(spec.dir, slot);
+    await removeTree(l.ws);
+    if (cancelled()) return null;
+    const parts = await this.containerParts(docker, endpoint, spec, slot, slotName(base, slot), {});
+    const state = await this.launch(docker, endpoint, spec, parts, false, {});
+    if (cancelled()) {
+      await ignoreGone(docker.getContainer(state.container_id).remove({ force: true, ...deadline() }), [409]);
+      return null;
+    }
+    return state;
+  }
+
+  /**
+   * A reset that hands the workspace over to its standby (standby.ts): the old container
+   * paused, then removed with its volume and layer after the answer. Null (the caller
+   * restarts) without a standby made for exactly this reset; the restart is then followed
+   * by one.
+   */
+  async resetInPlace(
+    spec: SandboxSpec,
+    state: SandboxState,
+    agent: AgentClient,
+  ): Promise<SandboxState | null> {
+    const s = asDockerState(state);
+    const base = containerName(spec.workspace_id);
+    const entry = this.standbys.take(base);
+    const record = await readRecord(spec.dir);
+    const standby = entry?.promise ? await entry.promise : null;
+    const docker = await this.clients.get(s.endpoint);
+    if (
+      !standby ||
+      !entry ||
+      !record ||
+      record.endpoint !== s.endpoint ||
+      (s.slot ?? "a") !== (record.slot ?? "a") ||
+      entry.slot !== otherSlot(record.slot ?? "a") ||
+      entry.key !== standbyKey(spec, await imageRef(spec.rootfs))
+    ) {
+      if (entry?.timer) clearTimeout(entry.timer);
+      if (standby)
+        await ignoreGone(
+          docker.getContainer(standby.container_id).remove({ force: true, ...deadline() }),
+          [409],
+        );
+      this.wantStandby.add(base);
+      return null;
+    }
+    // The record first: from here on a restart (or a start after this process died) starts
+    // in the standby's slot, on its empty layer, and removes the old slot's container.
+    const [c] = await Promise.all([
+      ignoreGone(docker.getContainer(standby.container_id).inspect(deadline())),
+      atomicWriteFile(
+        join(spec.dir, RECORD),
+        JSON.stringify({ endpoint: s.endpoint, slot: entry.slot } satisfies EngineRecord),
+        0o600,
+      ),
+      retire(docker, s.container_id),
+    ]);
+    agent.close();
+    if (!c?.State.Running || c.Name !== `/${standby.container}`) return null;
+    // The old slot's container, volume and layer go after the answer; the next standby,
+    // which takes that slot, waits for it (and removes whatever a process that died left).
+    const old = s.slot ?? "a";
+    this.standbys.cleanup(
+      base,
+      ignoreGone(docker.getContainer(s.container_id).remove({ force: true, ...deadline() }), [409])
+        .then(() => removeVolume(docker, slotVolume(spec.workspace_id, old), spec.dir))
+        .then(() => removeTree(slotPaths(spec.dir, old).ws)),
+    );
+    this.scheduleStandby(spec, standby, c.Config.Image, entry.slot);
+    return standby;
+  }
+}
+
+/**
+ * Stops every process of a container for good before the hand-out answers: paused (the
+ * cgroup freezer: they never run again; the removal after the answer kills them), or,
+ * where the engine cannot pause, removed at once.
+ */
+async function retire(docker: Docker, id: string): Promise<void> {
+  const c = docker.getContainer(id);
+  try {
+    await ignoreGone(c.pause(deadline()));
+  } catch {
+    await ignoreGone(c.remove({ force: true, ...deadline() }), [409]);
+  }
+}
+
+/** Kills every process of a container and waits until the engine has it stopped. */
+async function killContainer(docker: Docker, id: string): Promise<void> {
+  const c = docker.getContainer(id);
+  await ignoreGone(c.kill({ signal: "SIGKILL", ...deadline() }), [409]);
+  await ignoreGone(c.wait({ condition: "not-running", ...deadline() }));
+}
+
+/** Removes a volume if it is the workspace's (by its label). */
+async function removeVolume(docker: Docker, name: string, dir: string): Promise<void> {
+  const v = await ignoreGone(docker.getVolume(name).inspect(deadline()));
+  if (v && v.Labels?.[LABELS.dir] === dir) await ignoreGone(docker.getVolume(name).remove(deadline()));
+}
+
+/** What a standby must have been made for to serve a reset: the same spec and image. */
+function standbyKey(spec: SandboxSpec, image: string): string {
+  return JSON.stringify([spec, image]);
 }
 
 async function readRecord(dir: string): Promise<EngineRecord | null> {
   try {
     const r = JSON.parse(await readFile(join(dir, RECORD), "utf8")) as Partial<EngineRecord>;
-    return typeof r.endpoint === "string" ? { endpoint: r.endpoint } : null;
+    if (typeof r.endpoint !== "string") return null;
+    return { endpoint: r.endpoint, slot: r.slot === "b" ? "b" : "a" };
   } catch {
     return null;
   }

@@ -158,10 +158,13 @@ export function workspaceContainerBody(p: {
   user: string;
   /** Host directory for the network helper's published-port socket (with spec.netDir). */
   sockDir?: string;
+  /** The container's and /workspace volume's names (default: the workspace's; a standby's differ). */
+  name?: string;
+  volume?: string;
 }): ContainerBody {
   const { spec } = p;
   return {
-    name: containerName(spec.workspace_id),
+    name: p.name ?? containerName(spec.workspace_id),
     Image: p.image,
     Cmd: p.mainCmd,
     Env: containerEnv(),
@@ -180,7 +183,7 @@ export function workspaceContainerBody(p: {
       { Type: "bind", Source: spec.snapshotsDir, Target: IN_CONTAINER.snapshots, ReadOnly: true },
       {
         Type: "volume",
-        Source: volumeName(spec.workspace_id),
+        Source: p.volume ?? volumeName(spec.workspace_id),
         Target: IN_CONTAINER.workspace,
         VolumeOptions: { NoCopy: true },
       },

@@ -36,17 +36,23 @@ export const DISK_LABEL = "dev.pyro.disk";
  * the attach's stdio. Closing the channel removes the container (AutoRemove too: an
  * agent whose stdin closes exits, so a caller that dies leaves nothing).
  */
-export async function openDockerDisk(docker: Docker, endpoint: string, spec: SandboxSpec): Promise<Duplex> {
+export async function openDockerDisk(
+  docker: Docker,
+  endpoint: string,
+  spec: SandboxSpec,
+  /** The /workspace volume of the workspace's current slot (standby.ts). */
+  volume = volumeName(spec.workspace_id),
+): Promise<Duplex> {
   const image = await ensureImage(docker, endpoint, spec.rootfs, {});
   const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
   let container: Docker.Container | undefined;
   try {
-    const vol = await ignoreGone(docker.getVolume(volumeName(spec.workspace_id)).inspect(deadline()));
+    const vol = await ignoreGone(docker.getVolume(volume).inspect(deadline()));
     const workspace: MountBody =
       vol && vol.Labels?.[LABELS.dir] === spec.dir
         ? {
             Type: "volume",
-            Source: volumeName(spec.workspace_id),
+            Source: volume,
             Target: IN_CONTAINER.workspace,
             ReadOnly: true,
             VolumeOptions: { NoCopy: true },

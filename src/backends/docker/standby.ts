@@ -1,0 +1,127 @@
+/**
+ * The standby container of a docker workspace: a reset that hands the workspace over to a
+ * container started ahead of time instead of starting one (issue 18). Profiled here, a
+ * docker reset that restarts is ~95 ms tearing the old container down, ~25 ms creating the
+ * new one and its volume, ~270 ms in the engine's start and ~100 ms of the agent's start
+ * (CPU-bound node): only a container started before the reset gets it near the kill.
+ *
+ * A standby is what a restart would start, started earlier: a new container on the
+ * environment's image (a fresh root layer), /workspace a new overlay volume on the same
+ * snapshot with an empty upper directory, its own socket directory, the same limits, its
+ * agent listening and idle. Nothing runs in it and nothing but pyro reaches it. The hand-out
+ * pauses the old container (the engine's freezer: none of the workspace's processes runs
+ * again) and records the standby as the workspace's container; the old one is then
+ * removed with its volume and layer after the answer (and by the next standby, start,
+ * stop or delete of the workspace if this process died first). What a reset discards is discarded exactly as by the restart: processes, the
+ * root layer (/tmp, /dev/shm and /dev included), /workspace's changes, IPC objects (a new
+ * IPC namespace), the socket directory's contents.
+ *
+ * The two containers alternate between two slots, each with its volume and directories
+ * (slot a: the names a workspace always had, so older workspaces need nothing new); the
+ * current slot is in the workspace's engine record (docker.json).
+ *
+ * A standby is made only by a process that reset the workspace before, after a short
+ * unref'd timer: a CLI call that reset a workspace exits first and makes none (it would
+ * outlive the call for nothing), a long-lived one (SDK, MCP server) has it ready for the
+ * next reset. It is used only for a reset onto the snapshot, spec and image it was made
+ * for; anything else (or a standby that died or was removed by another process) is removed
+ * and the reset restarts as before.
+ */
+import { join } from "node:path";
+import { volumeName } from "./container.js";
+
+export type Slot = "a" | "b";
+
+export function otherSlot(slot: Slot): Slot {
+  return slot === "a" ? "b" : "a";
+}
+
+/** A slot's host directories: /workspace's upper and work directories, the socket directory. */
+export function slotPaths(dir: string, slot: Slot) {
+  const suffix = slot === "a" ? "" : "-b";
+  const ws = join(dir, `ws${suffix}`);
+  return { ws, upper: join(ws, "upper"), work: join(ws, "work"), sock: join(dir, `sock${suffix}`) };
+}
+
+/** The /workspace volume of a slot. */
+export function slotVolume(workspaceId: string, slot: Slot): string {
+  return slot === "a" ? volumeName(workspaceId) : `${volumeName(workspaceId)}-b`;
+}
+
+/**
+ * A slot's container name: slot a has the workspace's `pyro-<id>`, slot b `pyro-<id>-b`, so a
+ * hand-out renames nothing (a rename is two engine calls of 20-40 ms here).
+ */
+export function slotName(base: string, slot: Slot): string {
+  return slot === "a" ? base : `${base}-b`;
+}
+
+/** The workspace's base container name back from a slot's. */
+export function baseName(container: string, slot: Slot): string {
+  return slot === "b" && container.endsWith("-b") ? container.slice(0, -2) : container;
+}
+
+/** Delay before a standby is made: a CLI call has exited by then (the timer is unref'd). */
+export const STANDBY_DELAY_MS = 300;
+
+/** A standby being made or ready, in the process that makes it. */
+export interface StandbyEntry<S> {
+  /** What it was made for: the spec (snapshot, limits, directories) and the image. */
+  key: string;
+  slot: Slot;
+  timer: NodeJS.Timeout | null;
+  promise: Promise<S | null> | null;
+  cancelled: boolean;
+}
+
+/** Pending and ready standbys of one backend instance, by the workspace's container name. */
+export class StandbyTable<S> {
+  private readonly entries = new Map<string, StandbyEntry<S>>();
+  private readonly cleanups = new Map<string, Promise<void>>();
+
+  /** Runs a hand-out's removal of the old slot after the answer (errors: the next standby's). */
+  cleanup(container: string, work: Promise<void>): void {
+    const p = work.catch(() => {});
+    this.cleanups.set(container, p);
+    void p.then(() => {
+      if (this.cleanups.get(container) === p) this.cleanups.delete(container);
+    });
+  }
+
+  /** Waits for a pending cleanup of `container`'s old slot. */
+  async cleanedUp(container: string): Promise<void> {
+    await this.cleanups.get(container);
+  }
+
+  /** Makes `make()` run after STANDBY_DELAY_MS unless dropped first; replaces any entry. */
+  schedule(
+    container: string,
+    key: string,
+    slot: Slot,
+    make: (e: StandbyEntry<S>) => Promise<S | null>,
+  ): void {
+    const e: StandbyEntry<S> = { key, slot, timer: null, promise: null, cancelled: false };
+    e.timer = setTimeout(() => {
+      e.timer = null;
+      e.promise = make(e).catch(() => null);
+    }, STANDBY_DELAY_MS);
+    e.timer.unref();
+    this.entries.set(container, e);
+  }
+
+  /** Takes the entry out (the caller uses it or removes it). */
+  take(container: string): StandbyEntry<S> | undefined {
+    const e = this.entries.get(container);
+    this.entries.delete(container);
+    return e;
+  }
+
+  /** Cancels and forgets an entry, waiting for a standby being made to settle. */
+  async drop(container: string): Promise<void> {
+    const e = this.take(container);
+    if (!e) return;
+    e.cancelled = true;
+    if (e.timer) clearTimeout(e.timer);
+    await e.promise;
+  }
+}
