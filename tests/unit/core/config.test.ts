@@ -116,6 +116,21 @@ describe("the config schema", () => {
     expect(() => hostBinOverride({}, "PYRO_NOPE_BIN")).toThrow(/not a declared/);
   });
 
+  it("sizes the pool: option, then PYRO_POOL (capped, a bad value ignored), then the caller's default", () => {
+    expect(loadConfig({ env: {} }).pool).toBe(0);
+    expect(loadConfig({ env: {}, poolDefault: 1 }).pool).toBe(1);
+    expect(loadConfig({ env: { PYRO_POOL: "0" }, poolDefault: 1 }).pool).toBe(0);
+    expect(loadConfig({ env: { PYRO_POOL: "3" } }).pool).toBe(3);
+    expect(loadConfig({ env: { PYRO_POOL: "9" } }).pool).toBe(4);
+    for (const bad of ["abc", "-1", "1.5", "", " "])
+      expect(loadConfig({ env: { PYRO_POOL: bad }, poolDefault: 1 }).pool).toBe(1);
+    expect(loadConfig({ env: { PYRO_POOL: "3" }, pool: 2 }).pool).toBe(2);
+    for (const bad of [-1, 5, 1.5, Number.NaN])
+      expect(() => loadConfig({ env: {}, pool: bad })).toThrow(
+        expect.objectContaining({ code: "invalid_argument" }),
+      );
+  });
+
   it("the engine reads its configuration once, builds every registry backend and passes values down", async () => {
     const home = resolve("/tmp/pyro-config-test-home");
     const e = new Engine({ env: { PYRO_HOME: home, PYRO_FIRECRACKER_BIN: "/opt/firecracker" } });
