@@ -31,8 +31,8 @@
  *
  * What is compared lives in reset-signature.ts.
  */
-import { readdirSync, readFileSync } from "node:fs";
-import { mkdir, readdir, rename, unlink } from "node:fs/promises";
+import { mkdirSync, readdirSync, readFileSync, renameSync, unlinkSync } from "node:fs";
+import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
 import { mountsStackedAt } from "../../util/mounts.js";
@@ -170,17 +170,19 @@ export async function swapWorkspaceLayer(
   const [stacked = 0, mqs = 0] = mountsStackedAt(pids.launch, [l.wsMerged, mq]);
   const mqMounted = mqs > 0;
   const old = join(l.diskMount, "ws", `old-${Date.now()}-${process.pid}`);
-  await mkdir(inLaunch(old));
-  await rename(inLaunch(l.wsUpper), inLaunch(join(old, "upper")));
-  await rename(inLaunch(l.wsWork), inLaunch(join(old, "work")));
-  await mkdir(inLaunch(l.wsUpper), { mode: 0o755 });
-  await mkdir(inLaunch(l.wsWork), { mode: 0o755 });
-  if (!mqMounted) await mkdir(mq, { recursive: true, mode: 0o700 });
+  // Synchronous: a few metadata operations on the disk image, each a thread-pool round
+  // trip when async (milliseconds together on a busy machine).
+  mkdirSync(inLaunch(old));
+  renameSync(inLaunch(l.wsUpper), inLaunch(join(old, "upper")));
+  renameSync(inLaunch(l.wsWork), inLaunch(join(old, "work")));
+  mkdirSync(inLaunch(l.wsUpper), { mode: 0o755 });
+  mkdirSync(inLaunch(l.wsWork), { mode: 0o755 });
+  if (!mqMounted) mkdirSync(mq, { recursive: true, mode: 0o700 });
   const flags = { umount: stacked > 1, mq: !mqMounted };
   const byHelper = await helperSwap(spec, l, pids, flags);
   if (byHelper === "fail") return null;
   if (byHelper === "absent" && !(await spawnSwap(l, spec, pids, tools, flags))) return null;
-  for (const name of await readdir(inLaunch(mq))) await unlink(inLaunch(join(mq, name)));
+  for (const name of readdirSync(inLaunch(mq))) unlinkSync(inLaunch(join(mq, name)));
   return inLaunch(old);
 }
 
