@@ -128,7 +128,8 @@ export class DockerBackend implements WorkspaceBackend {
     if (record) await this.dropStandby(docker, base, otherSlot(slot)).catch(() => {});
     const parts = await this.containerParts(docker, endpoint, spec, slot, slotName(base, slot), options);
     const state = await this.launch(docker, endpoint, spec, parts, true, options);
-    if (this.wantStandby.delete(base)) this.scheduleStandby(spec, state, parts.image, slot);
+    if (this.wantStandby.delete(base))
+      await this.scheduleStandby(spec, state, parts.image, slot).catch(() => {});
     return state;
   }
 
@@ -429,10 +430,11 @@ export class DockerBackend implements WorkspaceBackend {
   }
 
   /** After STANDBY_DELAY_MS (standby.ts), a standby for the next reset of `spec`'s workspace. */
-  private scheduleStandby(spec: SandboxSpec, current: DockerState, image: string, slot: Slot): void {
+  private async scheduleStandby(spec: SandboxSpec, current: DockerState, image: string, slot: Slot) {
     if (!spec.netDir) return;
     const next = otherSlot(slot);
-    this.standbys.schedule(containerName(spec.workspace_id), standbyKey(spec, image), next, (entry) =>
+    const key = await standbyKey(spec, image);
+    this.standbys.schedule(containerName(spec.workspace_id), key, next, (entry) =>
       this.makeStandby(spec, current.endpoint, next, () => entry.cancelled),
     );
   }
@@ -489,7 +491,7 @@ export class DockerBackend implements WorkspaceBackend {
       record.endpoint !== s.endpoint ||
       (s.slot ?? "a") !== (record.slot ?? "a") ||
       entry.slot !== otherSlot(record.slot ?? "a") ||
-      entry.key !== standbyKey(spec, await imageRef(spec.rootfs))
+      entry.key !== (await standbyKey(spec, await imageRef(spec.rootfs)))
     ) {
       if (entry?.timer) clearTimeout(entry.timer);
       if (standby)
@@ -522,7 +524,7 @@ export class DockerBackend implements WorkspaceBackend {
         .then(() => removeVolume(docker, slotVolume(spec.workspace_id, old), spec.dir))
         .then(() => removeTree(slotPaths(spec.dir, old).ws)),
     );
-    this.scheduleStandby(spec, standby, c.Config.Image, entry.slot);
+    await this.scheduleStandby(spec, standby, c.Config.Image, entry.slot).catch(() => {});
     return standby;
   }
 }
@@ -554,9 +556,14 @@ async function removeVolume(docker: Docker, name: string, dir: string): Promise<
   if (v && v.Labels?.[LABELS.dir] === dir) await ignoreGone(docker.getVolume(name).remove(deadline()));
 }
 
-/** What a standby must have been made for to serve a reset: the same spec and image. */
-function standbyKey(spec: SandboxSpec, image: string): string {
-  return JSON.stringify([spec, image]);
+/**
+ * What a standby must have been made for to serve a reset: the same spec, image and
+ * snapshot tree (its directory's identity: a snapshot deleted and made again under the
+ * same name is another tree, which the standby's overlay would not show).
+ */
+async function standbyKey(spec: SandboxSpec, image: string): Promise<string> {
+  const st = await stat(join(spec.snapshotsDir, spec.snapshot), { bigint: true });
+  return JSON.stringify([spec, image, String(st.ino), String(st.ctimeNs)]);
 }
 
 async function readRecord(dir: string): Promise<EngineRecord | null> {
