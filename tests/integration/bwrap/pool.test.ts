@@ -4,9 +4,11 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SandboxState } from "../../../src/backends/backend.js";
 import { CgroupLimits, detectCgroups } from "../../../src/backends/linux/cgroups.js";
-import { PYRO_BIN, REPO_ROOT } from "../../helpers/cli.js";
+import { reapSpares } from "../../../src/core/pool.js";
+import { PYRO_BIN, pyro, REPO_ROOT } from "../../helpers/cli.js";
 import {
   bwrapSkipReason,
+  exited,
   type Harness,
   mountsMentioning,
   openHarness,
@@ -213,6 +215,60 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap pool of started sandboxes", skip)
     }
     // Closing ended the new pool's spare too: nothing left on the host.
     expect(await sparesOf(home)).toEqual([]);
+    expect(mountsMentioning(home)).toEqual([]);
+  });
+  it("a server killed at any moment of a hand-out leaves every workspace usable or gone, and nothing of its spares", {
+    timeout: 300_000,
+  }, async () => {
+    const home = await h.tempDir("pool-chaos");
+    const env = { ...process.env, ...POOL_ENV, PYRO_HOME: home, PYRO_ENV_CACHE: h.cliEnv.PYRO_ENV_CACHE };
+    const script = [
+      `import { Pyro } from ${JSON.stringify(join(REPO_ROOT, "dist", "sdk", "pyro.js"))};`,
+      "const pyro = new Pyro();",
+      "await pyro.engine.warmPool();",
+      "await pyro.engine.pool.ready();",
+      "console.log('creating');",
+      "const w = await pyro.createWorkspace({ backend: 'bwrap' });",
+      "console.log('created ' + w.workspace_id);",
+      "setInterval(() => {}, 1000);",
+    ].join("\n");
+    const seen = new Set<string>();
+    for (const [i, delayMs] of [0, 5, 15, 30, 60, 120].entries()) {
+      const where = `iteration ${i} (killed ${delayMs} ms into the create)`;
+      const child = spawn(process.execPath, ["--input-type=module", "-e", script], { env, stdio: "pipe" });
+      let out = "";
+      child.stdout.on("data", (d: Buffer) => {
+        out += d.toString();
+      });
+      expect(await waitUntil(() => out.includes("creating"), 60_000), where).toBe(true);
+      await new Promise((r) => setTimeout(r, delayMs));
+      child.kill("SIGKILL");
+      await exited(child);
+      for (const id of await sparesOf(home)) seen.add(id);
+      // The next client (a CLI call, no pool) finds each workspace usable or cleanly gone.
+      const list = pyro(["workspace", "list", "--json"], env);
+      expect(list.code, `${where}: ${list.stderr}`).toBe(0);
+      for (const w of list.json().workspaces as { workspace_id: string; state: string }[]) {
+        seen.add(w.workspace_id);
+        expect(["running", "stopped"], `${where}: ${w.workspace_id} is ${w.state}`).toContain(w.state);
+        if (w.state === "stopped") expect(pyro(["workspace", "start", w.workspace_id], env).code).toBe(0);
+        const r = pyro(["workspace", "exec", w.workspace_id, "--", "hostname"], env);
+        expect(r.stdout.trim(), `${where}: ${r.stderr}`).toBe(`pyro-${w.workspace_id.slice(3, 15)}`);
+        expect(pyro(["workspace", "delete", w.workspace_id], env).code).toBe(0);
+      }
+      // The next pool ends the dead owner's spares (and, closed, its own).
+      const { Pyro } = await import("../../../src/sdk/pyro.js");
+      const next = new Pyro({
+        home,
+        environmentsDir: String(env.PYRO_ENV_CACHE),
+        env: { ...env, PYRO_POOL: "0" },
+      });
+      await reapSpares({ dir: join(home, "pool"), backend: (n) => next.engine.backend(n) });
+      await next.close();
+      expect(await sparesOf(home), where).toEqual([]);
+    }
+    const layout = await detectCgroups();
+    for (const id of seen) expect(await CgroupLimits.attach(layout, id), `cgroup of ${id}`).toBeNull();
     expect(mountsMentioning(home)).toEqual([]);
   });
 });
