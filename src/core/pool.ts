@@ -16,7 +16,7 @@
  *   pool (`reap`) and shown by `pyro doctor` (`poolReport`).
  */
 import { randomBytes } from "node:crypto";
-import { mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentClient } from "../agent/client.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
@@ -33,9 +33,9 @@ export const SERVE_POOL_SIZE = 1;
 export const MAX_POOL_SIZE = 4;
 /** The snapshot a spare's /workspace starts on: an empty directory, never a snapshot's name. */
 export const SPARE_SNAPSHOT = ".spare-empty";
-const RECORD = "spare.json";
-/** A spare directory without a record is left alone this long (its pool may be writing it). */
-const RECORDLESS_GRACE_MS = 60_000;
+/** A spare's record beside its directory: `<id>.json`, renamed `<id>.taken.json` at hand-out. */
+const RECORD = ".json";
+const TAKEN = ".taken.json";
 
 export interface PoolDeps {
   /** Spares kept per backend and environment; 0 turns the pool off. */
@@ -56,6 +56,7 @@ interface SpareRecord {
 
 interface Spare {
   key: string;
+  /** `<pool>/<id>`: the spare's directories (written after its record, removed before it). */
   root: string;
   record: SpareRecord & { state: SandboxState };
   agent: AgentClient;
@@ -108,7 +109,7 @@ export class SandboxPool {
    */
   async take(backend: WorkspaceBackend, spec: SandboxSpec): Promise<SandboxState | null> {
     if (!this.enabled || this.closed || !backend.adoptSpare) return null;
-    this.want(backend, spec.rootfs);
+    this.remember(backend, spec.rootfs);
     const key = keyOf(backend.name, spec.rootfs);
     const i = this.spares.findIndex((s) => s.key === key && spareFits(s.record.spec, spec));
     if (i < 0) {
@@ -116,21 +117,37 @@ export class SandboxPool {
       return null;
     }
     const [spare] = this.spares.splice(i, 1) as [Spare];
-    this.refill();
+    // Marked taken first: from here on its sandbox may become the workspace's, which a
+    // reaper must then leave to the workspace (see discardSpare).
+    await rename(`${spare.root}${RECORD}`, `${spare.root}${TAKEN}`);
     let state: SandboxState | null = null;
     try {
       state = await backend.adoptSpare(spare.record.spec, spare.record.state, spec, spare.agent);
     } finally {
       spare.agent.close();
-      if (state) await rm(spare.root, { recursive: true, force: true }).catch(() => {});
-      else await this.discard(spare.root, spare.record);
+      if (state) {
+        await rm(spare.root, { recursive: true, force: true }).catch(() => {});
+        await rm(`${spare.root}${TAKEN}`, { force: true });
+      } else {
+        // Not the workspace's (the hand-out ended it or failed): ended as the spare it was.
+        await discardSpare(this.deps, spare.root, spare.record, false);
+        await rm(`${spare.root}${TAKEN}`, { force: true });
+      }
+      // The next spare starts after the hand-out, not against it for the CPU.
+      this.refill();
     }
     return state;
   }
 
-  /** Keeps spares for `rootfs` on `backend` from now on (up to MAX_KEYS pairs). */
+  /** Keeps spares for `rootfs` on `backend` from now on (up to MAX_KEYS pairs), starting them now. */
   want(backend: WorkspaceBackend, rootfs: string): void {
     if (!this.enabled || this.closed || !backend.adoptSpare) return;
+    this.remember(backend, rootfs);
+    this.refill();
+  }
+
+  /** Puts the pair first among the wanted ones, ending the spares of a pair that falls out. */
+  private remember(backend: WorkspaceBackend, rootfs: string): void {
     const key = keyOf(backend.name, rootfs);
     this.wanted = [{ key, backend, rootfs }, ...this.wanted.filter((w) => w.key !== key)];
     const dropped = this.wanted.slice(MAX_KEYS);
@@ -142,7 +159,6 @@ export class SandboxPool {
         void this.discard(s.root, s.record);
       }
     }
-    this.refill();
   }
 
   /** Resolves once no spare is being started (every wanted pair is full, or failed to fill). */
@@ -199,10 +215,11 @@ export class SandboxPool {
       runtimeCacheDir: this.deps.runtimeCacheDir,
       ...(w.backend.connectPort ? { netDir: join(root, "net") } : {}),
     };
-    // The record first: a spare whose owner dies at any point after this is found.
-    await mkdir(root, { recursive: true, mode: 0o700 });
+    // The record before anything else: a spare whose owner dies at any point after this
+    // is found, and a directory without one is no live pool's.
+    await mkdir(this.deps.dir, { recursive: true, mode: 0o700 });
     const record: SpareRecord = { owner: await this.ownerOf(), backend: w.backend.name, spec };
-    await atomicWriteFile(join(root, RECORD), JSON.stringify(record), 0o600);
+    await atomicWriteFile(`${root}${RECORD}`, JSON.stringify(record), 0o600);
     for (const d of [
       spec.dir,
       join(spec.snapshotsDir, SPARE_SNAPSHOT),
@@ -212,7 +229,7 @@ export class SandboxPool {
     let state: SandboxState | undefined;
     try {
       state = await w.backend.start(spec);
-      await atomicWriteFile(join(root, RECORD), JSON.stringify({ ...record, state }), 0o600);
+      await atomicWriteFile(`${root}${RECORD}`, JSON.stringify({ ...record, state }), 0o600);
       const agent = await AgentClient.connect(await w.backend.connect(state, { timeoutMs: 5000 }), {
         timeoutMs: 10_000,
       });
@@ -233,15 +250,22 @@ export class SandboxPool {
   }
 
   private async discard(root: string, record: SpareRecord): Promise<void> {
-    await discardSpare(this.deps, root, record);
+    await discardSpare(this.deps, root, record, false);
   }
 }
 
-/** Ends a spare's sandbox and removes its directory. */
+/**
+ * Ends a spare's sandbox and removes its directories, then its record. A spare `taken`
+ * (its hand-out began) may already be a workspace's sandbox under the workspace's cgroup
+ * and directory, which the workspace's own recovery keeps or rolls back: only what is
+ * still under the spare's names is ended (its cgroup and directory; never its recorded
+ * processes, which may be the workspace's now).
+ */
 async function discardSpare(
   deps: Pick<PoolDeps, "backend">,
   root: string,
   record: SpareRecord | null,
+  taken: boolean,
 ): Promise<void> {
   if (record) {
     const backend = (() => {
@@ -251,18 +275,34 @@ async function discardSpare(
         return null;
       }
     })();
-    await backend?.destroy(record.spec, record.state ?? null).catch(() => {});
+    await backend?.destroy(record.spec, taken ? null : (record.state ?? null)).catch(() => {});
   }
   await removeTree(root).catch(() => {});
+  await rm(`${root}${taken ? TAKEN : RECORD}`, { force: true });
 }
 
-async function readRecord(root: string): Promise<SpareRecord | null> {
+async function readRecord(file: string): Promise<SpareRecord | null> {
   try {
-    const r = JSON.parse(await readFile(join(root, RECORD), "utf8")) as SpareRecord;
+    const r = JSON.parse(await readFile(file, "utf8")) as SpareRecord;
     return r && typeof r.owner?.pid === "number" && r.spec && r.backend ? r : null;
   } catch {
     return null;
   }
+}
+
+/** The spares of a pool directory by id, from their records, with whether each was taken. */
+async function spareRecords(
+  dir: string,
+): Promise<{ id: string; taken: boolean; record: SpareRecord | null }[]> {
+  const names = await readdir(dir).catch(() => [] as string[]);
+  const out: { id: string; taken: boolean; record: SpareRecord | null }[] = [];
+  for (const name of names.sort()) {
+    if (name.startsWith(".") || !name.endsWith(RECORD)) continue;
+    const taken = name.endsWith(TAKEN);
+    const id = name.slice(0, -(taken ? TAKEN : RECORD).length);
+    out.push({ id, taken, record: await readRecord(join(dir, name)) });
+  }
+  return out;
 }
 
 /** A spare's directory as `pyro doctor` shows it. */
@@ -278,8 +318,7 @@ export interface SpareReport {
 /** The spares under `<home>/pool` and whether their owners still run. */
 export async function poolReport(dir: string): Promise<SpareReport[]> {
   const out: SpareReport[] = [];
-  for (const id of (await readdir(dir).catch(() => [])).sort()) {
-    const r = await readRecord(join(dir, id));
+  for (const { id, record: r } of await spareRecords(dir)) {
     out.push({
       id,
       backend: r?.backend ?? null,
@@ -291,18 +330,35 @@ export async function poolReport(dir: string): Promise<SpareReport[]> {
   return out;
 }
 
-/** Ends the spares whose owner process is gone (a killed `mcp serve`) and removes their directories. */
+/**
+ * Ends the spares whose owner process is gone (a killed `mcp serve`) and removes their
+ * directories and records; removes directories no record names (a record is written
+ * before its directory and removed after it, so no live pool has one) and record temp
+ * files of dead writers.
+ */
 export async function reapSpares(deps: Pick<PoolDeps, "dir" | "backend">): Promise<number> {
   let reaped = 0;
-  for (const id of await readdir(deps.dir).catch(() => [])) {
-    const root = join(deps.dir, id);
-    const r = await readRecord(root);
-    if (r && (await sameProcessAlive(r.owner.pid, r.owner.start_time))) continue;
-    // No record yet: a live pool may be between making the directory and writing it.
-    if (!r && Date.now() - ((await stat(root).catch(() => null))?.mtimeMs ?? 0) < RECORDLESS_GRACE_MS)
-      continue;
-    await discardSpare(deps, root, r);
+  const records = await spareRecords(deps.dir);
+  for (const { id, taken, record } of records) {
+    if (record && (await sameProcessAlive(record.owner.pid, record.owner.start_time))) continue;
+    await discardSpare(deps, join(deps.dir, id), record, taken);
     reaped++;
   }
+  const named = new Set(records.map((r) => r.id));
+  for (const name of await readdir(deps.dir).catch(() => [] as string[])) {
+    const path = join(deps.dir, name);
+    if (name.startsWith(".") && name.endsWith(".tmp")) {
+      // atomicWriteFile's `.<file>.<pid>.<random>.tmp` of a writer that died.
+      const pid = Number(name.split(".").at(-3));
+      if (!Number.isInteger(pid) || !(await pidAlive(pid))) await rm(path, { force: true });
+    } else if (!name.endsWith(RECORD) && !named.has(name)) {
+      await removeTree(path).catch(() => {});
+      reaped++;
+    }
+  }
   return reaped;
+}
+
+async function pidAlive(pid: number): Promise<boolean> {
+  return (await procStartTime(pid)) !== null;
 }

@@ -28,8 +28,11 @@ import {
 const skip = bwrapSkipReason();
 const POOL_ENV = { PYRO_POOL: "1", PYRO_BACKEND: "bwrap" };
 
-/** The spares on disk under `home`. */
-const sparesOf = async (home: string) => (await readdir(join(home, "pool")).catch(() => [])).sort();
+/** The spares on disk under `home`: every id with a record (`<id>.json`) or a directory. */
+const sparesOf = async (home: string) => {
+  const names = await readdir(join(home, "pool")).catch(() => [] as string[]);
+  return [...new Set(names.map((n) => n.replace(/(\.taken)?\.json$/, "")))].sort();
+};
 
 /** The memory limit of a sandbox's cgroup in bytes, or null without one. */
 async function cgroupMemoryLimit(id: string): Promise<number | null> {
@@ -42,7 +45,7 @@ async function cgroupMemoryLimit(id: string): Promise<number | null> {
 
 /** The recorded sandbox state of a spare (its record in the pool directory). */
 async function spareState(home: string, id: string): Promise<SandboxState & { pid: number }> {
-  const r = JSON.parse(await readFile(join(home, "pool", id, "spare.json"), "utf8"));
+  const r = JSON.parse(await readFile(join(home, "pool", `${id}.json`), "utf8"));
   return r.state;
 }
 
