@@ -78,6 +78,16 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
     const mounts = readFileSync(`/proc/${pid}/mountinfo`, "utf8").split("\n");
     const ws = mounts.filter((l) => l.split(" ")[4] === join(dir, "mnt", "ws"));
     expect(ws.at(-1)).toContain("lowerdir=/proc/self/fd/5/baseline");
+    // Each later reset unmounts the overlay the one before stacked (in the background,
+    // the helper goes on once it is detached): the first overlay and the newest, no more.
+    for (const name of ["a", "b", "c"]) {
+      await sh(`echo ${name} > ${name}.txt`);
+      await h.pyro.resetWorkspace(id);
+      expect(await sh("ls")).toBe("");
+    }
+    const after = readFileSync(`/proc/${pid}/mountinfo`, "utf8").split("\n");
+    expect(after.filter((l) => l.split(" ")[4] === join(dir, "mnt", "ws"))).toHaveLength(2);
+    expect(await epoch()).toBe(before);
   });
 
   it("is out of the sandbox's reach: no process, no FIFO, no host path inside", async () => {
