@@ -26,7 +26,8 @@ import { syncRows } from "./sync.js";
  * cli (the CLI as whole processes), network (the egress proxy), services, shells, commit,
  * environments (image pull and create from an image), mcp, sync (reset, sync push and
  * export of a 10k-file / 100 MB workspace), bwrap (the bwrap backend's rows: create, warm
- * exec, reset, idle RSS, one-shot run).
+ * exec, reset, idle RSS, one-shot run), docker (the docker backend's rows against
+ * `docker run --rm` of the same image).
  */
 async function main(): Promise<void> {
   const json = process.argv.includes("--json");
@@ -69,6 +70,12 @@ async function main(): Promise<void> {
   const extra: Record<string, unknown> = {};
   const n = quick ? 5 : 20;
   try {
+    if (process.argv.includes("--only=docker")) {
+      log("bench: pulling debian:12");
+      await pyro.pullEnvironment("debian:12");
+      rows.push(...(await otherBackendRows(pyro, home, ["docker"], { n, quick, extra, log })));
+      return output(rows, extra, json);
+    }
     const { bwrapTrue, floor } = await bwrapFloor(pyro, n, log);
     rows.push(...(await backendRows(pyro, "bwrap", "bwrap /bin/true", floor, n, quick, extra)));
     if (process.argv.includes("--only=bwrap")) return output(rows, extra, json);
@@ -93,54 +100,7 @@ async function main(): Promise<void> {
     );
 
     // The other backends, each against its own raw floor measured now.
-    const others: { name: BackendName; floorName: string; floorArgv: string[] }[] = [
-      {
-        name: "gvisor",
-        floorName: "runsc do true",
-        floorArgv: [
-          "runsc",
-          `--root=${join(home, "runsc-floor")}`,
-          "--network=none",
-          "--platform=ptrace",
-          "do",
-          "/bin/true",
-        ],
-      },
-      {
-        name: "docker",
-        floorName: "docker run --rm true",
-        floorArgv: ["docker", "run", "--rm", "--network", "none", "pyro-bench-floor", "/bin/true"],
-      },
-    ];
-    for (const o of others) {
-      const why = await unavailable(pyro, o.name);
-      if (why) {
-        log(`bench: ${o.name} skipped: ${why}`);
-        extra[`${o.name}_skipped`] = why;
-        continue;
-      }
-      if (o.name === "docker") {
-        // The floor's image: the same environment, imported by the backend's first create.
-        // Its own container's image: the newest pyro-env image may be another environment's.
-        const w = await pyro.createWorkspace({ backend: "docker" });
-        const img = await run([
-          "docker",
-          "inspect",
-          "--format",
-          "{{.Config.Image}}",
-          `pyro-${w.workspace_id}`,
-        ]);
-        await pyro.deleteWorkspace(w.workspace_id);
-        if (img.exitCode !== 0 || !img.stdout.trim()) throw new Error(`docker inspect failed: ${img.stderr}`);
-        await run(["docker", "tag", img.stdout.trim(), "pyro-bench-floor"]);
-      }
-      const f = await sampleMs(quick ? 3 : 10, async () => {
-        const r = await run(o.floorArgv, { killGroup: false });
-        if (r.exitCode !== 0) throw new Error(`${o.floorName} failed: ${r.stderr}`);
-      });
-      log(`bench: floor ${o.floorName} ${round(median(f))} ms`);
-      rows.push(...(await backendRows(pyro, o.name, o.floorName, f, n, quick, extra)));
-    }
+    rows.push(...(await otherBackendRows(pyro, home, ["gvisor", "docker"], { n, quick, extra, log })));
 
     const qemuWhy = await unavailable(pyro, "qemu");
     if (qemuWhy) {
@@ -200,6 +160,60 @@ async function bwrapFloor(pyro: Pyro, n: number, log: (s: string) => void) {
   });
   log(`bench: floor bwrap /bin/true ${round(median(floor))} ms`);
   return { bwrapTrue, floor };
+}
+
+/** The rows of gVisor and docker (as asked), each against its own raw floor measured now. */
+async function otherBackendRows(
+  pyro: Pyro,
+  home: string,
+  names: BackendName[],
+  opts: { n: number; quick: boolean; extra: Record<string, unknown>; log: (s: string) => void },
+): Promise<BenchRow[]> {
+  const { n, quick, extra, log } = opts;
+  const rows: BenchRow[] = [];
+  const others: { name: BackendName; floorName: string; floorArgv: string[] }[] = [
+    {
+      name: "gvisor",
+      floorName: "runsc do true",
+      floorArgv: [
+        "runsc",
+        `--root=${join(home, "runsc-floor")}`,
+        "--network=none",
+        "--platform=ptrace",
+        "do",
+        "/bin/true",
+      ],
+    },
+    {
+      name: "docker",
+      floorName: "docker run --rm true",
+      floorArgv: ["docker", "run", "--rm", "--network", "none", "pyro-bench-floor", "/bin/true"],
+    },
+  ];
+  for (const o of others.filter((x) => names.includes(x.name))) {
+    const why = await unavailable(pyro, o.name);
+    if (why) {
+      log(`bench: ${o.name} skipped: ${why}`);
+      extra[`${o.name}_skipped`] = why;
+      continue;
+    }
+    if (o.name === "docker") {
+      // The floor's image: the same environment, imported by the backend's first create.
+      // Its own container's image: the newest pyro-env image may be another environment's.
+      const w = await pyro.createWorkspace({ backend: "docker" });
+      const img = await run(["docker", "inspect", "--format", "{{.Config.Image}}", `pyro-${w.workspace_id}`]);
+      await pyro.deleteWorkspace(w.workspace_id);
+      if (img.exitCode !== 0 || !img.stdout.trim()) throw new Error(`docker inspect failed: ${img.stderr}`);
+      await run(["docker", "tag", img.stdout.trim(), "pyro-bench-floor"]);
+    }
+    const f = await sampleMs(quick ? 3 : 10, async () => {
+      const r = await run(o.floorArgv, { killGroup: false });
+      if (r.exitCode !== 0) throw new Error(`${o.floorName} failed: ${r.stderr}`);
+    });
+    log(`bench: floor ${o.floorName} ${round(median(f))} ms`);
+    rows.push(...(await backendRows(pyro, o.name, o.floorName, f, n, quick, extra)));
+  }
+  return rows;
 }
 
 /** Why a backend cannot be benchmarked here, or null. */

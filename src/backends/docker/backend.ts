@@ -127,7 +127,8 @@ export class DockerBackend implements WorkspaceBackend {
     // a process that ended): not this start's to keep.
     if (record) await this.dropStandby(docker, base, otherSlot(slot)).catch(() => {});
     const parts = await this.containerParts(docker, endpoint, spec, slot, slotName(base, slot), options);
-    const state = await this.launch(docker, endpoint, spec, parts, true, options);
+    // A workspace never started before (no record) has no container to keep: no lookups.
+    const state = await this.launch(docker, endpoint, spec, parts, record !== null, options);
     if (this.wantStandby.delete(base))
       await this.scheduleStandby(spec, state, parts.image, slot).catch(() => {});
     return state;
@@ -412,12 +413,15 @@ export class DockerBackend implements WorkspaceBackend {
     try {
       await this.standbys.drop(base);
       await this.standbys.cleanedUp(base);
-      for (const slot of ["a", "b"] as const) {
-        const c = await ignoreGone(docker.getContainer(slotName(base, slot)).inspect(deadline()));
-        if (c && c.Config.Labels?.[LABELS.dir] === spec.dir)
-          await ignoreGone(docker.getContainer(c.Id).remove({ force: true, ...deadline() }), [409]);
-        await removeVolume(docker, slotVolume(spec.workspace_id, slot), spec.dir);
-      }
+      // The two slots side by side (each a chain of engine calls).
+      await Promise.all(
+        (["a", "b"] as const).map(async (slot) => {
+          const c = await ignoreGone(docker.getContainer(slotName(base, slot)).inspect(deadline()));
+          if (c && c.Config.Labels?.[LABELS.dir] === spec.dir)
+            await ignoreGone(docker.getContainer(c.Id).remove({ force: true, ...deadline() }), [409]);
+          await removeVolume(docker, slotVolume(spec.workspace_id, slot), spec.dir);
+        }),
+      );
     } catch (err) {
       throw engineError(err, `removing the container of ${spec.workspace_id}`, recorded);
     }
@@ -482,23 +486,27 @@ export class DockerBackend implements WorkspaceBackend {
     const base = containerName(spec.workspace_id);
     const entry = this.standbys.take(base);
     const record = await readRecord(spec.dir);
-    const standby = entry?.promise ? await entry.promise : null;
     const docker = await this.clients.get(s.endpoint);
-    if (
-      !standby ||
-      !entry ||
-      !record ||
-      record.endpoint !== s.endpoint ||
-      (s.slot ?? "a") !== (record.slot ?? "a") ||
-      entry.slot !== otherSlot(record.slot ?? "a") ||
-      entry.key !== (await standbyKey(spec, await imageRef(spec.rootfs)))
-    ) {
-      if (entry?.timer) clearTimeout(entry.timer);
-      if (standby)
-        await ignoreGone(
-          docker.getContainer(standby.container_id).remove({ force: true, ...deadline() }),
-          [409],
-        );
+    const fits =
+      entry &&
+      record &&
+      record.endpoint === s.endpoint &&
+      (s.slot ?? "a") === (record.slot ?? "a") &&
+      entry.slot === otherSlot(record.slot ?? "a") &&
+      entry.key === (await standbyKey(spec, await imageRef(spec.rootfs)));
+    // A standby being started is waited for (it is ready sooner than a restart would be).
+    const standby = fits ? await entry.start() : null;
+    if (!fits || !standby || !record) {
+      if (entry && !fits) {
+        entry.cancelled = true;
+        if (entry.timer) clearTimeout(entry.timer);
+        const made = await entry.promise;
+        if (made)
+          await ignoreGone(
+            docker.getContainer(made.container_id).remove({ force: true, ...deadline() }),
+            [409],
+          );
+      }
       this.wantStandby.add(base);
       return null;
     }

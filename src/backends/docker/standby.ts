@@ -72,6 +72,11 @@ export interface StandbyEntry<S> {
   timer: NodeJS.Timeout | null;
   promise: Promise<S | null> | null;
   cancelled: boolean;
+  /**
+   * Starts making it now if the timer has not yet (a reset right after the last one: a
+   * standby started now is still ready sooner than a restart, which also tears down).
+   */
+  start(): Promise<S | null>;
 }
 
 /** Pending and ready standbys of one backend instance, by the workspace's container name. */
@@ -100,11 +105,21 @@ export class StandbyTable<S> {
     slot: Slot,
     make: (e: StandbyEntry<S>) => Promise<S | null>,
   ): void {
-    const e: StandbyEntry<S> = { key, slot, timer: null, promise: null, cancelled: false };
-    e.timer = setTimeout(() => {
-      e.timer = null;
-      e.promise = make(e).catch(() => null);
-    }, STANDBY_DELAY_MS);
+    const e: StandbyEntry<S> = {
+      key,
+      slot,
+      timer: null,
+      promise: null,
+      cancelled: false,
+      start: () => {
+        if (e.promise) return e.promise;
+        if (e.timer) clearTimeout(e.timer);
+        e.timer = null;
+        e.promise = make(e).catch(() => null);
+        return e.promise;
+      },
+    };
+    e.timer = setTimeout(() => void e.start(), STANDBY_DELAY_MS);
     e.timer.unref();
     this.entries.set(container, e);
   }

@@ -1,6 +1,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pyro as cli } from "../../helpers/cli.js";
 import {
   containerIdOf,
   containersLabelled,
@@ -78,6 +79,17 @@ describe.skipIf(skip !== "")(suiteTitle("docker resets through a standby contain
     }
     return false;
   }
+
+  it("makes no standby for a CLI call's reset (it would outlive the call for nothing)", async () => {
+    const reset = cli(["workspace", "reset", id, "--json"], h.cliEnv);
+    expect(reset.code, reset.stderr).toBe(0);
+    // Longer than the standby's delay: a CLI process that waited for its timer would have
+    // started one by now, and one that exited left none.
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await containersLabelled(engine.docker, "dev.pyro.workspace", id)).map((c) => c.Names)).toEqual([
+      [`/pyro-${id}`],
+    ]);
+  });
 
   it("hands a reset over to a container started before it, which discards what a restart does", async () => {
     const clean = (await h.pyro.execWorkspace(id, LOOK)).stdout;
