@@ -129,6 +129,23 @@ export const MIGRATIONS: readonly Migration[] = [
       `);
     },
   },
+  {
+    version: 4,
+    description: "output_totals: each workspace's kept output bytes",
+    up(db) {
+      // The sum of command_output.kept_bytes per workspace, kept by the store with every
+      // output it keeps and prunes, so that a command learns whether the budget needs a
+      // prune without reading the workspace's whole history (store.ts keepOutput).
+      db.exec(`
+        CREATE TABLE output_totals (
+          workspace_id TEXT PRIMARY KEY REFERENCES workspaces (workspace_id) ON DELETE CASCADE,
+          kept_bytes   INTEGER NOT NULL
+        ) STRICT;
+        INSERT INTO output_totals (workspace_id, kept_bytes)
+          SELECT workspace_id, SUM(kept_bytes) FROM command_output GROUP BY workspace_id;
+      `);
+    },
+  },
 ];
 
 /** The schema version this code writes. */

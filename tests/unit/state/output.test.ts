@@ -1,4 +1,5 @@
 import { join } from "node:path";
+import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { OUTPUT_BUDGET_BYTES, TAIL_BYTES } from "../../../src/state/codec.js";
 import { StateStore } from "../../../src/state/store.js";
@@ -85,6 +86,28 @@ describe("kept command output", () => {
     expect(full.length).toBeGreaterThanOrEqual(OUTPUT_BUDGET_BYTES / big.length - 1);
     expect(full.at(-1)).toBe(outputs.at(-1));
     expect(store.commandOutput(a, outputs[0]!)!.stdout).toBeNull();
+  });
+
+  it("counts the outputs a database kept before it kept their total (migration 4)", () => {
+    const big = "w".repeat(2 * MiB);
+    const keep = { stdout: big, stderr: "", stdout_bytes: big.length, stderr_bytes: 0 };
+    // Under the budget by two outputs.
+    const n = OUTPUT_BUDGET_BYTES / big.length - 1;
+    for (let i = 0; i < n; i++) store.recordCommand(a, sampleCommand(`c${i}`), keep);
+    const path = store.path;
+    store.close();
+    // The database as migration 3 left it: no totals.
+    const raw = new Database(path);
+    raw.exec("DROP TABLE output_totals");
+    raw.pragma("user_version = 3");
+    raw.close();
+    store = StateStore.open(path);
+    // Two more take the workspace past the budget: the oldest output goes, only it.
+    store.recordCommand(a, sampleCommand("x"), keep);
+    store.recordCommand(a, sampleCommand("y"), keep);
+    expect(store.commandOutput(a, 1)!.stdout).toBeNull();
+    expect(store.commandOutput(a, 2)!.stdout).toBe(big);
+    expect(store.commandOutput(a, n + 2)!.stdout).toBe(big);
   });
 
   it("drops kept output with its workspace", () => {
