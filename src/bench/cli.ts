@@ -2,6 +2,7 @@ import { spawn } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { statFields } from "../backends/common.js";
+import { run } from "../util/run.js";
 import { type BenchRow, median, round, row } from "./stats.js";
 
 /** The CLI as a user runs it (bin/pyro.js over dist/). */
@@ -84,6 +85,8 @@ export async function cliRows(o: {
   if (o.bwrapTrue) {
     commands.bwrap = o.bwrapTrue;
     commands.run = [node, CLI_ENTRY, "run", "debian:12", "--backend", "bwrap", "--", "true"];
+    // The nearest peer as a whole process (issue 18's floor of this row): sandbox-runtime.
+    if (await srtWorks()) commands.srt = [SRT_BIN, "true"];
   }
   o.log("bench: CLI processes");
   const t = await alternate(commands, o.quick ? 7 : 20, env);
@@ -106,6 +109,17 @@ export async function cliRows(o: {
       cpu("list"),
     ),
   ];
+  if (t.run && t.srt)
+    rows.push(
+      row(
+        "CLI: pyro run debian:12 --backend bwrap -- true vs sandbox-runtime (whole processes)",
+        t.run.wall,
+        "srt true",
+        t.srt.wall,
+        { max: 0.5 },
+        `${cpu("run")}; srt ${cpu("srt")}`,
+      ),
+    );
   if (t.run && t.bwrap)
     rows.push(
       row(
@@ -118,6 +132,15 @@ export async function cliRows(o: {
       ),
     );
   return rows;
+}
+
+/** sandbox-runtime's CLI (a devDependency): the floor of the `pyro run` row. */
+const SRT_BIN = fileURLToPath(new URL("../../node_modules/.bin/srt", import.meta.url));
+
+/** Whether `srt true` runs here (it needs bubblewrap, ripgrep and socat: setup installs them). */
+async function srtWorks(): Promise<boolean> {
+  const r = await run([SRT_BIN, "true"], { timeoutMs: 30_000 }).catch(() => null);
+  return r?.exitCode === 0;
 }
 
 /** VmRSS of an idle `node` process (what any Node agent costs at least), in KiB. */
