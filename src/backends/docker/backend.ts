@@ -350,6 +350,9 @@ export class DockerBackend implements WorkspaceBackend {
 
   async isRunning(state: SandboxState): Promise<boolean> {
     const s = asDockerState(state);
+    // Recorded by the core while a reset hands over (backend.ts): a process that died then
+    // left a sandbox the next use starts again (from the record's slot).
+    if (s.in_place_reset === true) return false;
     try {
       const c = await ignoreGone(
         (await this.clients.get(s.endpoint)).getContainer(s.container_id).inspect(deadline()),
@@ -510,8 +513,10 @@ export class DockerBackend implements WorkspaceBackend {
       this.wantStandby.add(base);
       return null;
     }
-    // The record first: from here on a restart (or a start after this process died) starts
-    // in the standby's slot, on its empty layer, and removes the old slot's container.
+    // The record first, on disk before the old container is touched: from here on a
+    // restart, or a start after this process died, starts in the standby's slot and
+    // removes the old slot's container (paused or not). Before it, the old container runs
+    // on untouched and the reset simply did not happen.
     const [c] = await Promise.all([
       ignoreGone(docker.getContainer(standby.container_id).inspect(deadline())),
       atomicWriteFile(
@@ -519,10 +524,10 @@ export class DockerBackend implements WorkspaceBackend {
         JSON.stringify({ endpoint: s.endpoint, slot: entry.slot } satisfies EngineRecord),
         0o600,
       ),
-      retire(docker, s.container_id),
     ]);
-    agent.close();
     if (!c?.State.Running || c.Name !== `/${standby.container}`) return null;
+    await retire(docker, s.container_id);
+    agent.close();
     // The old slot's container, volume and layer go after the answer; the next standby,
     // which takes that slot, waits for it (and removes whatever a process that died left).
     const old = s.slot ?? "a";

@@ -114,6 +114,13 @@ describe.skipIf(skip !== "")(suiteTitle("docker resets through a standby contain
     expect(await gone(before)).toBe(true);
   });
 
+  it("counts a sandbox recorded mid hand-out as not running (a process that died there)", async () => {
+    const backend = h.pyro.engine.backend("docker");
+    const state = h.pyro.engine.store().getWorkspace(id)!.runtime.sandbox!;
+    expect(await backend.isRunning(state)).toBe(true);
+    expect(await backend.isRunning({ ...state, in_place_reset: true })).toBe(false);
+  });
+
   it("restarts when the standby died, with the same outcome", async () => {
     await standbyStarted(`pyro-${id}`);
     await engine.docker.getContainer(`pyro-${id}`).kill();
