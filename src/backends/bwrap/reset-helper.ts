@@ -81,11 +81,13 @@ function helperScript(tools: LaunchTools): string {
     "    continue",
     "  fi",
     '  case "$id" in ""|*[!0-9a-f]*) continue ;; esac',
-    "  r=refused",
-    '  case "$op:$um$mq:$rest:$name" in',
-    '    swap:[01][01]::[A-Za-z0-9]*) case "$name" in *[!A-Za-z0-9._-]*) ;; *)',
-    '      if swap "$name" "$um" "$mq"; then r=ok; else r=fail; fi ;; esac ;;',
-    "  esac",
+    // Each field on its own: the verb, no extra words, flags 0 or 1, the name's rule.
+    '  r=ok; [ "$op" = swap ] && [ -z "$rest" ] || r=refused',
+    '  case "$um" in 0|1) ;; *) r=refused ;; esac',
+    '  case "$mq" in 0|1) ;; *) r=refused ;; esac',
+    '  case "$name" in [A-Za-z0-9]*) ;; *) r=refused ;; esac',
+    '  case "$name" in *[!A-Za-z0-9._-]*) r=refused ;; esac',
+    '  if [ "$r" = ok ] && ! swap "$name" "$um" "$mq"; then r=fail; fi',
     '  echo "$id $r" >&4',
     "done",
   ].join("\n");

@@ -118,6 +118,10 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
       "a5 swap baseline 0 0 extra",
       "a6 umount baseline 1 0",
       "a7 sh -c id",
+      "a8 swap baseline 01",
+      "a9 swap baseline 0:: 0",
+      "aa swap ba:se 0 0",
+      "ab swap",
     ]) {
       expect(await ask(dir, bad), bad).toBe(`${bad.split(" ")[0]} refused`);
     }
