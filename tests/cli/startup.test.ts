@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -14,7 +14,7 @@ import { PYRO_BIN, REPO_ROOT } from "../helpers/cli.js";
 const home = mkdtempSync(join(tmpdir(), "pyro-startup-"));
 afterAll(() => rmSync(home, { recursive: true, force: true }));
 
-function loads(args: string[]): { code: number | null; files: string[] } {
+function loads(args: string[]): { code: number | null; files: string[]; bundled: boolean } {
   const out = join(home, `loads-${args.join("-").replace(/\W/g, "_")}.txt`);
   rmSync(out, { force: true });
   const r = spawnSync(
@@ -30,7 +30,28 @@ function loads(args: string[]): { code: number | null; files: string[] } {
     .split("\n")
     .filter(Boolean)
     .map((l) => l.replace(/^(esm|cjs) (file:\/\/)?/, ""));
-  return { code: r.status, files };
+  return {
+    code: r.status,
+    files: files.flatMap(unbundled),
+    bundled: files.some((f) => f.startsWith(BUNDLE)),
+  };
+}
+
+/**
+ * The CLI runs from its bundle (scripts/bundle-cli.mjs) when it is current: a file of
+ * the bundle stands for the modules in it (its meta.json), so the checks below judge
+ * what the code loaded, bundled or not.
+ */
+const BUNDLE = join(REPO_ROOT, "dist", "cli-bundle/");
+const bundleMeta = (): Record<string, string[]> =>
+  existsSync(join(BUNDLE, "meta.json")) ? JSON.parse(readFileSync(join(BUNDLE, "meta.json"), "utf8")) : {};
+let meta: Record<string, string[]> | undefined;
+function unbundled(file: string): string[] {
+  if (!file.startsWith(BUNDLE)) return [file];
+  meta ??= bundleMeta();
+  const inputs = meta[file.slice(REPO_ROOT.length)];
+  if (!inputs) throw new Error(`${file} is not in the bundle's meta.json: rebuild (npm run build)`);
+  return inputs.map((i) => join(REPO_ROOT, i));
 }
 
 /** A backend implementation (not its probe), the Docker client and what it pulls in, xterm. */
@@ -56,7 +77,14 @@ const LIST_MAY_LOAD = new RegExp(
 
 describe("CLI start-up loads only what the command needs", () => {
   it("the recorder sees ES modules and CommonJS files (the checks below are not vacuous)", () => {
-    const { files } = loads(["workspace", "status", "nope"]);
+    const { files, bundled } = loads(["workspace", "status", "nope"]);
+    // A current bundle is what runs (npm run build makes one; a tsc-only build has none).
+    const stamp = join(BUNDLE, "stamp.json");
+    const current =
+      existsSync(stamp) &&
+      JSON.parse(readFileSync(stamp, "utf8")).main_mtime_ms ===
+        statSync(join(REPO_ROOT, "dist/cli/main.js")).mtimeMs;
+    expect(bundled).toBe(current);
     expect(files.some((f) => f.endsWith("/dist/core/engine.js"))).toBe(true);
     expect(files.some((f) => f.includes("/node_modules/commander/lib/"))).toBe(true);
     // The pattern matches what the engine loaded before backends were lazy.

@@ -1,0 +1,59 @@
+#!/usr/bin/env node
+import { readFileSync, statSync } from "node:fs";
+import { rm, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+// Bundles the CLI (dist/cli/main.js, built by tsc) into a few ES modules under
+// dist/cli-bundle/: its entry plus chunks for what commands import lazily. A CLI call is
+// a new Node process, and Node's ES module loader pays per file (resolution, reading,
+// compiling, linking) for the ~140 modules of pyro plus ~100 of zod that `pyro workspace
+// exec` loads unbundled; esbuild also drops the parts of zod nothing uses.
+// docs/architecture.md "CLI start".
+//
+// - The bundle sits two levels below the repository like every dist module, so paths
+//   made from import.meta.url (the app directory handed to sandboxes, bin/pyro.js) stay
+//   right.
+// - Native addons and what is loaded on first use from node_modules stay there.
+// - `require` is defined from import.meta.url: bundled CommonJS code that requires
+//   Node's built-ins needs one in an ES module.
+// - bin/pyro.js runs the bundle only when stamp.json names the current build of
+//   dist/cli/main.js (tsc rewrites every file): a stale bundle is never run.
+// - meta.json lists the modules in each output file (tests/cli/startup.test.ts).
+import { build } from "esbuild";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const outdir = join(root, "dist", "cli-bundle");
+const entry = join(root, "dist", "cli", "main.js");
+await rm(outdir, { recursive: true, force: true });
+const result = await build({
+  absWorkingDir: root,
+  entryPoints: { main: entry },
+  outdir,
+  bundle: true,
+  splitting: true,
+  format: "esm",
+  platform: "node",
+  target: "node20",
+  external: [
+    "better-sqlite3",
+    "node-pty",
+    "@xterm/headless",
+    "dockerode",
+    "ssh2",
+    "cpu-features",
+    "commander",
+  ],
+  banner: {
+    js: 'import { createRequire as __pyroCreateRequire } from "node:module"; const require = __pyroCreateRequire(import.meta.url);',
+  },
+  chunkNames: "[name]-[hash]",
+  metafile: true,
+  logLevel: "warning",
+});
+const meta = Object.fromEntries(
+  Object.entries(result.metafile.outputs).map(([out, o]) => [out, Object.keys(o.inputs)]),
+);
+await writeFile(join(outdir, "meta.json"), `${JSON.stringify(meta, null, 1)}\n`);
+// Read back: the stamp names the build the bundle was made from.
+JSON.parse(readFileSync(join(outdir, "meta.json"), "utf8"));
+await writeFile(join(outdir, "stamp.json"), JSON.stringify({ main_mtime_ms: statSync(entry).mtimeMs }));
