@@ -3,7 +3,7 @@ import { join } from "node:path";
 import type { BackendName } from "../backends/backend.js";
 import type { Pyro } from "../sdk/pyro.js";
 import { idleNodeRssKib } from "./cli.js";
-import { type BenchRow, median, row, sampleMs, type Target } from "./stats.js";
+import { type BenchRow, median, pairedSampleMs, row, sampleMs, type Target } from "./stats.js";
 
 /** A bare bwrap spawn of /bin/true over `rootfs`: the floor of the bwrap rows. */
 export function bareBwrap(rootfs: string): string[] {
@@ -48,6 +48,8 @@ export async function backendRows(
   n: number,
   quick: boolean,
   extra: Record<string, unknown>,
+  /** One sample of the floor: given, the warm exec row takes its own, alternating with it. */
+  floorRun?: () => Promise<unknown>,
 ): Promise<BenchRow[]> {
   const goal = GOALS.backend[backend] ?? {};
   const rows: BenchRow[] = [];
@@ -67,15 +69,16 @@ export async function backendRows(
     rows.push(row(`${backend}: workspace create (warm env)`, createMs, floorName, floor, goal.create ?? {}));
   const ws = await pyro.createWorkspace({ backend });
   try {
-    const execMs = await sampleMs(
-      n * 2,
-      async () => {
-        const r = await pyro.execWorkspace(ws.workspace_id, "true");
-        if (r.exit_code !== 0) throw new Error("exec failed");
-      },
-      3,
+    const execTrue = async () => {
+      const r = await pyro.execWorkspace(ws.workspace_id, "true");
+      if (r.exit_code !== 0) throw new Error("exec failed");
+    };
+    const exec = floorRun
+      ? await pairedSampleMs(n * 2, execTrue, floorRun, 3)
+      : { value: await sampleMs(n * 2, execTrue, 3), floor };
+    rows.push(
+      row(`${backend}: workspace exec true (warm)`, exec.value, floorName, exec.floor, goal.exec ?? {}),
     );
-    rows.push(row(`${backend}: workspace exec true (warm)`, execMs, floorName, floor, goal.exec ?? {}));
     // The hangup of a command's leftovers (a background job, ended when the call returns).
     const leftoverMs = await sampleMs(
       n,

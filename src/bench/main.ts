@@ -76,8 +76,8 @@ async function main(): Promise<void> {
       rows.push(...(await otherBackendRows(pyro, home, ["docker"], { n, quick, extra, log })));
       return output(rows, extra, json);
     }
-    const { bwrapTrue, floor } = await bwrapFloor(pyro, n, log);
-    rows.push(...(await backendRows(pyro, "bwrap", "bwrap /bin/true", floor, n, quick, extra)));
+    const { bwrapTrue, floor, floorRun } = await bwrapFloor(pyro, n, log);
+    rows.push(...(await backendRows(pyro, "bwrap", "bwrap /bin/true", floor, n, quick, extra, floorRun)));
     if (process.argv.includes("--only=bwrap")) return output(rows, extra, json);
 
     // The disk limit's share of a create: a sparse 10 GiB ext4 image (the mount is in the launch).
@@ -154,12 +154,13 @@ async function bwrapFloor(pyro: Pyro, n: number, log: (s: string) => void) {
   log("bench: pulling debian:12");
   const env = await pyro.pullEnvironment("debian:12");
   const bwrapTrue = bareBwrap(env.rootfs);
-  const floor = await sampleMs(n, async () => {
+  const floorRun = async () => {
     const r = await run(bwrapTrue, { killGroup: false });
     if (r.exitCode !== 0) throw new Error(`bwrap floor failed: ${r.stderr}`);
-  });
+  };
+  const floor = await sampleMs(n, floorRun);
   log(`bench: floor bwrap /bin/true ${round(median(floor))} ms`);
-  return { bwrapTrue, floor };
+  return { bwrapTrue, floor, floorRun };
 }
 
 /** The rows of gVisor and docker (as asked), each against its own raw floor measured now. */

@@ -16,6 +16,28 @@ export async function sampleMs(runs: number, fn: () => Promise<unknown>, warmup 
   return times;
 }
 
+/**
+ * Samples `fn` and `floor` alternately, `runs` of each (the floor first): a load that
+ * swings while they are taken hits both alike, so their ratio holds where a floor taken
+ * minutes before, in another load, would not (the warm exec row swung from 0.15x to 2x
+ * over an hour of a busy machine that way).
+ */
+export async function pairedSampleMs(
+  runs: number,
+  fn: () => Promise<unknown>,
+  floor: () => Promise<unknown>,
+  warmup = 1,
+): Promise<{ value: number[]; floor: number[] }> {
+  for (let i = 0; i < warmup; i++) await fn();
+  const value: number[] = [];
+  const floorMs: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    floorMs.push(...(await sampleMs(1, floor, 0)));
+    value.push(...(await sampleMs(1, fn, 0)));
+  }
+  return { value, floor: floorMs };
+}
+
 export async function medianMs(runs: number, fn: () => Promise<unknown>, warmup = 1): Promise<number> {
   return median(await sampleMs(runs, fn, warmup));
 }

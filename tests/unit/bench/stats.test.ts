@@ -4,6 +4,7 @@ import {
   judge,
   median,
   missedRows,
+  pairedSampleMs,
   printTable,
   quantile,
   row,
@@ -14,6 +15,19 @@ import {
 const around = (m: number, s: number) => [m - s, m - s / 2, m, m + s / 2, m + s];
 
 describe("bench statistics", () => {
+  it("takes a paired row's samples alternately with its floor's, the floor first, after the warm-up", async () => {
+    const order: string[] = [];
+    const r = await pairedSampleMs(
+      3,
+      async () => order.push("value"),
+      async () => order.push("floor"),
+      2,
+    );
+    expect(order).toEqual(["value", "value", "floor", "value", "floor", "value", "floor", "value"]);
+    expect(r.value).toHaveLength(3);
+    expect(r.floor).toHaveLength(3);
+  });
+
   it("quantiles interpolate between order statistics; the median of an even count is the middle mean", () => {
     expect(median([3, 1, 2])).toBe(2);
     expect(median([4, 1, 3, 2])).toBe(2.5);
