@@ -7,6 +7,7 @@ import { loadConfig } from "./config.js";
 import type { Engine } from "./engine.js";
 import { type NetworkDoctor, networkDoctor } from "./network.js";
 import { poolReport, SERVE_POOL_SIZE, type SpareReport } from "./pool.js";
+import { keepVerdict, verdictsFile } from "./probe-cache.js";
 
 export type Readiness = "warm" | "cold" | "stale";
 
@@ -67,6 +68,9 @@ export async function doctor(
     ),
     poolReport(join(engine.paths.home, "pool")),
   ]);
+  // Fresh verdicts replace what CLI calls keep between them (probe-cache.ts).
+  for (const b of probes.backends)
+    await keepVerdict(b.name, verdictsFile(engine.paths.home), engine.env, b).catch(() => {});
   const report: DoctorReport = {
     platform: {
       os: platform(),

@@ -22,6 +22,7 @@ import { makeDirsSync } from "../util/fs.js";
 import { type ConfigOptions, loadConfig, type PyroConfig, type PyroPaths } from "./config.js";
 import { EngineEvents, ObservedEnvironmentCache } from "./events.js";
 import { SandboxPool } from "./pool.js";
+import { cachedProbe, verdictsFile } from "./probe-cache.js";
 import { runRecipe, seedRecipeEnvironment } from "./recipes.js";
 import { Workspaces } from "./workspaces.js";
 
@@ -229,13 +230,17 @@ export class Engine {
   private probe(name: BackendName): ReturnType<BackendProbe["probe"]> {
     let p = this.probes.get(name);
     if (!p) {
-      p = backendEntry(name).probe({
-        env: this.env,
-        settings: this.backendSettings,
-        scratchDir: join(this.paths.home, "probe", name),
-        timeoutMs: 10_000,
-        kvm: this.kvm,
-      });
+      // Remembered across processes for a while when it proved the backend works
+      // (probe-cache.ts): a CLI create or run otherwise starts a probe sandbox each time.
+      p = cachedProbe(name, verdictsFile(this.paths.home), this.env, () =>
+        backendEntry(name).probe({
+          env: this.env,
+          settings: this.backendSettings,
+          scratchDir: join(this.paths.home, "probe", name),
+          timeoutMs: 10_000,
+          kvm: this.kvm,
+        }),
+      );
       this.probes.set(name, p);
     }
     return p;
