@@ -132,14 +132,20 @@ describe.skipIf(skip !== "")(suiteTitle("docker resets through a standby contain
     expect((await h.pyro.execWorkspace(id, "ls -A; ls /tmp; ls /dev/shm")).stdout).toBe("");
   });
 
-  it("removes the standby on stop and starts the same container again", async () => {
-    // After the restart above, this process makes the next standby in the other slot.
-    const current = containerIdOf(h.pyro, id)!;
-    const name = (await engine.docker.getContainer(current).inspect()).Name.slice(1);
+  it("removes the standby on stop, reads the stopped slot's files, and starts the same container again", async () => {
+    // A hand-out to whichever slot is not current, then files written there.
+    const name = (await engine.docker.getContainer(containerIdOf(h.pyro, id)!).inspect()).Name.slice(1);
     const other = name.endsWith("-b") ? `pyro-${id}` : `pyro-${id}-b`;
     await standbyStarted(other);
+    await h.pyro.resetWorkspace(id);
+    const current = containerIdOf(h.pyro, id)!;
+    expect((await engine.docker.getContainer(current).inspect()).Name).toBe(`/${other}`);
+    await h.pyro.writeWorkspaceFile(id, "marker.txt", "in the handed-out slot\n");
+    await standbyStarted(name);
     await h.pyro.stopWorkspace(id);
-    expect(await gone(other)).toBe(true);
+    expect(await gone(name)).toBe(true);
+    // The disk reader of a stopped workspace mounts the current slot's volume.
+    expect((await h.pyro.readWorkspaceDisk(id, "marker.txt")).content).toBe("in the handed-out slot\n");
     await h.pyro.startWorkspace(id);
     expect(containerIdOf(h.pyro, id)).toBe(current);
   });
