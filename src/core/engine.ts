@@ -21,7 +21,7 @@ import { StateStore } from "../state/store.js";
 import { makeDirsSync } from "../util/fs.js";
 import { type ConfigOptions, loadConfig, type PyroConfig, type PyroPaths } from "./config.js";
 import { EngineEvents, ObservedEnvironmentCache } from "./events.js";
-import { SandboxPool } from "./pool.js";
+import { SandboxPool, spareRootfsSync } from "./pool.js";
 import { cachedProbe, verdictsFile } from "./probe-cache.js";
 import { runRecipe, seedRecipeEnvironment } from "./recipes.js";
 import { Workspaces } from "./workspaces.js";
@@ -127,9 +127,10 @@ export class Engine {
     return seedRecipeEnvironment(this, seedPath, options);
   }
 
-  /** Root filesystems of every workspace (environment prune keeps them). */
+  /** Root filesystems of every workspace and of the pool's spares (environment prune keeps them). */
   private rootfsInUse(): Set<string> {
-    const used = new Set<string>();
+    // A spare runs on its environment like a workspace (core/pool.ts), whoever owns it.
+    const used = spareRootfsSync(join(this.paths.home, "pool"));
     if (!existsSync(join(this.paths.home, "state.db"))) return used;
     for (const w of this.store().listWorkspaces()) {
       const rootfs = (w.runtime as { rootfs?: unknown }).rootfs;

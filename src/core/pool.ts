@@ -16,6 +16,7 @@
  *   pool (`reap`) and shown by `pyro doctor` (`poolReport`).
  */
 import { randomBytes } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
 import { mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentClient } from "../agent/client.js";
@@ -303,6 +304,27 @@ async function spareRecords(
     out.push({ id, taken, record: await readRecord(join(dir, name)) });
   }
   return out;
+}
+
+/** The environments the spares of a pool directory run on, read synchronously (environment prune). */
+export function spareRootfsSync(dir: string): Set<string> {
+  const used = new Set<string>();
+  let names: string[] = [];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return used;
+  }
+  for (const name of names) {
+    if (name.startsWith(".") || !name.endsWith(RECORD)) continue;
+    try {
+      const r = JSON.parse(readFileSync(join(dir, name), "utf8")) as Partial<SpareRecord>;
+      if (typeof r.spec?.rootfs === "string") used.add(r.spec.rootfs);
+    } catch {
+      // A record being written: its spare has not started on anything yet.
+    }
+  }
+  return used;
 }
 
 /** A spare's directory as `pyro doctor` shows it. */
