@@ -35,7 +35,18 @@ import {
 import { openDockerDisk } from "./disk.js";
 import { ensureImage, imageRef } from "./image.js";
 import { dockerRunOnce } from "./oneshot.js";
-import { baseName, otherSlot, type Slot, StandbyTable, slotName, slotPaths, slotVolume } from "./standby.js";
+import {
+  baseName,
+  otherSlot,
+  removeVolume,
+  retire,
+  type Slot,
+  StandbyTable,
+  slotName,
+  slotPaths,
+  slotVolume,
+  standbyKey,
+} from "./standby.js";
 import { ExecChannel } from "./stream.js";
 
 /** The engine a workspace lives on, kept in its directory so any later process finds it. */
@@ -542,41 +553,11 @@ export class DockerBackend implements WorkspaceBackend {
   }
 }
 
-/**
- * Stops every process of a container for good before the hand-out answers: paused (the
- * cgroup freezer: they never run again; the removal after the answer kills them), or,
- * where the engine cannot pause, removed at once.
- */
-async function retire(docker: Docker, id: string): Promise<void> {
-  const c = docker.getContainer(id);
-  try {
-    await ignoreGone(c.pause(deadline()));
-  } catch {
-    await ignoreGone(c.remove({ force: true, ...deadline() }), [409]);
-  }
-}
-
 /** Kills every process of a container and waits until the engine has it stopped. */
 async function killContainer(docker: Docker, id: string): Promise<void> {
   const c = docker.getContainer(id);
   await ignoreGone(c.kill({ signal: "SIGKILL", ...deadline() }), [409]);
   await ignoreGone(c.wait({ condition: "not-running", ...deadline() }));
-}
-
-/** Removes a volume if it is the workspace's (by its label). */
-async function removeVolume(docker: Docker, name: string, dir: string): Promise<void> {
-  const v = await ignoreGone(docker.getVolume(name).inspect(deadline()));
-  if (v && v.Labels?.[LABELS.dir] === dir) await ignoreGone(docker.getVolume(name).remove(deadline()));
-}
-
-/**
- * What a standby must have been made for to serve a reset: the same spec, image and
- * snapshot tree (its directory's identity: a snapshot deleted and made again under the
- * same name is another tree, which the standby's overlay would not show).
- */
-async function standbyKey(spec: SandboxSpec, image: string): Promise<string> {
-  const st = await stat(join(spec.snapshotsDir, spec.snapshot), { bigint: true });
-  return JSON.stringify([spec, image, String(st.ino), String(st.ctimeNs)]);
 }
 
 async function readRecord(dir: string): Promise<EngineRecord | null> {

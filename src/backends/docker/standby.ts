@@ -27,8 +27,12 @@
  * for; anything else (or a standby that died or was removed by another process) is removed
  * and the reset restarts as before.
  */
+import { stat } from "node:fs/promises";
 import { join } from "node:path";
-import { volumeName } from "./container.js";
+import type Docker from "dockerode";
+import type { SandboxSpec } from "../backend.js";
+import { deadline, ignoreGone } from "./client.js";
+import { LABELS, volumeName } from "./container.js";
 
 export type Slot = "a" | "b";
 
@@ -139,4 +143,34 @@ export class StandbyTable<S> {
     if (e.timer) clearTimeout(e.timer);
     await e.promise;
   }
+}
+
+/**
+ * Stops every process of a container for good before the hand-out answers: paused (the
+ * cgroup freezer: they never run again; the removal after the answer kills them), or,
+ * where the engine cannot pause, removed at once.
+ */
+export async function retire(docker: Docker, id: string): Promise<void> {
+  const c = docker.getContainer(id);
+  try {
+    await ignoreGone(c.pause(deadline()));
+  } catch {
+    await ignoreGone(c.remove({ force: true, ...deadline() }), [409]);
+  }
+}
+
+/** Removes a volume if it is the workspace's (by its label). */
+export async function removeVolume(docker: Docker, name: string, dir: string): Promise<void> {
+  const v = await ignoreGone(docker.getVolume(name).inspect(deadline()));
+  if (v && v.Labels?.[LABELS.dir] === dir) await ignoreGone(docker.getVolume(name).remove(deadline()));
+}
+
+/**
+ * What a standby must have been made for to serve a reset: the same spec, image and
+ * snapshot tree (its directory's identity: a snapshot deleted and made again under the
+ * same name is another tree, which the standby's overlay would not show).
+ */
+export async function standbyKey(spec: SandboxSpec, image: string): Promise<string> {
+  const st = await stat(join(spec.snapshotsDir, spec.snapshot), { bigint: true });
+  return JSON.stringify([spec, image, String(st.ino), String(st.ctimeNs)]);
 }
