@@ -49,8 +49,15 @@ export async function procInfo(pid: number): Promise<ProcInfo | null> {
   }
 }
 
+/** The host's cgroup layout, found once per process (it does not change while pyro runs). */
+let layout: ReturnType<typeof detectCgroups> | null = null;
+
 export async function sandboxCgroup(cgroupId: string): Promise<CgroupLimits | null> {
-  return CgroupLimits.attach(await detectCgroups(), cgroupId);
+  layout ??= detectCgroups().catch((err: unknown) => {
+    layout = null;
+    throw err;
+  });
+  return CgroupLimits.attach(await layout, cgroupId);
 }
 
 /**

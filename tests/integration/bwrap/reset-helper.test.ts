@@ -28,11 +28,17 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
     expect(r.exit_code, `\`${command}\` failed: ${r.stderr}`).toBe(0);
     return r.stdout.trim();
   };
-  /** The helper of the workspace's sandbox: its pid and sandbox directory (from its argv). */
-  const helper = () => {
+  /**
+   * The helper of the workspace's sandbox: its pid and sandbox directory (from its argv).
+   * Busybox runs applets like mkfifo in a forked child without exec (same argv), so a
+   * helper just starting can show twice for a moment: wait until it is one.
+   */
+  const helper = async () => {
     const launch = String(sandboxPid(h.pyro, id));
-    const found = hostProcesses((argv) => argv.includes("pyro-reset-helper") && argv.includes(launch));
-    expect(found, "one helper per sandbox").toHaveLength(1);
+    const find = () => hostProcesses((argv) => argv.includes("pyro-reset-helper") && argv.includes(launch));
+    await waitUntil(() => find().length === 1, 5_000);
+    const found = find();
+    expect(found, `one helper per sandbox: ${JSON.stringify(found)}`).toHaveLength(1);
     const argv = found[0]!.argv;
     return { pid: found[0]!.pid, dir: argv[argv.indexOf("pyro-reset-helper") + 2]! };
   };
@@ -68,7 +74,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
   });
 
   it("does the in-place reset's mount (the new layer is mounted by it, not by a spawn)", async () => {
-    const { pid, dir } = helper();
+    const { pid, dir } = await helper();
     const before = await epoch();
     await sh("echo x > gone.txt");
     await h.pyro.resetWorkspace(id);
@@ -91,7 +97,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
   });
 
   it("is out of the sandbox's reach: no process, no FIFO, no host path inside", async () => {
-    const { pid, dir } = helper();
+    const { pid, dir } = await helper();
     const inside = await sh(
       `for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done; ` +
         `find / -xdev -type p 2>/dev/null; ls -d ${dir} 2>&1 || true`,
@@ -104,7 +110,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
   });
 
   it("refuses every request but a swap onto a valid snapshot name, and changes nothing", async () => {
-    const { pid, dir } = helper();
+    const { pid, dir } = await helper();
     const stacked = () =>
       readFileSync(`/proc/${pid}/mountinfo`, "utf8")
         .split("\n")
@@ -132,7 +138,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
   });
 
   it("without its helper the reset still happens in place (through a spawned nsenter)", async () => {
-    const { pid } = helper();
+    const { pid } = await helper();
     process.kill(pid, "SIGKILL");
     expect(await waitUntil(() => !processAlive(pid), 5_000)).toBe(true);
     const before = await epoch();
@@ -146,7 +152,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
     // A new sandbox (the previous test killed this one's helper) and so a new helper.
     await h.pyro.stopWorkspace(id);
     await h.pyro.startWorkspace(id);
-    const { pid, dir } = helper();
+    const { pid, dir } = await helper();
     await h.pyro.stopWorkspace(id);
     expect(processAlive(pid)).toBe(false);
     // No reader: the FIFO cannot be written any more.
