@@ -150,6 +150,37 @@ describe.skipIf(skip !== "")(suiteTitle("docker resets through a standby contain
     expect(containerIdOf(h.pyro, id)).toBe(current);
   });
 
+  it("keeps a published port working through a hand-out (the helper reads the new state)", async () => {
+    const w = await h.pyro.createWorkspace({
+      backend: "docker",
+      publishedPorts: [{ host_port: 0, guest_port: 18080 }],
+    });
+    const port = w.published_ports[0]!.host_port;
+    const serve = () =>
+      h.pyro.execWorkspace(
+        w.workspace_id,
+        `setsid -f /run/pyro/runtime/bin/node -e 'require("http").createServer((q, r) => r.end("in " + q.url)).listen(18080, "127.0.0.1")' >/dev/null 2>&1; ` +
+          `bash -c 'for i in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/18080) 2>/dev/null && break; sleep 0.1; done'`,
+      );
+    const get = () =>
+      fetch(`http://127.0.0.1:${port}/x`).then(
+        (r) => r.text(),
+        () => "refused",
+      );
+    try {
+      await h.pyro.resetWorkspace(w.workspace_id);
+      await standbyStarted(`pyro-${w.workspace_id}-b`);
+      await h.pyro.resetWorkspace(w.workspace_id);
+      expect((await engine.docker.getContainer(containerIdOf(h.pyro, w.workspace_id)!).inspect()).Name).toBe(
+        `/pyro-${w.workspace_id}-b`,
+      );
+      await serve();
+      expect(await get()).toBe("in /x");
+    } finally {
+      await h.pyro.deleteWorkspace(w.workspace_id);
+    }
+  });
+
   it("is deleted leaving no container or volume of either slot", async () => {
     await h.pyro.resetWorkspace(id);
     const dir = join(h.home, "workspaces", id);
