@@ -148,10 +148,22 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
     expect(await sh("ls")).toBe("");
   });
 
-  it("ends with the sandbox", async () => {
+  it("leaves by itself once the launch step is gone (no stop through the cgroup)", async () => {
     // A new sandbox (the previous test killed this one's helper) and so a new helper.
     await h.pyro.stopWorkspace(id);
     await h.pyro.startWorkspace(id);
+    const { pid } = await helper();
+    const launch = sandboxPid(h.pyro, id)!;
+    process.kill(launch, "SIGKILL");
+    // It looks once a second whether the launch step is still in its mount namespace.
+    expect(await waitUntil(() => !processAlive(pid), 5_000)).toBe(true);
+    // The workspace's next use starts a new sandbox, and with it a new helper.
+    await h.pyro.stopWorkspace(id).catch(() => {});
+    await h.pyro.startWorkspace(id);
+    expect((await helper()).pid).not.toBe(pid);
+  });
+
+  it("ends with the sandbox", async () => {
     const { pid, dir } = await helper();
     await h.pyro.stopWorkspace(id);
     expect(processAlive(pid)).toBe(false);
