@@ -17,7 +17,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
-import { mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
+import { lstat, mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentClient } from "../agent/client.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
@@ -37,6 +37,8 @@ export const SPARE_SNAPSHOT = ".spare-empty";
 /** A spare's record beside its directory: `<id>.json`, renamed `<id>.taken.json` at hand-out. */
 const RECORD = ".json";
 const TAKEN = ".taken.json";
+/** The ids startSpare gives (the reaper ends a sandbox only under such a name). */
+const SPARE_ID = /^spare_[0-9a-f]{12}$/;
 
 export interface PoolDeps {
   /** Spares kept per backend and environment; 0 turns the pool off. */
@@ -198,7 +200,7 @@ export class SandboxPool {
   private async startSpare(w: Wanted): Promise<void> {
     this.reaped ??= reapSpares(this.deps).then(() => {});
     await this.reaped;
-    const id = `spare_${randomBytes(6).toString("hex")}`;
+    const id = `spare_${randomBytes(6).toString("hex")}`; // SPARE_ID
     const root = join(this.deps.dir, id);
     const spec: SandboxSpec = {
       workspace_id: id,
@@ -268,6 +270,10 @@ async function discardSpare(
   record: SpareRecord | null,
   taken: boolean,
 ): Promise<void> {
+  // A spare's directory is one the pool made: a link there is removed, never followed
+  // (the backend's removal below goes through `<root>/sandbox`).
+  const st = await lstat(root).catch(() => null);
+  if (st && !st.isDirectory()) await rm(root, { force: true });
   if (record) {
     const backend = (() => {
       try {
@@ -360,25 +366,56 @@ export async function poolReport(dir: string): Promise<SpareReport[]> {
  */
 export async function reapSpares(deps: Pick<PoolDeps, "dir" | "backend">): Promise<number> {
   let reaped = 0;
-  const records = await spareRecords(deps.dir);
-  for (const { id, taken, record } of records) {
+  for (const { id, taken, record } of await spareRecords(deps.dir)) {
     if (record && (await sameProcessAlive(record.owner.pid, record.owner.start_time))) continue;
-    await discardSpare(deps, join(deps.dir, id), record, taken);
+    await discardSpare(deps, join(deps.dir, id), ownSpare(deps.dir, id, record), taken);
     reaped++;
   }
-  const named = new Set(records.map((r) => r.id));
   for (const name of await readdir(deps.dir).catch(() => [] as string[])) {
     const path = join(deps.dir, name);
     if (name.startsWith(".") && name.endsWith(".tmp")) {
       // atomicWriteFile's `.<file>.<pid>.<random>.tmp` of a writer that died.
       const pid = Number(name.split(".").at(-3));
       if (!Number.isInteger(pid) || !(await pidAlive(pid))) await rm(path, { force: true });
-    } else if (!name.endsWith(RECORD) && !named.has(name)) {
+    } else if (!name.endsWith(RECORD) && !(await hasRecord(path))) {
+      // Checked now, not against the records read above: another process's pool may
+      // have written a spare's record and then its directory since (never the reverse).
       await removeTree(path).catch(() => {});
       reaped++;
     }
   }
   return reaped;
+}
+
+async function hasRecord(root: string): Promise<boolean> {
+  for (const file of [`${root}${RECORD}`, `${root}${TAKEN}`]) {
+    if (await lstat(file).catch(() => null)) return true;
+  }
+  return false;
+}
+
+/**
+ * A record read from disk, trusted for nothing but which backend and environment the
+ * spare ran on: its sandbox is ended by the spare's own cgroup and directories (named
+ * from its id, as startSpare names them), never by the paths, cgroup or process a
+ * damaged or planted record names (a reaper runs as root and removes what it is given).
+ */
+function ownSpare(dir: string, id: string, record: SpareRecord | null): SpareRecord | null {
+  // A name the pool never gives (a workspace's id, say) is no spare: nothing is ended by it.
+  if (!record || !SPARE_ID.test(id)) return null;
+  const root = join(dir, id);
+  const { netDir, ...spec } = record.spec;
+  return {
+    owner: record.owner,
+    backend: record.backend,
+    spec: {
+      ...spec,
+      workspace_id: id,
+      dir: join(root, "sandbox"),
+      snapshotsDir: join(root, "snapshots"),
+      ...(netDir !== undefined ? { netDir: join(root, "net") } : {}),
+    },
+  };
 }
 
 async function pidAlive(pid: number): Promise<boolean> {

@@ -1,9 +1,13 @@
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../../../src/backends/backend.js";
+import { BwrapBackend } from "../../../src/backends/bwrap/backend.js";
+import { procStartTime } from "../../../src/backends/common.js";
 import { Engine } from "../../../src/core/engine.js";
-import { spareRootfsSync } from "../../../src/core/pool.js";
+import { reapSpares, spareRootfsSync } from "../../../src/core/pool.js";
 
 /**
  * What the pool's records tell the rest of the engine (core/pool.ts); the pool itself
@@ -40,5 +44,105 @@ describe("pool records", () => {
     } finally {
       await engine.close();
     }
+  });
+});
+
+/**
+ * The reaper (reapSpares) removes only what a dead pool left: it must never reach past
+ * `<home>/pool/<id>` (a record names paths and a cgroup, a directory can be a link) nor
+ * remove the spare another live pool is starting while it runs.
+ */
+describe("pool reaper", () => {
+  let home: string;
+  let pool: string;
+  const dead = { pid: 1, start_time: "1" };
+  const writeRecord = (id: string, record: object) =>
+    writeFile(join(pool, `${id}.json`), JSON.stringify(record));
+  const specOf = (id: string) => ({
+    workspace_id: id,
+    dir: join(pool, id, "sandbox"),
+    rootfs: "/envs/a/rootfs",
+    snapshotsDir: join(pool, id, "snapshots"),
+    snapshot: ".spare-empty",
+    limits: { vcpus: 1, memory_mib: 512, pids_max: 512, disk_mib: 10240 },
+    appDir: "/app",
+    runtimeCacheDir: "/rt",
+  });
+  beforeEach(async () => {
+    home = await mkdtemp(join(tmpdir(), "pyro-pool-reap-"));
+    pool = join(home, "pool");
+    await mkdir(pool, { recursive: true });
+  });
+  afterEach(async () => {
+    await rm(home, { recursive: true, force: true });
+  });
+
+  it("leaves alone a live pool's spare made while it reaped a dead one", async () => {
+    await writeRecord("spare_00000000dead", {
+      owner: dead,
+      backend: "bwrap",
+      spec: specOf("spare_00000000dead"),
+    });
+    const live = { pid: process.pid, start_time: String(await procStartTime(process.pid)) };
+    // Another process's pool starts a spare meanwhile: its record, then its directory.
+    const backend = {
+      destroy: async () => {
+        await writeRecord("spare_00000000beef", {
+          owner: live,
+          backend: "bwrap",
+          spec: specOf("spare_00000000beef"),
+        });
+        await mkdir(join(pool, "spare_00000000beef", "sandbox"), { recursive: true });
+      },
+    } as unknown as WorkspaceBackend;
+    await reapSpares({ dir: pool, backend: () => backend });
+    expect(existsSync(join(pool, "spare_00000000beef", "sandbox"))).toBe(true);
+    expect(existsSync(join(pool, "spare_00000000beef.json"))).toBe(true);
+    expect(existsSync(join(pool, "spare_00000000dead.json"))).toBe(false);
+  });
+
+  it("ends a dead spare by its own id and paths, never by what its record names", async () => {
+    const outside = join(home, "outside");
+    await mkdir(join(outside, "sandbox"), { recursive: true });
+    await writeFile(join(outside, "sandbox", "keep.txt"), "keep\n");
+    const spec = { ...specOf("spare_0000000000aa"), workspace_id: "ws_other", dir: join(outside, "sandbox") };
+    const state = { backend: "bwrap", pid: 1, start_time: "1", cgroup: "ws_other", socket: "/s", log: "/l" };
+    await writeRecord("spare_0000000000aa", { owner: dead, backend: "bwrap", spec, state });
+    // A record under a name the pool never gives (a workspace's id) ends nothing.
+    await writeRecord("ws_other", { owner: dead, backend: "bwrap", spec: specOf("ws_other") });
+    const calls: { spec: SandboxSpec; state: SandboxState | null }[] = [];
+    const backend = {
+      destroy: async (s: SandboxSpec, st: SandboxState | null) => {
+        calls.push({ spec: s, state: st });
+        await rm(s.dir, { recursive: true, force: true });
+      },
+    } as unknown as WorkspaceBackend;
+    await reapSpares({ dir: pool, backend: () => backend });
+    expect(readFileSync(join(outside, "sandbox", "keep.txt"), "utf8")).toBe("keep\n");
+    expect(calls).toHaveLength(1);
+    expect(calls[0]!.spec.workspace_id).toBe("spare_0000000000aa");
+    expect(calls[0]!.spec.dir).toBe(join(pool, "spare_0000000000aa", "sandbox"));
+    expect(calls[0]!.state).toBeNull();
+    expect(existsSync(join(pool, "spare_0000000000aa.json"))).toBe(false);
+    expect(existsSync(join(pool, "ws_other.json"))).toBe(false);
+  });
+
+  it("removes a link planted as a spare's directory without following it", async () => {
+    const outside = join(home, "outside");
+    await mkdir(join(outside, "sandbox"), { recursive: true });
+    await writeFile(join(outside, "sandbox", "keep.txt"), "keep\n");
+    await writeFile(join(outside, "keep.txt"), "keep\n");
+    await symlink(outside, join(pool, "spare_0000000001ed"));
+    await symlink(outside, join(pool, "spare_bare"));
+    await writeRecord("spare_0000000001ed", {
+      owner: dead,
+      backend: "bwrap",
+      spec: specOf("spare_0000000001ed"),
+    });
+    const backend = new BwrapBackend();
+    await reapSpares({ dir: pool, backend: () => backend });
+    expect(readFileSync(join(outside, "sandbox", "keep.txt"), "utf8")).toBe("keep\n");
+    expect(readFileSync(join(outside, "keep.txt"), "utf8")).toBe("keep\n");
+    expect(readdirSync(pool)).toEqual([]);
   });
 });
