@@ -143,6 +143,21 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap pool of started sandboxes", skip)
     expect(await sh(a, "hostname")).not.toBe(await sh(b, "hostname"));
   });
 
+  it("a spare whose agent died is not handed out: the create starts its own sandbox and the spare is gone", async () => {
+    await h.pyro.engine.pool.ready();
+    const [spare] = await sparesOf(h.home);
+    const state = (await spareState(h.home, spare!)) as SandboxState & { pid: number; agent_pid: number };
+    process.kill(state.agent_pid, "SIGKILL");
+    expect(await waitUntil(() => !processAlive(state.agent_pid), 10_000)).toBe(true);
+    const id = (await h.create({ seedPath: seed })).workspace_id;
+    expect(createEvent(id)?.sandbox).toBe("started");
+    expect(await sh(id, "hostname; cat hello.txt")).toBe(`pyro-${id.slice(3, 15)}\nhello`);
+    expect(await sparesOf(h.home)).not.toContain(spare);
+    expect(processAlive(state.pid)).toBe(false);
+    expect(await CgroupLimits.attach(await detectCgroups(), spare!)).toBeNull();
+    expect(mountsMentioning(join(h.home, "pool", spare!))).toEqual([]);
+  });
+
   it("is on for `pyro mcp serve` by default, and a server that exits ends its spare", async () => {
     const home = await h.tempDir("pool-serve");
     const env: NodeJS.ProcessEnv = { ...process.env, PYRO_BACKEND: "bwrap", PYRO_HOME: home, PYRO_DEBUG: "" };
