@@ -1,0 +1,266 @@
+/**
+ * The parts of a docker workspace's container that need none of the backend's own state
+ * (backend.ts keeps the lifecycle and the standbys): its recorded state and engine
+ * record, the bodies of its container and /workspace volume, finding a kept container
+ * or creating one with pyro's isolation checked, and killing one.
+ */
+import { mkdir, readFile, rm, stat } from "node:fs/promises";
+import { join } from "node:path";
+import type { Duplex } from "node:stream";
+import type Docker from "dockerode";
+import { AgentClient } from "../../agent/client.js";
+import { PyroError } from "../../errors.js";
+import type { SandboxSpec, SandboxState } from "../backend.js";
+import { AGENT_SOCKET, agentArgv, guestNet } from "../guest.js";
+import { prepareNodeRuntime } from "../runtime.js";
+import { deadline, engineError, ignoreGone, statusOf, withTimeout } from "./client.js";
+import {
+  type ContainerBody,
+  IN_CONTAINER,
+  type InspectedHostConfig,
+  LABELS,
+  type MountBody,
+  overlayVolumeBody,
+  unappliedSettings,
+  type VolumeBody,
+  workspaceContainerBody,
+  workspaceUser,
+} from "./container.js";
+import { ensureImage } from "./image.js";
+import { type Slot, slotPaths, slotVolume } from "./standby.js";
+import { ExecChannel } from "./stream.js";
+
+/** The engine a workspace lives on, kept in its directory so any later process finds it. */
+export const RECORD = "docker.json";
+export const AGENT_READY_MS = 20_000;
+
+export interface EngineRecord {
+  endpoint: string;
+  /** The slot of the workspace's container (standby.ts); absent: "a". */
+  slot?: Slot;
+}
+
+export interface DockerState extends SandboxState {
+  backend: "docker";
+  endpoint: string;
+  container_id: string;
+  container: string;
+  /** The container's slot (standby.ts); absent: "a". */
+  slot?: Slot;
+  agent_argv: string[];
+  /** Host directory of the agent's and the published-port sockets (absent: an exec per connection). */
+  sock_dir?: string;
+  /** The agent's socket in it. */
+  socket?: string;
+}
+
+export function asDockerState(state: SandboxState): DockerState {
+  const s = state as Partial<DockerState>;
+  if (
+    typeof s.endpoint !== "string" ||
+    typeof s.container_id !== "string" ||
+    !Array.isArray(s.agent_argv) ||
+    !s.agent_argv.every((a) => typeof a === "string")
+  ) {
+    throw new PyroError("internal", "the recorded docker sandbox state is incomplete");
+  }
+  return s as DockerState;
+}
+
+/** The bodies of a container of `spec` in `slot`, its directories made and its sockets gone. */
+export async function containerParts(
+  docker: Docker,
+  endpoint: string,
+  spec: SandboxSpec,
+  slot: Slot,
+  name: string,
+  options: { signal?: AbortSignal },
+) {
+  const l = slotPaths(spec.dir, slot);
+  const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
+  const image = await ensureImage(docker, endpoint, spec.rootfs, options);
+  // The socket directory is the container's /run/pyro/sock: nothing a command left there
+  // outlives the container's start (a reset's restart kept it before).
+  await rm(l.sock, { recursive: true, force: true });
+  for (const d of [l.upper, l.work, l.sock]) await mkdir(d, { recursive: true, mode: 0o700 });
+  const argvOfAgent = agentArgv(
+    runtime,
+    IN_CONTAINER,
+    IN_CONTAINER.workspace,
+    { stdio: true },
+    { idleCommands: true },
+  );
+  const volume = overlayVolumeBody({
+    name: slotVolume(spec.workspace_id, slot),
+    lower: join(spec.snapshotsDir, spec.snapshot),
+    upper: l.upper,
+    work: l.work,
+    labels: { [LABELS.workspace]: spec.workspace_id, [LABELS.dir]: spec.dir },
+  });
+  const ids = process.getuid && process.getgid ? { uid: process.getuid(), gid: process.getgid() } : null;
+  const body = workspaceContainerBody({
+    spec,
+    image,
+    runtimeDir: runtime.dir,
+    // The agent is the container's main process where the container has a socket
+    // directory (every workspace container now): one agent for the container's life,
+    // reached through its socket like bwrap's (warm connections, and processes such as
+    // the network's forwarders that outlive a connection). Without one, an idle command,
+    // and an agent per connection over `docker exec`.
+    mainCmd: spec.netDir
+      ? agentArgv(
+          runtime,
+          IN_CONTAINER,
+          IN_CONTAINER.workspace,
+          { listen: `${IN_CONTAINER.sock}/${AGENT_SOCKET}` },
+          { idleCommands: true, net: guestNet(IN_CONTAINER) },
+        )
+      : await idleCommand(
+          spec.rootfs,
+          runtime.argv(IN_CONTAINER.runtime, "-e", "setInterval(() => {}, 1 << 30)"),
+        ),
+    user: workspaceUser(ids),
+    sockDir: l.sock,
+    name,
+    volume: volume.Name,
+  });
+  return { body, volume, image, slot, sock: l.sock, argvOfAgent };
+}
+
+/** What {@link containerParts} returns. */
+export type ContainerParts = Awaited<ReturnType<typeof containerParts>>;
+
+/**
+ * The kept container of a stopped workspace, if it is ours and still what `body` asks
+ * for (image, user, mounts, limits) with /workspace on the same snapshot. A container
+ * that differs (pyro or node upgraded, a volume removed by hand) is removed, to be
+ * recreated: its root layer is lost, /workspace's upper directory is kept.
+ */
+export async function reusable(
+  docker: Docker,
+  body: ContainerBody,
+  volume: VolumeBody,
+): Promise<string | null> {
+  const c = await ignoreGone(docker.getContainer(body.name).inspect(deadline()));
+  if (!c) return null;
+  if (c.Config.Labels?.[LABELS.dir] !== body.Labels[LABELS.dir]) {
+    throw new PyroError(
+      "conflict",
+      `a container named ${body.name} exists but does not belong to this workspace`,
+      "remove it (docker rm -f) if it is a leftover",
+    );
+  }
+  const v = await ignoreGone(docker.getVolume(volume.Name).inspect(deadline()));
+  const mounts = (list: { Source?: string; Target?: string; Destination?: string }[] | undefined | null) =>
+    JSON.stringify((list ?? []).map((m) => [m.Source, m.Target ?? m.Destination]));
+  const same =
+    (c.Config.Image === body.Image || c.Config.Image.endsWith(`/${body.Image}`)) &&
+    c.Config.User === body.User &&
+    JSON.stringify(c.Config.Cmd) === JSON.stringify(body.Cmd) &&
+    v?.Options?.o === volume.DriverOpts.o &&
+    mounts((c.HostConfig as { Mounts?: MountBody[] }).Mounts) === mounts(body.HostConfig.Mounts) &&
+    unappliedSettings(body.HostConfig, c.HostConfig as InspectedHostConfig).length === 0;
+  if (same) return c.Id;
+  await ignoreGone(docker.getContainer(c.Id).remove({ force: true, ...deadline() }));
+  return null;
+}
+
+export async function createContainer(
+  docker: Docker,
+  body: ContainerBody,
+  volume: VolumeBody,
+): Promise<string> {
+  const existing = await ignoreGone(docker.getVolume(volume.Name).inspect(deadline()));
+  if (existing && existing.Options?.o !== volume.DriverOpts.o) {
+    await docker.getVolume(volume.Name).remove(deadline());
+  }
+  if (!existing || existing.Options?.o !== volume.DriverOpts.o) {
+    await docker.createVolume({ ...volume, ...deadline() } as Docker.VolumeCreateOptions);
+  }
+  const created = await docker.createContainer({ ...body, ...deadline() } as Docker.ContainerCreateOptions);
+  const inspected = await created.inspect(deadline());
+  const problems = unappliedSettings(body.HostConfig, inspected.HostConfig as InspectedHostConfig);
+  if (problems.length > 0) {
+    await ignoreGone(created.remove({ force: true, ...deadline() }));
+    throw new PyroError(
+      "backend_unavailable",
+      `the Docker engine did not apply pyro's isolation: ${problems.join("; ")}`,
+      "pyro refuses to run without its limits; check the engine's cgroup support (docker info)",
+    );
+  }
+  return created.id;
+}
+
+/** Kills every process of a container and waits until the engine has it stopped. */
+export async function killContainer(docker: Docker, id: string): Promise<void> {
+  const c = docker.getContainer(id);
+  await ignoreGone(c.kill({ signal: "SIGKILL", ...deadline() }), [409]);
+  await ignoreGone(c.wait({ condition: "not-running", ...deadline() }));
+}
+
+export async function readRecord(dir: string): Promise<EngineRecord | null> {
+  try {
+    const r = JSON.parse(await readFile(join(dir, RECORD), "utf8")) as Partial<EngineRecord>;
+    if (typeof r.endpoint !== "string") return null;
+    return { endpoint: r.endpoint, slot: r.slot === "b" ? "b" : "a" };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * What the container's main process runs: it only has to wait (Docker's init is pid 1
+ * and reaps). The environment's own `sleep` when it has one (about 1 MB); otherwise the
+ * injected node, idle (tens of MB, but needs nothing from the environment).
+ */
+export async function idleCommand(rootfs: string, nodeIdle: string[]): Promise<string[]> {
+  for (const p of ["usr/bin/sleep", "bin/sleep"]) {
+    const st = await stat(join(rootfs, p)).catch(() => null);
+    if (st?.isFile()) return [`/${p}`, "2147483647"];
+  }
+  return nodeIdle;
+}
+
+/** A new channel to an agent started by `docker exec` (a container without an agent socket). */
+export async function execAgent(docker: Docker, s: DockerState, timeoutMs: number): Promise<Duplex> {
+  try {
+    const exec = await docker.getContainer(s.container_id).exec({
+      Cmd: s.agent_argv,
+      AttachStdin: true,
+      AttachStdout: true,
+      AttachStderr: true,
+      Tty: false,
+      WorkingDir: IN_CONTAINER.workspace,
+      ...deadline(timeoutMs),
+    } as Docker.ExecCreateOptions);
+    // No abortSignal here: it would stay tied to the upgraded connection and cut it later.
+    const started = exec.start({ hijack: true, stdin: true, Detach: false, Tty: false });
+    const conn = await withTimeout(started, timeoutMs, (late) => (late as Duplex).destroy());
+    return new ExecChannel(conn as Duplex);
+  } catch (err) {
+    if (statusOf(err) === 409 || statusOf(err) === 404)
+      throw new PyroError("backend_unavailable", `container ${s.container} is not running`);
+    throw engineError(err, `connecting to the agent in ${s.container}`, s.endpoint);
+  }
+}
+
+/** Proves the agent runs in the container: one handshake over a fresh exec channel. */
+export async function awaitAgent(
+  channel: ExecChannel,
+  container: string,
+  signal?: AbortSignal,
+): Promise<void> {
+  try {
+    const client = await AgentClient.connect(channel, {
+      timeoutMs: AGENT_READY_MS,
+      ...(signal ? { signal } : {}),
+    });
+    client.close();
+  } catch (err) {
+    const stderr = channel.stderrText().trim().split("\n").slice(-5).join(" | ");
+    throw new PyroError(
+      "backend_unavailable",
+      `the guest agent did not start in container ${container}: ${stderr || (err as Error).message}`,
+    );
+  }
+}
