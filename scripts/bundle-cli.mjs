@@ -13,7 +13,8 @@ import { fileURLToPath } from "node:url";
 // - The bundle sits two levels below the repository like every dist module, so paths
 //   made from import.meta.url (the app directory handed to sandboxes, bin/pyro.js) stay
 //   right.
-// - Native addons and what is loaded on first use from node_modules stay there.
+// - Native addons, what is loaded on first use and CommonJS that requires by a computed
+//   name (jsonc-parser's UMD build) stay in node_modules.
 // - `require` is defined from import.meta.url: bundled CommonJS code that requires
 //   Node's built-ins needs one in an ES module.
 // - bin/pyro.js runs the bundle only when stamp.json names the current build of
@@ -42,6 +43,10 @@ const result = await build({
     "ssh2",
     "cpu-features",
     "commander",
+    // Its `main` is a UMD build whose factory requires "./impl/format" and others by a
+    // call esbuild cannot follow: bundled, that require ran against dist/cli-bundle/
+    // and every `pyro host` command failed (tests/cli/startup.test.ts).
+    "jsonc-parser",
   ],
   banner: {
     js: 'import { createRequire as __pyroCreateRequire } from "node:module"; const require = __pyroCreateRequire(import.meta.url);',

@@ -122,3 +122,52 @@ describe("CLI start-up loads only what the command needs", () => {
     expect(files.filter((f) => f.includes("/node_modules/"))).toEqual([]);
   });
 });
+
+/**
+ * Every file of the CLI bundle loads: a `require` esbuild could not follow (a UMD
+ * module's relative require, say) is left to run time, where it resolves against
+ * dist/cli-bundle/ and fails, and only when a command imports that chunk (the chunk of
+ * `pyro host` did: jsonc-parser's `require("./impl/format")`).
+ */
+const bundleCurrent = (): boolean => {
+  const stamp = join(BUNDLE, "stamp.json");
+  return (
+    existsSync(stamp) &&
+    JSON.parse(readFileSync(stamp, "utf8")).main_mtime_ms ===
+      statSync(join(REPO_ROOT, "dist/cli/main.js")).mtimeMs
+  );
+};
+const current = bundleCurrent();
+describe.skipIf(!current)(
+  current ? "the CLI bundle" : "the CLI bundle (skipped: no current bundle; npm run build makes one)",
+  () => {
+    it("loads every one of its files", () => {
+      const script = [
+        'import { readdirSync } from "node:fs";',
+        `const dir = ${JSON.stringify(BUNDLE)};`,
+        "const bad = [];",
+        'for (const f of readdirSync(dir).filter((f) => f.endsWith(".js")).sort()) {',
+        "  try { await import(dir + f); } catch (e) { bad.push(f + ': ' + String(e.message).split('\\n')[0]); }",
+        "}",
+        "console.log(JSON.stringify(bad));",
+      ].join("\n");
+      const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
+        env: { ...process.env, PYRO_HOME: home, PYRO_DEBUG: "" },
+        encoding: "utf8",
+        timeout: 60_000,
+      });
+      expect(r.status, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout.trim().split("\n").at(-1) ?? "null")).toEqual([]);
+    });
+
+    it("runs `pyro host print-config` (a command whose chunk bundles a CommonJS dependency)", () => {
+      const r = spawnSync(process.execPath, [PYRO_BIN, "host", "print-config", "generic", "--json"], {
+        env: { ...process.env, PYRO_HOME: home, PYRO_DEBUG: "" },
+        encoding: "utf8",
+        timeout: 60_000,
+      });
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stdout).toContain("mcp");
+    });
+  },
+);
