@@ -188,12 +188,18 @@ export const vmSetupArgs = z.strictObject({
   /** Fresh random bytes (base64) mixed into the guest kernel's entropy pool. */
   entropy: z.string().check(z.maxLength(4096)),
   hostname: z.string().check(z.regex(/^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$/)),
+  /**
+   * false: the clock, entropy and hostname only, /workspace left alone (the template VM,
+   * whose seed disk is a blank placeholder: it runs the op once so its clones start with
+   * the op's code loaded and compiled).
+   */
+  mount: z.optional(z.boolean()),
 });
 export const vmSetupResult = z.strictObject({
   /** True when this call mounted /workspace (false: it was already mounted). */
   mounted: z.boolean(),
   kernel: z.string(),
-  /** Time spent in the guest: the whole op, and the one shell that sets the clock and mounts. */
+  /** Time spent in the guest: the whole op, and the one helper (or shell) that sets the clock and mounts. */
   duration_ms: z.number().check(z.minimum(0)),
   shell_ms: z.number().check(z.minimum(0)),
 });

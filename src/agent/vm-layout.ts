@@ -15,6 +15,12 @@ export const DISK_SERIAL = {
   seed: "pyro-seed",
 } as const;
 
+/**
+ * The guest's setup helper, `<agent disk>/bin/<name>` (backends/vm/setup-helper.ts): one
+ * static program for vm_setup's clock, entropy, hostname and mounts.
+ */
+export const SETUP_HELPER = "pyro-vmsetup";
+
 /** Where things are inside the guest. */
 export const GUEST = {
   agentDir: "/run/pyro/agent",
@@ -23,6 +29,11 @@ export const GUEST = {
   /** Snapshot trees other than the current one, pushed on demand (diff against them). */
   snapshotsDir: "/run/pyro/snapshots",
   workspace: "/workspace",
+  /** /workspace's upper layer and overlay work directory, on the state disk. */
+  workspaceUpper: "/run/pyro/state/ws/upper",
+  workspaceWork: "/run/pyro/state/ws/work",
+  /** The setup helper's server socket (SETUP_HELPER --serve, started by stage 2). */
+  setupSocket: "/run/pyro/setup.sock",
   /** The agent's unix socket (vsock channel: the bridge forwards vsock connections here). */
   agentSocket: "/run/pyro/agent.sock",
   /** The network mux's unix socket (vsock channel: a second bridge forwards NET_VSOCK_PORT here). */

@@ -130,8 +130,12 @@ export interface WorkspaceBackend {
   connect(state: SandboxState, options?: { timeoutMs?: number }): Promise<import("node:stream").Duplex>;
   /** True when the sandbox recorded in `state` is still alive. */
   isRunning(state: SandboxState): Promise<boolean>;
-  /** Stops every process of the sandbox; the writable layer stays. */
-  stop(state: SandboxState): Promise<void>;
+  /**
+   * Stops every process of the sandbox; the writable layer stays. `discarding`: the caller
+   * discards the writable layers next (a reset) or removes everything (a delete), so
+   * nothing needs flushing first: a backend may end the sandbox at once.
+   */
+  stop(state: SandboxState, options?: { discarding?: boolean }): Promise<void>;
   /** Discards the writable layers, so the next start shows `spec.snapshot` exactly. */
   discardChanges(spec: SandboxSpec): Promise<void>;
   /**

@@ -84,8 +84,8 @@ export class LazyBackend implements WorkspaceBackend {
   async isRunning(state: SandboxState): Promise<boolean> {
     return (await this.load()).isRunning(state);
   }
-  async stop(state: SandboxState): Promise<void> {
-    return (await this.load()).stop(state);
+  async stop(state: SandboxState, options?: { discarding?: boolean }): Promise<void> {
+    return (await this.load()).stop(state, options);
   }
   async discardChanges(spec: SandboxSpec): Promise<void> {
     return (await this.load()).discardChanges(spec);

@@ -283,7 +283,8 @@ export class Workspaces {
     if (inPlace) return inPlace;
     await this.dropClient(w.workspace_id);
     const state = sandboxState(w);
-    if (state) await backend.stop(state);
+    // The writable layers go next: nothing to flush (a VM is ended without syncing its disks).
+    if (state) await backend.stop(state, { discarding: true });
     await backend.discardChanges(spec);
     // A reset ends the services with the sandbox, for good.
     const updated = this.store.updateWorkspace(w.workspace_id, {

@@ -335,13 +335,18 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
   /**
    * Flushes the guest's filesystems (best effort: the agent may be the thing that hung),
    * then ends QEMU: SIGTERM first (it closes its disks cleanly), SIGKILL if it lingers.
-   * The state disk stays.
+   * The state disk stays. `discarding` (a reset or a delete: the state disk goes next):
+   * SIGKILL at once, nothing flushed; a reset spent 0.2-0.5 s on the sync and the SIGTERM.
    */
-  async stop(state: SandboxState): Promise<void> {
+  async stop(state: SandboxState, options: { discarding?: boolean } = {}): Promise<void> {
     const { pid, start_time: startTime, sockets, dir } = QEMU_STATE.readPartial(state);
     if (pid !== undefined && startTime !== undefined && (await sameProcessAlive(pid, startTime))) {
-      if (sockets) await this.syncGuest(sockets).catch(() => {});
-      await terminateAndWait(pid, startTime, 5000);
+      if (options.discarding) {
+        await killAndWait(pid, startTime);
+      } else {
+        if (sockets) await this.syncGuest(sockets).catch(() => {});
+        await terminateAndWait(pid, startTime, 5000);
+      }
     }
     if (sockets) await rm(sockets, { recursive: true, force: true });
     if (dir) await rm(qemuLayout(dir).pidFile, { force: true });
@@ -369,7 +374,7 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
   }
 
   async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
-    if (state) await this.stop(state);
+    if (state) await this.stop(state, { discarding: true });
     await killRecorded(qemuLayout(spec.dir).pidFile);
     await removeTree(spec.dir);
   }

@@ -5,7 +5,7 @@ import { touch } from "../../util/fs.js";
 import { agentArgv } from "../guest.js";
 import type { NodeRuntime } from "../runtime.js";
 import { mkfsExt4 } from "./disks.js";
-import { AGENT_VSOCK_PORT, GUEST, NET_VSOCK_PORT } from "./types.js";
+import { AGENT_VSOCK_PORT, DISK_SERIAL, GUEST, NET_VSOCK_PORT, SETUP_HELPER } from "./types.js";
 
 /** npm packages the guest agent imports (the rest of node_modules stays on the host). */
 export const AGENT_PACKAGES = ["zod", "tar", "diff", "ignore", "node-pty"] as const;
@@ -41,10 +41,16 @@ export const NET_PORT_NAME = "pyro.net";
 
 /**
  * Stage 2, PID 1 after switch_root (busybox from the agent disk): the rest of the
- * system setup, then the agent, restarted if it ever exits, with the shell reaping
- * orphans while it waits. The channel comes from the kernel command line.
+ * system setup, the setup helper's server (when the disk has the helper: it is running,
+ * waiting, in the template every clone restores), then the agent, each restarted if it
+ * ever exits, with the shell reaping orphans while it waits. The channel comes from the
+ * kernel command line.
  */
-export function stage2Script(agentArgv: string[], bridge: string | null): string {
+export function stage2Script(
+  agentArgv: string[],
+  bridge: string | null,
+  setupHelper: string | null = null,
+): string {
   const q = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
   const B = `${GUEST.agentDir}/bin/busybox`;
   return `#!${B} sh
@@ -64,7 +70,12 @@ for a in $($B cat /proc/cmdline); do
   case "$a" in pyro.channel=*) channel="\${a#pyro.channel=}" ;; esac
 done
 keep() { while :; do "$@"; echo "pyro-init: $1 exited $?, restarting"; $B sleep 1; done; }
-if [ "$channel" = vsock ]; then
+${
+  setupHelper
+    ? `keep ${[setupHelper, ...setupServerArgs()].map(q).join(" ")} &
+`
+    : ""
+}if [ "$channel" = vsock ]; then
   ${bridge ? `keep ${q(bridge)} ${AGENT_VSOCK_PORT} ${GUEST.agentSocket} &` : 'echo "pyro-init: no vsock bridge on the agent disk"; $B poweroff -f'}
   ${bridge ? `keep ${q(bridge)} ${NET_VSOCK_PORT} ${GUEST.netSocket} &` : ""}
   keep ${agentArgv.map(q).join(" ")} --listen ${GUEST.agentSocket} --net-listen ${GUEST.netSocket} &
@@ -73,6 +84,19 @@ else
 fi
 wait $!
 `;
+}
+
+/** The setup helper's server arguments (backends/vm/setup-helper.ts): its socket and the guest's layout. */
+export function setupServerArgs(): string[] {
+  return [
+    "--serve",
+    GUEST.setupSocket,
+    DISK_SERIAL.seed,
+    GUEST.seedDir,
+    GUEST.workspaceUpper,
+    GUEST.workspaceWork,
+    GUEST.workspace,
+  ];
 }
 
 /**
@@ -113,8 +137,8 @@ export interface AgentDiskInputs {
   busybox: string;
   /** Static vsock→unix bridge for Firecracker guests, when one could be built. */
   bridge: string | null;
-  /** Static RNG reseeder for restored clones (bin/pyro-reseed), when one could be built. */
-  reseed: string | null;
+  /** Static setup helper run after every start (bin/pyro-vmsetup, setup-helper.ts), when one could be built. */
+  setupHelper: string | null;
 }
 
 /**
@@ -133,7 +157,11 @@ export async function prepareAgentDisk(
     GUEST.workspace,
     { vm: GUEST.agentDir },
   );
-  const script = stage2Script(argvOfAgent, inputs.bridge ? `${GUEST.agentDir}/bin/pyro-vsock-bridge` : null);
+  const script = stage2Script(
+    argvOfAgent,
+    inputs.bridge ? `${GUEST.agentDir}/bin/pyro-vsock-bridge` : null,
+    inputs.setupHelper ? `${GUEST.agentDir}/bin/${SETUP_HELPER}` : null,
+  );
   const h = createHash("sha256").update(JSON.stringify([inputs.runtime.key, script, packages]));
   await hashTree(h, inputs.appDir, "dist");
   // Packages by name and version: hashing their contents costs seconds (zod alone is thousands of files).
@@ -143,7 +171,7 @@ export async function prepareAgentDisk(
     for (const f of NATIVE_FILES[p] ?? [])
       h.update(await readFile(join(inputs.appDir, "node_modules", p, f)));
   }
-  for (const f of [inputs.busybox, inputs.bridge, inputs.reseed]) h.update(f ? await readFile(f) : "-");
+  for (const f of [inputs.busybox, inputs.bridge, inputs.setupHelper]) h.update(f ? await readFile(f) : "-");
   const key = h.digest("hex").slice(0, 16);
   const out = join(cacheDir, `agent-${key}.ext4`);
   // Touched on every use: agent disks idle for a day are removed when a new one is built.
@@ -155,7 +183,7 @@ export async function prepareAgentDisk(
     await mkdir(join(stage, "bin"));
     await cp(inputs.busybox, join(stage, "bin", "busybox"));
     if (inputs.bridge) await cp(inputs.bridge, join(stage, "bin", "pyro-vsock-bridge"));
-    if (inputs.reseed) await cp(inputs.reseed, join(stage, "bin", "pyro-reseed"));
+    if (inputs.setupHelper) await cp(inputs.setupHelper, join(stage, "bin", SETUP_HELPER));
     await linkOrCopy(inputs.runtime.dir, join(stage, "runtime"));
     await mkdir(join(stage, "app", "node_modules"), { recursive: true });
     await writeFile(join(stage, "app", "package.json"), '{"type":"module"}\n');

@@ -8,7 +8,7 @@ import { prepareAgentDisk } from "./agent-disk.js";
 import { mkfsExt4 } from "./disks.js";
 import { prepareInitramfs, staticBusybox } from "./initramfs.js";
 import { prepareKernel } from "./kernel.js";
-import { prepareReseed } from "./reseed.js";
+import { prepareSetupHelper } from "./setup-helper.js";
 import type { VmArtifacts } from "./types.js";
 
 export interface PrepareOptions {
@@ -45,10 +45,10 @@ export async function prepareVmArtifacts(
   const runtime = await prepareNodeRuntime(spec.runtimeCacheDir, sig);
   const busybox = await staticBusybox();
   const bridge = options.vsockBridge ? await options.vsockBridge(cache) : null;
-  const reseed = await prepareReseed(cache, options.signal);
-  if (!reseed.path)
+  const setupHelper = await prepareSetupHelper(cache, options.signal);
+  if (!setupHelper.path)
     options.onProgress?.(
-      `warning: ${reseed.reason}; restored VMs reseed their RNG only on the kernel's schedule`,
+      `warning: ${setupHelper.reason}; restored VMs set up with a slower shell and reseed their RNG only on the kernel's schedule`,
     );
   const release = await acquireLock(join(cache, "images.lock"), sig);
   try {
@@ -60,7 +60,7 @@ export async function prepareVmArtifacts(
     }
     const agentDisk = await prepareAgentDisk(
       cache,
-      { appDir: spec.appDir, runtime, busybox, bridge, reseed: reseed.path },
+      { appDir: spec.appDir, runtime, busybox, bridge, setupHelper: setupHelper.path },
       options.signal,
     );
     return {

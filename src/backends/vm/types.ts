@@ -5,7 +5,7 @@
  * (src/backends/vm/initramfs.ts): it finds disks by their virtio serial, never by order.
  */
 
-export { DISK_SERIAL, GUEST } from "../../agent/vm-layout.js";
+export { DISK_SERIAL, GUEST, SETUP_HELPER } from "../../agent/vm-layout.js";
 
 /** Guest vsock port the agent bridge listens on (firecracker). */
 export const AGENT_VSOCK_PORT = 1024;

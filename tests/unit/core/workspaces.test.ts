@@ -93,6 +93,20 @@ describe("workspace core on the fake backend", () => {
     });
   });
 
+  it("a reset that restarts the sandbox tells the backend its layers are discarded; a stop keeps them", async () => {
+    const stops: ({ discarding?: boolean } | undefined)[] = [];
+    const realStop = t.backend.stop.bind(t.backend);
+    t.backend.stop = async (state, options) => {
+      stops.push(options);
+      return realStop(state, options);
+    };
+    const id = (await pyro.createWorkspace({ seedPath: seed })).workspace_id;
+    await pyro.resetWorkspace(id);
+    expect(stops).toEqual([{ discarding: true }]);
+    await pyro.stopWorkspace(id);
+    expect(stops[1]?.discarding).toBeFalsy();
+  });
+
   it("edits, diffs, snapshots and resets exactly, deletions included", async () => {
     const w = await pyro.createWorkspace({ seedPath: seed });
     const id = w.workspace_id;

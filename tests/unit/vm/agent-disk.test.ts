@@ -7,9 +7,10 @@ import {
   NET_PORT_NAME,
   packageClosure,
   SERIAL_PORT_PREFIX,
+  setupServerArgs,
   stage2Script,
 } from "../../../src/backends/vm/agent-disk.js";
-import { AGENT_VSOCK_PORT, GUEST, NET_VSOCK_PORT } from "../../../src/backends/vm/types.js";
+import { AGENT_VSOCK_PORT, DISK_SERIAL, GUEST, NET_VSOCK_PORT } from "../../../src/backends/vm/types.js";
 import { which } from "../../../src/util/run.js";
 
 const busybox = await which("busybox");
@@ -136,6 +137,34 @@ describe("stage2Script", () => {
       );
       expect(log).not.toContain("bb poweroff -f");
     });
+
+    it.skipIf(skip)(
+      title("with the setup helper: its server starts before the agent, on either channel"),
+      async () => {
+        const helper = `${GUEST.agentDir}/bin/pyro-vmsetup`;
+        for (const cmdline of ["quiet\n", "pyro.channel=vsock\n"]) {
+          const script = stage2Script(TRICKY, BRIDGE, helper);
+          const log = await runStage2(script, cmdline, shell);
+          const keeps = log.filter((l) => l.startsWith("<keep>"));
+          expect(keeps).toContain(
+            kept(
+              helper,
+              "--serve",
+              GUEST.setupSocket,
+              DISK_SERIAL.seed,
+              GUEST.seedDir,
+              GUEST.workspaceUpper,
+              GUEST.workspaceWork,
+              GUEST.workspace,
+            ),
+          );
+          expect(keeps.some((k) => k.startsWith(kept(...TRICKY)))).toBe(true);
+          // Started first (in the script's order): a template saved once the agent answers has it running.
+          expect(script.indexOf("--serve")).toBeLessThan(script.indexOf("'--flag=a b'"));
+        }
+        expect(setupServerArgs()[0]).toBe("--serve");
+      },
+    );
 
     it.skipIf(skip)(title("vsock channel without a bridge: powers off"), async () => {
       const log = await runStage2(stage2Script(TRICKY, null), "pyro.channel=vsock\n", shell);

@@ -1,14 +1,17 @@
-import { mkdir } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { release } from "node:os";
 import path from "node:path";
 import type { Duplex } from "node:stream";
 import { afterEach, describe, expect, it } from "vitest";
 import { AgentError } from "../../../src/agent/errors.js";
-import type { OpHandler } from "../../../src/agent/guest/ops/context.js";
+import type { OpContext, OpHandler } from "../../../src/agent/guest/ops/context.js";
 import { BUILTIN_OPS } from "../../../src/agent/guest/ops/index.js";
+import { vmSetup } from "../../../src/agent/guest/ops/vm.js";
 import { Workspace } from "../../../src/agent/guest/paths.js";
 import type { OpParsedArgs } from "../../../src/agent/op-schemas.js";
 import { serveConnection } from "../../../src/agent/server.js";
 import { setupGuest } from "../../../src/backends/vm/setup.js";
+import { DISK_SERIAL, GUEST, SETUP_HELPER } from "../../../src/backends/vm/types.js";
 import { duplexPair, tempDir } from "../agent/helpers.js";
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -131,5 +134,57 @@ describe("setupGuest", () => {
     expect(err).toBeInstanceOf(AgentError);
     expect(err.code).toBe("cancelled");
     expect(await within(guest.served, 2000)).toBeDefined();
+  });
+});
+
+/** A fake `pyro-vmsetup` on a fake agent disk: logs its argv, prints `reply`, exits `code`. */
+async function fakeHelperDisk(reply: string, code: number) {
+  const t = await tempDir("pyro-vm-helper-");
+  cleanups.push(t.cleanup);
+  const vmDir = path.join(t.dir, "agent-disk");
+  await mkdir(path.join(vmDir, "bin"), { recursive: true });
+  const argvLog = path.join(t.dir, "argv");
+  await writeFile(
+    path.join(vmDir, "bin", SETUP_HELPER),
+    `#!/bin/sh\nprintf '%s\\n' "$@" > '${argvLog}'\necho '${reply}'\nexit ${code}\n`,
+    { mode: 0o755 },
+  );
+  const ctx = { vmDir } as unknown as OpContext;
+  return { ctx, argv: async () => (await readFile(argvLog, "utf8")).trim().split("\n") };
+}
+
+describe("vm_setup in the guest (the setup helper; its server is not running on this host)", () => {
+  const entropy = Buffer.alloc(64, 7);
+  const args = { time_ms: 1_795_000_000_123, entropy: entropy.toString("base64"), hostname: "ws-one" };
+
+  it("runs the helper once with the guest's layout, the clock, the entropy and the hostname", async () => {
+    const disk = await fakeHelperDisk("ok mounted=1", 0);
+    const r = await vmSetup(args, disk.ctx);
+    expect(r).toMatchObject({ mounted: true, kernel: release() });
+    expect(await disk.argv()).toEqual([
+      "--once",
+      DISK_SERIAL.seed,
+      GUEST.seedDir,
+      GUEST.workspaceUpper,
+      GUEST.workspaceWork,
+      GUEST.workspace,
+      "ws-one",
+      "1795000000123",
+      entropy.toString("hex"),
+    ]);
+  });
+
+  it("mount: false (the template) asks for no mount", async () => {
+    const disk = await fakeHelperDisk("ok mounted=0", 0);
+    expect((await vmSetup({ ...args, mount: false }, disk.ctx)).mounted).toBe(false);
+    expect((await disk.argv()).at(-1)).toBe("nomount");
+  });
+
+  it("the helper's error is the op's error", async () => {
+    const disk = await fakeHelperDisk("error mount overlay on /workspace: boom", 1);
+    const err = (await vmSetup(args, disk.ctx).catch((e: unknown) => e)) as AgentError;
+    expect(err).toBeInstanceOf(AgentError);
+    expect(err.code).toBe("internal");
+    expect(err.message).toBe(`${SETUP_HELPER}: mount overlay on /workspace: boom`);
   });
 });

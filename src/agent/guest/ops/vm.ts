@@ -3,23 +3,26 @@
  *
  * - `vm_setup`: after every start, cold or restored from the template's saved state. A
  *   restored VM carries the template's clock and RNG state, so the host's clock is set
- *   and fresh host entropy is mixed into the kernel pool before anything else runs; then
+ *   and fresh host entropy is credited to the kernel pool before anything else runs; then
  *   /workspace is mounted: an overlay of the seed disk (the snapshot it starts from,
  *   read-only) under the workspace's upper layer on the state disk. The seed disk is
  *   mounted only now because the template was saved without it (each workspace's differs).
+ *   One static helper does it all (a busybox shell where the host could not build it).
  * - `vm_snapshot_in`: puts another snapshot tree into the guest (to diff against it).
  * - `vm_sync`: flushes the guest's page cache to its disks before the host stops the VM.
  */
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import net from "node:net";
+import { release } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { AgentError } from "../../errors.js";
-import { DISK_SERIAL, GUEST } from "../../vm-layout.js";
+import type { OpParsedArgs } from "../../op-schemas.js";
+import { DISK_SERIAL, GUEST, SETUP_HELPER } from "../../vm-layout.js";
 import { Workspace } from "../paths.js";
 import type { OpContext, OpHandler } from "./context.js";
-import { tarIn } from "./tar.js";
 
 const run = promisify(execFile);
 
@@ -62,23 +65,98 @@ export const vmSetup: OpHandler<"vm_setup"> = async (args, ctx) => {
   const vmDir = vmOnly(ctx);
   const started = performance.now();
   const entropy = Buffer.from(args.entropy, "base64");
+  // The helper takes up to 512 bytes (the kernel's RNDADDENTROPY buffer it fills).
+  const hex = entropy.subarray(0, 512).toString("hex");
+  const request = `${args.hostname} ${Math.floor(args.time_ms)} ${hex}${args.mount === false ? " nomount" : ""}`;
+  const mounted =
+    entropy.length < 32
+      ? await setupByShell(vmDir, args, entropy)
+      : ((await askSetupServer(request)) ??
+        (await runSetupHelper(vmDir, request)) ??
+        (await setupByShell(vmDir, args, entropy)));
+  const ms = Math.round(performance.now() - started);
+  // uname(2), synchronous: a file read would be one more thread-pool round trip.
+  return { mounted, kernel: release(), duration_ms: ms, shell_ms: ms };
+};
+
+/** The helper's reply line → mounted, or the helper's error. */
+function setupReply(line: string): boolean {
+  const m = /^ok mounted=([01])$/.exec(line.trim());
+  if (!m)
+    throw new AgentError("internal", `${SETUP_HELPER}: ${line.trim().replace(/^error /, "") || "no reply"}`);
+  return m[1] === "1";
+}
+
+/**
+ * vm_setup by the helper's server (started by stage 2, already running in a restored
+ * clone): one unix socket round trip, no process started. Null when it is not there
+ * (a disk without the helper, or the server restarting).
+ */
+function askSetupServer(request: string): Promise<boolean | null> {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect({ path: GUEST.setupSocket });
+    let reply = "";
+    sock.setEncoding("utf8");
+    sock.setTimeout(60_000, () => sock.destroy(new Error("no reply within 60 s")));
+    sock.on("connect", () => sock.end(`${request}\n`));
+    sock.on("data", (d: string) => {
+      reply += d;
+    });
+    sock.on("error", (err: NodeJS.ErrnoException) => {
+      if (err.code === "ENOENT" || err.code === "ECONNREFUSED") resolve(null);
+      else reject(new AgentError("internal", `${SETUP_HELPER} server: ${err.message}`));
+    });
+    sock.on("close", (hadError) => {
+      if (hadError) return;
+      try {
+        resolve(setupReply(reply));
+      } catch (err) {
+        reject(err);
+      }
+    });
+  });
+}
+
+/** vm_setup by the helper as a process of its own; null when the agent disk has none. */
+function runSetupHelper(vmDir: string, request: string): Promise<boolean | null> {
+  const argv = [
+    "--once",
+    DISK_SERIAL.seed,
+    GUEST.seedDir,
+    GUEST.workspaceUpper,
+    GUEST.workspaceWork,
+    GUEST.workspace,
+    ...request.split(" "),
+  ];
+  return new Promise((resolve, reject) => {
+    execFile(path.join(vmDir, "bin", SETUP_HELPER), argv, { timeout: 60_000 }, (err, stdout, stderr) => {
+      if ((err as NodeJS.ErrnoException | null)?.code === "ENOENT") return resolve(null);
+      try {
+        resolve(setupReply(stdout || stderr || (err?.message ?? "")));
+      } catch (e) {
+        reject(e);
+      }
+    });
+  });
+}
+
+/** vm_setup without the helper: one busybox shell (every process start is slow under emulation). */
+async function setupByShell(
+  vmDir: string,
+  args: OpParsedArgs<"vm_setup">,
+  entropy: Buffer,
+): Promise<boolean> {
   await writeFile("/proc/sys/kernel/hostname", args.hostname);
-  // One shell for the RNG, the clock and the mounts: every process start is slow under emulation.
   const bb = path.join(vmDir, "bin", "busybox");
   const steps = [`${bb} date -u -s @${Math.floor(args.time_ms / 1000)} >/dev/null`];
-  const reseed = path.join(vmDir, "bin", "pyro-reseed");
-  if (entropy.length >= 32 && (await exists(reseed))) {
-    // Credit the host's bytes and reseed the CRNG now (a plain write to /dev/urandom
-    // would leave the template's CRNG key in use until the kernel's next reseed).
-    steps.push(`echo ${entropy.toString("base64")} | ${bb} base64 -d | ${reseed}`);
-  } else if (entropy.length > 0) {
-    await writeFile("/dev/urandom", entropy);
-  }
+  // Mixed in, not credited: without the helper the CRNG keeps the template's key until
+  // the kernel's next scheduled reseed.
+  if (entropy.length > 0) await writeFile("/dev/urandom", entropy);
   let mounted = false;
-  if (!(await isMountPoint(GUEST.workspace))) {
+  if (args.mount !== false && !(await isMountPoint(GUEST.workspace))) {
     const seed = await diskBySerial(DISK_SERIAL.seed, "seed");
-    const upper = `${GUEST.stateDir}/ws/upper`;
-    const work = `${GUEST.stateDir}/ws/work`;
+    const upper = GUEST.workspaceUpper;
+    const work = GUEST.workspaceWork;
     await mkdir(upper, { recursive: true });
     await mkdir(work, { recursive: true });
     await mkdir(GUEST.workspace, { recursive: true });
@@ -96,16 +174,9 @@ export const vmSetup: OpHandler<"vm_setup"> = async (args, ctx) => {
     );
     mounted = true;
   }
-  const shellStarted = performance.now();
   await busybox(vmDir, "sh", "-euc", steps.join("\n"));
-  const shell_ms = Math.round(performance.now() - shellStarted);
-  return {
-    mounted,
-    kernel: (await readFile("/proc/sys/kernel/osrelease", "utf8")).trim(),
-    duration_ms: Math.round(performance.now() - started),
-    shell_ms,
-  };
-};
+  return mounted;
+}
 
 export const vmSnapshotIn: OpHandler<"vm_snapshot_in"> = async (args, ctx) => {
   vmOnly(ctx);
@@ -118,6 +189,8 @@ export const vmSnapshotIn: OpHandler<"vm_snapshot_in"> = async (args, ctx) => {
   const partial = path.join(GUEST.snapshotsDir, `.partial-${args.name}-${randomBytes(6).toString("hex")}`);
   await mkdir(partial, { recursive: true });
   try {
+    // Loaded here, not with this module: vm_setup runs in every start and needs no tar.
+    const { tarIn } = await import("./tar.js");
     const r = await tarIn({ dest: "." }, { ...ctx, workspace: await Workspace.open(partial) });
     try {
       await rename(partial, final);

@@ -1,0 +1,256 @@
+import { buildStaticBinary, type StaticBuild } from "./static-binary.js";
+import { SETUP_HELPER } from "./types.js";
+
+/**
+ * `pyro-vmsetup`: everything a VM must do after every start before it takes work (root in
+ * the guest), for the agent's vm_setup. Under emulation (TCG) every process start and
+ * every Node file operation right after a restore costs tens of milliseconds (QEMU
+ * translates each code path anew): the busybox shell this replaces (6 processes and a
+ * dozen Node file operations) was most of a reset's time beyond the restore itself, and
+ * a process spawned by the agent still cost 0.3-0.8 s. So stage 2 starts it as a server
+ * before the template is saved (`--serve`), and a clone's agent only makes one unix
+ * socket round trip; `--once` is the same work as a process of its own (the agent's
+ * fallback while the server is not there).
+ *
+ *   pyro-vmsetup --serve SOCKET SEED_SERIAL SEED_DIR UPPER WORK WORKSPACE
+ *     request (one line): HOSTNAME UNIX_MS ENTROPY_HEX [nomount]; reply: "ok mounted=0|1" or "error ..."
+ *   pyro-vmsetup --once SEED_SERIAL SEED_DIR UPPER WORK WORKSPACE HOSTNAME UNIX_MS ENTROPY_HEX [nomount]
+ *     prints the reply; exit status 0 only for "ok"
+ *
+ * The work:
+ * - sets the hostname and the clock (a clone carries the template's);
+ * - credits the host's entropy to the kernel pool and forces the CRNG to reseed now
+ *   (RNDADDENTROPY, RNDRESEEDCRNG): a plain write to /dev/urandom leaves the template's
+ *   CRNG key in use until the kernel's next scheduled reseed, up to a minute away (two
+ *   clones were measured giving identical /dev/urandom output);
+ * - unless WORKSPACE is mounted already (or `nomount`): finds the seed disk by its virtio serial (or
+ *   `pyro.disks=seed:DEV` on the kernel command line), drops the block cache the
+ *   template's kernel kept of it (it read a blank placeholder's first blocks), mounts it
+ *   read-only at SEED_DIR and mounts WORKSPACE as an overlay of it under UPPER/WORK.
+ */
+export const SETUP_HELPER_SOURCE = String.raw`#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <linux/random.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+struct layout { const char *serial, *seed_dir, *upper, *work, *ws; };
+static char err[1024];
+
+static int fail(const char *fmt, ...) {
+  int e = errno;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(err, sizeof err, fmt, ap);
+  va_end(ap);
+  if (n >= 0 && (size_t)n < sizeof err && e) snprintf(err + n, sizeof err - n, ": %s", strerror(e));
+  return -1;
+}
+
+/* 1 when p is a mount point (field 5 of /proc/self/mountinfo; our paths have no spaces). */
+static int mounted(const char *p) {
+  FILE *f = fopen("/proc/self/mountinfo", "re");
+  if (!f) return fail("open /proc/self/mountinfo");
+  char *line = NULL;
+  size_t cap = 0, n = strlen(p);
+  int found = 0;
+  while (!found && getline(&line, &cap, f) > 0) {
+    char *s = line;
+    for (int i = 0; i < 4 && s; i++) if ((s = strchr(s, ' '))) s++;
+    if (s && strncmp(s, p, n) == 0 && s[n] == ' ') found = 1;
+  }
+  free(line);
+  fclose(f);
+  return found;
+}
+
+static int mkdirs(const char *path) {
+  char p[4096];
+  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) { errno = ENAMETOOLONG; return fail("mkdir %s", path); }
+  for (char *s = p + 1;; s++) {
+    if (*s && *s != '/') continue;
+    char c = *s;
+    *s = 0;
+    if (mkdir(p, 0755) < 0 && errno != EEXIST) return fail("mkdir %s", p);
+    if (!c) return 0;
+    *s = c;
+  }
+}
+
+static int read_small(const char *path, char *buf, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, size - 1);
+  close(fd);
+  if (n < 0) return -1;
+  buf[n] = 0;
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ')) buf[--n] = 0;
+  return 0;
+}
+
+/* /dev/<disk> of the seed disk: pyro.disks=seed:DEV on the command line, else by virtio serial. */
+static int seed_device(const char *serial, char *out, size_t size) {
+  char cmdline[4096];
+  if (read_small("/proc/cmdline", cmdline, sizeof cmdline) == 0) {
+    char *m = strstr(cmdline, "pyro.disks=");
+    if (m && (m == cmdline || m[-1] == ' ')) {
+      char *value = m + 11, *save = NULL;
+      value[strcspn(value, " ")] = 0;
+      for (char *pair = strtok_r(value, ",", &save); pair; pair = strtok_r(NULL, ",", &save))
+        if (strncmp(pair, "seed:", 5) == 0 && pair[5]) { snprintf(out, size, "/dev/%s", pair + 5); return 0; }
+    }
+  }
+  DIR *d = opendir("/sys/block");
+  if (!d) return fail("open /sys/block");
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, "vd", 2) != 0) continue;
+    char path[512], s[256];
+    snprintf(path, sizeof path, "/sys/block/%s/serial", e->d_name);
+    if (read_small(path, s, sizeof s) == 0 && strcmp(s, serial) == 0) {
+      snprintf(out, size, "/dev/%s", e->d_name);
+      closedir(d);
+      return 0;
+    }
+  }
+  closedir(d);
+  errno = 0;
+  return fail("no seed disk (virtio serial %s) in this VM", serial);
+}
+
+static int reseed(const unsigned char *bytes, size_t have) {
+  struct { int entropy_count; int buf_size; unsigned int buf[128]; } e;
+  if (have < 32 || have > sizeof e.buf) { errno = 0; return fail("need 32-512 bytes of entropy, got %zu", have); }
+  memcpy(e.buf, bytes, have);
+  e.entropy_count = (int)(have * 8);
+  e.buf_size = (int)have;
+  int fd = open("/dev/urandom", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return fail("open /dev/urandom");
+  int r = ioctl(fd, RNDADDENTROPY, &e) < 0 ? fail("RNDADDENTROPY") : ioctl(fd, RNDRESEEDCRNG) < 0 ? fail("RNDRESEEDCRNG") : 0;
+  close(fd);
+  return r;
+}
+
+static int mount_workspace(const struct layout *l) {
+  if (mkdirs(l->upper) < 0 || mkdirs(l->work) < 0 || mkdirs(l->ws) < 0 || mkdirs(l->seed_dir) < 0) return -1;
+  int m = mounted(l->seed_dir);
+  if (m < 0) return -1;
+  if (!m) {
+    char dev[300];
+    if (seed_device(l->serial, dev, sizeof dev) < 0) return -1;
+    int fd = open(dev, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail("open %s", dev);
+    int r = ioctl(fd, BLKFLSBUF, 0);
+    close(fd);
+    if (r < 0) return fail("BLKFLSBUF %s", dev);
+    if (mount(dev, l->seed_dir, "ext4", MS_RDONLY, "noload") < 0) return fail("mount %s", dev);
+  }
+  char opts[8192];
+  if (snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s", l->seed_dir, l->upper, l->work) >= (int)sizeof opts) {
+    errno = ENAMETOOLONG;
+    return fail("overlay options for %s", l->ws);
+  }
+  if (mount("overlay", l->ws, "overlay", 0, opts) < 0) return fail("mount overlay on %s", l->ws);
+  return 0;
+}
+
+static int unhex(const char *hex, unsigned char *out, size_t max) {
+  size_t n = strlen(hex);
+  if (n % 2 || n / 2 > max) return -1;
+  for (size_t i = 0; i < n / 2; i++) {
+    unsigned v;
+    if (sscanf(hex + 2 * i, "%2x", &v) != 1) return -1;
+    out[i] = (unsigned char)v;
+  }
+  return (int)(n / 2);
+}
+
+/* One request: "HOSTNAME UNIX_MS ENTROPY_HEX [nomount]"; the reply line into out. */
+static void setup(const struct layout *l, char *request, char *out, size_t size) {
+  char *save = NULL;
+  char *host = strtok_r(request, " \n", &save), *ms_s = strtok_r(NULL, " \n", &save), *hex = strtok_r(NULL, " \n", &save);
+  char *flag = strtok_r(NULL, " \n", &save);
+  int mount_it = !(flag && strcmp(flag, "nomount") == 0);
+  unsigned char entropy[512];
+  int n = hex ? unhex(hex, entropy, sizeof entropy) : -1;
+  errno = 0;
+  if (!host || !ms_s || n < 0) { fail("malformed request"); goto out; }
+  if (sethostname(host, strlen(host)) < 0) { fail("sethostname %s", host); goto out; }
+  long long ms = atoll(ms_s);
+  struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 };
+  if (clock_settime(CLOCK_REALTIME, &ts) < 0) { fail("clock_settime %s", ms_s); goto out; }
+  if (reseed(entropy, (size_t)n) < 0) goto out;
+  int m = mount_it ? mounted(l->ws) : 1;
+  if (m < 0 || (!m && mount_workspace(l) < 0)) goto out;
+  snprintf(out, size, "ok mounted=%d\n", !m);
+  return;
+out:
+  snprintf(out, size, "error %s\n", err);
+}
+
+static int serve(const char *path, const struct layout *l) {
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un a = { .sun_family = AF_UNIX };
+  if (s < 0 || strlen(path) >= sizeof a.sun_path) { perror("pyro-vmsetup: socket"); return 1; }
+  strcpy(a.sun_path, path);
+  unlink(path);
+  umask(077);
+  if (bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, 4) < 0) { perror("pyro-vmsetup: bind"); return 1; }
+  for (;;) {
+    int c = accept4(s, NULL, NULL, SOCK_CLOEXEC);
+    if (c < 0) continue;
+    /* A client that never finishes its line does not hold the server for ever. */
+    struct timeval tv = { .tv_sec = 10 };
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char req[2048], reply[1200];
+    size_t have = 0;
+    while (have < sizeof req - 1 && !memchr(req, '\n', have)) {
+      ssize_t n = read(c, req + have, sizeof req - 1 - have);
+      if (n <= 0) break;
+      have += (size_t)n;
+    }
+    req[have] = 0;
+    if (memchr(req, '\n', have)) {
+      setup(l, req, reply, sizeof reply);
+      if (write(c, reply, strlen(reply)) < 0) { /* the client went away */ }
+    }
+    close(c);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc == 8 && strcmp(argv[1], "--serve") == 0) {
+    struct layout l = { argv[3], argv[4], argv[5], argv[6], argv[7] };
+    return serve(argv[2], &l);
+  }
+  if ((argc == 10 || argc == 11) && strcmp(argv[1], "--once") == 0) {
+    struct layout l = { argv[2], argv[3], argv[4], argv[5], argv[6] };
+    char req[2048], reply[1200];
+    if (snprintf(req, sizeof req, "%s %s %s %s\n", argv[7], argv[8], argv[9], argc == 11 ? argv[10] : "") >= (int)sizeof req) return 2;
+    setup(&l, req, reply, sizeof reply);
+    fputs(reply, stdout);
+    return strncmp(reply, "ok ", 3) == 0 ? 0 : 1;
+  }
+  fprintf(stderr, "usage: pyro-vmsetup --serve SOCKET SEED_SERIAL SEED_DIR UPPER WORK WORKSPACE\n"
+                  "       pyro-vmsetup --once SEED_SERIAL SEED_DIR UPPER WORK WORKSPACE HOSTNAME UNIX_MS ENTROPY_HEX\n");
+  return 2;
+}
+`;
+
+/** Builds pyro-vmsetup into `cacheDir` (once per source), or says why it cannot. */
+export function prepareSetupHelper(cacheDir: string, signal?: AbortSignal): Promise<StaticBuild> {
+  return buildStaticBinary(cacheDir, SETUP_HELPER, SETUP_HELPER_SOURCE, signal ? { signal } : {});
+}
