@@ -121,8 +121,18 @@ export class SandboxPool {
     }
     const [spare] = this.spares.splice(i, 1) as [Spare];
     // Marked taken first: from here on its sandbox may become the workspace's, which a
-    // reaper must then leave to the workspace (see discardSpare).
-    await rename(`${spare.root}${RECORD}`, `${spare.root}${TAKEN}`);
+    // reaper must then leave to the workspace (see discardSpare). A spare that cannot be
+    // marked (its record is gone) is ended, and the workspace starts its own sandbox.
+    const marked = await rename(`${spare.root}${RECORD}`, `${spare.root}${TAKEN}`).then(
+      () => true,
+      () => false,
+    );
+    if (!marked) {
+      spare.agent.close();
+      await discardSpare(this.deps, spare.root, spare.record, false);
+      this.refill();
+      return null;
+    }
     let state: SandboxState | null = null;
     try {
       state = await backend.adoptSpare(spare.record.spec, spare.record.state, spec, spare.agent);

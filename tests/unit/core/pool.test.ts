@@ -2,12 +2,13 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../../../src/backends/backend.js";
 import { BwrapBackend } from "../../../src/backends/bwrap/backend.js";
 import { procStartTime } from "../../../src/backends/common.js";
+import { FakeBackend } from "../../../src/backends/fake/backend.js";
 import { Engine } from "../../../src/core/engine.js";
-import { reapSpares, spareRootfsSync } from "../../../src/core/pool.js";
+import { reapSpares, SandboxPool, spareRootfsSync } from "../../../src/core/pool.js";
 
 /**
  * What the pool's records tell the rest of the engine (core/pool.ts); the pool itself
@@ -144,5 +145,56 @@ describe("pool reaper", () => {
     expect(readFileSync(join(outside, "sandbox", "keep.txt"), "utf8")).toBe("keep\n");
     expect(readFileSync(join(outside, "keep.txt"), "utf8")).toBe("keep\n");
     expect(readdirSync(pool)).toEqual([]);
+  });
+});
+
+/** The pool itself on the fake backend (a real agent in this process, no isolation). */
+describe("pool hand-out", () => {
+  let home: string;
+  beforeEach(async () => {
+    home = await mkdtemp(join(tmpdir(), "pyro-pool-take-"));
+  });
+  afterEach(async () => {
+    await rm(home, { recursive: true, force: true });
+  });
+
+  it("a spare whose record is gone is not handed out: the create starts its own and the spare ends", async () => {
+    const fake = Object.assign(new FakeBackend(), {
+      adoptSpare: vi.fn(async (): Promise<SandboxState | null> => null),
+    });
+    const dir = join(home, "pool");
+    const pool = new SandboxPool({
+      size: 1,
+      dir,
+      appDir: "/app",
+      runtimeCacheDir: "/rt",
+      backend: () => fake,
+    });
+    try {
+      pool.want(fake, "/envs/a/rootfs");
+      await pool.ready();
+      expect(pool.readyCount).toBe(1);
+      const [file] = readdirSync(dir).filter((n) => n.endsWith(".json"));
+      const state = JSON.parse(readFileSync(join(dir, file!), "utf8")).state as SandboxState;
+      expect(await fake.isRunning(state)).toBe(true);
+      // Its record lost (a user's rm, say): the hand-out cannot mark it taken.
+      await rm(join(dir, file!));
+      const spec: SandboxSpec = {
+        workspace_id: "ws_000000000001",
+        dir: join(home, "ws", "sandbox"),
+        rootfs: "/envs/a/rootfs",
+        snapshotsDir: join(home, "ws", "snapshots"),
+        snapshot: "baseline",
+        limits: { vcpus: 1, memory_mib: 512, pids_max: 512, disk_mib: 10 * 1024 },
+        appDir: "/app",
+        runtimeCacheDir: "/rt",
+      };
+      await expect(pool.take(fake, spec)).resolves.toBeNull();
+      expect(fake.adoptSpare).not.toHaveBeenCalled();
+      expect(await fake.isRunning(state)).toBe(false);
+      expect(existsSync(join(dir, file!.replace(/\.json$/, "")))).toBe(false);
+    } finally {
+      await pool.close();
+    }
   });
 });
