@@ -36,8 +36,9 @@ import { procStartTime, sameProcessAlive } from "../common.js";
 import { sandboxHostname } from "../guest.js";
 import { CgroupLimits, detectCgroups } from "../linux/cgroups.js";
 import type { LaunchTools } from "../linux/launch.js";
-import { sandboxLayout } from "../linux/layout.js";
+import { type SandboxLayout, sandboxLayout } from "../linux/layout.js";
 import { swapWorkspaceLayer } from "./reset.js";
+import { helperHostname } from "./reset-helper.js";
 
 /** What the hand-out needs of the spare's recorded state (a bwrap state with its reset base). */
 export interface SpareState {
@@ -61,9 +62,19 @@ async function takeOverDir(into: string, from: string): Promise<void> {
   await rename(into, from);
 }
 
-/** Sets the hostname inside the sandbox's UTS namespace (the agent's). */
-async function setHostname(agentPid: number, name: string): Promise<boolean> {
-  const r = await run(["nsenter", `--uts=/proc/${agentPid}/ns/uts`, "--", "hostname", name], {
+/**
+ * Sets the hostname in the sandbox's UTS namespace: through the sandbox's reset helper
+ * (a FIFO round trip, reset-helper.ts), else a spawned `nsenter --uts ... hostname`.
+ */
+async function setHostname(
+  l: SandboxLayout,
+  spec: SandboxSpec,
+  pids: { launch: number; agent: number },
+  name: string,
+): Promise<boolean> {
+  const byHelper = await helperHostname(spec, l, pids, name);
+  if (byHelper !== "absent") return byHelper === "ok";
+  const r = await run(["nsenter", `--uts=/proc/${pids.agent}/ns/uts`, "--", "hostname", name], {
     timeoutMs: 10_000,
   });
   return r.exitCode === 0;
@@ -114,10 +125,9 @@ export async function adoptSpare(
     await rename(spare.dir, spec.dir);
     const l = sandboxLayout(spec.dir);
     const pids = { launch: s.pid, agent: s.agent_pid };
-    const [old, named] = await Promise.all([
-      swapWorkspaceLayer(l, spec, pids, tools),
-      setHostname(s.agent_pid, sandboxHostname(spec.workspace_id)),
-    ]);
+    // One after the other: both may go to the sandbox's helper, which answers in turn.
+    const old = await swapWorkspaceLayer(l, spec, pids, tools);
+    const named = old !== null && (await setHostname(l, spec, pids, sandboxHostname(spec.workspace_id)));
     if (!old || !named || !(await alive())) throw new Error("the spare did not take the workspace");
     // The spare's /workspace layer: nothing ran there, so it holds next to nothing.
     void rm(old, { recursive: true, force: true }).catch(() => {});

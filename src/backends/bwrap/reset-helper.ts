@@ -1,6 +1,6 @@
 /**
  * The swap helper of bwrap's in-place reset (reset.ts): a small shell left running per
- * sandbox in the launch step's mount namespace and the sandbox's IPC namespace, which
+ * sandbox in the launch step's mount namespace and the sandbox's IPC and UTS namespaces, which
  * does the one privileged step of the layer swap (clear System V IPC objects, mount the
  * message queues once, unmount the previous overlay, mount the new one) when the host
  * asks through a FIFO. Without it every reset spawned `nsenter ... sh -c` from the host
@@ -8,9 +8,12 @@
  * a request to the helper is a FIFO round trip (~0.3 ms) plus its own mount commands.
  *
  * It is a root process beside a sandbox, so it is kept narrow:
- * - one fixed operation (`swap`), its only variable argument a snapshot name checked
+ * - two fixed operations: `swap`, its only variable argument a snapshot name checked
  *   against the snapshot name rule (no `/`, no leading `.`) by the host and again by the
- *   helper; every path it touches is fixed when it starts: relative to its working
+ *   helper, and `hostname` (a pool's spare taking its workspace's name, pool.ts), its
+ *   argument `pyro-` and 1-12 of [A-Za-z0-9-], checked on both sides too; requests to one
+ *   helper do not overlap (the host sends the next once the last is answered); every
+ *   path it touches is fixed when it starts: relative to its working
  *   directory (the sandbox directory) and to descriptor 5 (the workspace's snapshots
  *   directory), never read from a request, never a script;
  * - unreachable from the sandbox: its FIFOs are in the sandbox directory on the host,
@@ -18,7 +21,7 @@
  *   see or signal it);
  * - it dies with the sandbox: it is in the sandbox's cgroup (a stop ends it with the
  *   rest) and leaves once a second when the launch step is gone;
- * - the host checks it before each use (its mount and IPC namespaces are the sandbox's,
+ * - the host checks it before each use (its mount, IPC and UTS namespaces are the sandbox's,
  *   its working directory and descriptor 5 are this workspace's), and falls back to the
  *   spawn when it is missing; a refused or failed request means a restart.
  *
@@ -82,12 +85,22 @@ function helperScript(tools: LaunchTools): string {
     "  fi",
     '  case "$id" in ""|*[!0-9a-f]*) continue ;; esac',
     // Each field on its own: the verb, no extra words, flags 0 or 1, the name's rule.
-    '  r=ok; [ "$op" = swap ] && [ -z "$rest" ] || r=refused',
+    '  r=ok; [ -z "$rest" ] || r=refused',
     '  case "$um" in 0|1) ;; *) r=refused ;; esac',
     '  case "$mq" in 0|1) ;; *) r=refused ;; esac',
-    '  case "$name" in [A-Za-z0-9]*) ;; *) r=refused ;; esac',
-    '  case "$name" in *[!A-Za-z0-9._-]*) r=refused ;; esac',
-    '  if [ "$r" = ok ] && ! swap "$name" "$um" "$mq"; then r=fail; fi',
+    '  case "$op" in',
+    "    swap)",
+    '      case "$name" in [A-Za-z0-9]*) ;; *) r=refused ;; esac',
+    '      case "$name" in *[!A-Za-z0-9._-]*) r=refused ;; esac',
+    '      if [ "$r" = ok ] && ! swap "$name" "$um" "$mq"; then r=fail; fi ;;',
+    // A pool's spare taking its workspace's name (pool.ts): `pyro-` and 1-12 of [A-Za-z0-9-].
+    "    hostname)",
+    '      [ "$um$mq" = 00 ] || r=refused',
+    '      case "$name" in pyro-?*) ;; *) r=refused ;; esac',
+    '      case "$name" in *[!A-Za-z0-9-]*|pyro-?????????????*) r=refused ;; esac',
+    `      if [ "$r" = ok ] && ! ${tools.hostname} "$name"; then r=fail; fi ;;`,
+    "    *) r=refused ;;",
+    "  esac",
     '  echo "$id $r" >&4',
     "done",
   ].join("\n");
@@ -133,6 +146,8 @@ export async function startResetHelper(
     "nsenter",
     `--mount=/proc/${pids.launch}/ns/mnt`,
     `--ipc=/proc/${pids.agent}/ns/ipc`,
+    // The sandbox's hostname is set there when a pool's spare takes a workspace (pool.ts).
+    `--uts=/proc/${pids.agent}/ns/uts`,
     "--",
     ...tools.shell,
     "-c",
@@ -195,6 +210,7 @@ function findHelper(spec: SandboxSpec, l: SandboxLayout, pids: { launch: number;
   const ours =
     sameFile(`${p}/ns/mnt`, `/proc/${pids.launch}/ns/mnt`) &&
     sameFile(`${p}/ns/ipc`, `/proc/${pids.agent}/ns/ipc`) &&
+    sameFile(`${p}/ns/uts`, `/proc/${pids.agent}/ns/uts`) &&
     sameFile(`${p}/cwd`, spec.dir) &&
     sameFile(`${p}/fd/5`, spec.snapshotsDir);
   return ours ? dir : null;
@@ -212,6 +228,34 @@ export async function helperSwap(
   flags: { umount: boolean; mq: boolean },
 ): Promise<"absent" | "ok" | "fail"> {
   if (!SNAPSHOT_NAME.test(spec.snapshot)) return "absent";
+  return helperRequest(spec, l, pids, `swap ${spec.snapshot} ${flags.umount ? 1 : 0} ${flags.mq ? 1 : 0}`);
+}
+
+/** A pool's spare's hostname (`pyro-` and up to 12 of [A-Za-z0-9-]): asks the helper to set it. */
+export const HELPER_HOSTNAME = /^pyro-[A-Za-z0-9-]{1,12}$/;
+
+/**
+ * Asks the sandbox's helper to set the sandbox's hostname (a pool's spare taking its
+ * workspace's, pool.ts). "absent" when there is no usable helper; requests to one helper
+ * must not overlap (an answer read by another request's reader is dropped).
+ */
+export async function helperHostname(
+  spec: SandboxSpec,
+  l: SandboxLayout,
+  pids: { launch: number; agent: number },
+  name: string,
+): Promise<"absent" | "ok" | "fail"> {
+  if (!HELPER_HOSTNAME.test(name)) return "absent";
+  return helperRequest(spec, l, pids, `hostname ${name} 0 0`);
+}
+
+/** Sends one request line (`OP NAME UMOUNT MQ`) to this sandbox's helper and reads its answer. */
+async function helperRequest(
+  spec: SandboxSpec,
+  l: SandboxLayout,
+  pids: { launch: number; agent: number },
+  request: string,
+): Promise<"absent" | "ok" | "fail"> {
   const dir = findHelper(spec, l, pids);
   if (!dir) return "absent";
   let req: number;
@@ -224,7 +268,7 @@ export async function helperSwap(
   const id = randomBytes(8).toString("hex");
   try {
     // One line under PIPE_BUF: written whole, never interleaved.
-    writeFileSync(req, `${id} swap ${spec.snapshot} ${flags.umount ? 1 : 0} ${flags.mq ? 1 : 0}\n`);
+    writeFileSync(req, `${id} ${request}\n`);
   } catch {
     return "fail";
   } finally {

@@ -40,6 +40,8 @@ export interface LaunchTools {
   mount: string;
   loopMount: string;
   umount: string;
+  /** Sets the hostname of the UTS namespace it runs in (bwrap's reset helper, for the pool). */
+  hostname: string;
 }
 
 /** Portable: bash and util-linux mount (dash cannot name descriptors above 9). */
@@ -48,6 +50,7 @@ export const BASH_TOOLS: LaunchTools = {
   mount: "mount",
   loopMount: "mount",
   umount: "umount",
+  hostname: "hostname",
 };
 
 /** Faster where busybox-static is installed (setup installs it): ~3 ms less per launch. */
@@ -57,6 +60,7 @@ export const BUSYBOX_TOOLS: LaunchTools = {
   // By path: busybox's shell runs its own applet for a bare `mount`.
   loopMount: "/usr/bin/mount",
   umount: "/bin/busybox umount",
+  hostname: "/bin/busybox hostname",
 };
 
 export async function detectLaunchTools(): Promise<LaunchTools> {

@@ -15,8 +15,8 @@ import {
 /**
  * The swap helper of bwrap's in-place reset (backends/bwrap/reset-helper.ts): a root
  * shell beside each sandbox that mounts /workspace's new layer when the host asks
- * through a FIFO. It must do the resets, refuse anything but its one operation on a
- * valid snapshot name, stay out of the sandbox's reach, and end with the sandbox.
+ * through a FIFO. It must do the resets, refuse anything but its two operations on a
+ * valid snapshot name or pool hostname, stay out of the sandbox's reach, and end with the sandbox.
  */
 const skip = bwrapSkipReason();
 
@@ -135,6 +135,28 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
     expect(await ask(dir, "x-y swap baseline 0 0")).toBeNull();
     expect(stacked()).toBe(n);
     expect(await sh("echo ok > f && cat f && rm f")).toBe("ok");
+  });
+
+  it("sets the sandbox's hostname only to a pool's name (pyro- and 1-12 of [A-Za-z0-9-])", async () => {
+    const { dir } = await helper();
+    const before = await sh("hostname");
+    for (const bad of [
+      "b1 hostname evil 0 0",
+      "b2 hostname pyro- 0 0",
+      "b3 hostname pyro-abcdefghijklm 0 0",
+      "b4 hostname pyro-a_b 0 0",
+      "b5 hostname pyro-$(id) 0 0",
+      "b6 hostname pyro-a 1 0",
+      "b7 hostname pyro-a 0 0 extra",
+      "b8 hostname -F/etc/passwd 0 0",
+    ]) {
+      expect(await ask(dir, bad), bad).toBe(`${bad.split(" ")[0]} refused`);
+    }
+    expect(await sh("hostname")).toBe(before);
+    expect(await ask(dir, "c1 hostname pyro-abc-123 0 0")).toBe("c1 ok");
+    expect(await sh("hostname")).toBe("pyro-abc-123");
+    expect(await ask(dir, `c2 hostname ${before} 0 0`)).toBe("c2 ok");
+    expect(await sh("hostname")).toBe(before);
   });
 
   it("without its helper the reset still happens in place (through a spawned nsenter)", async () => {
