@@ -197,4 +197,41 @@ describe("pool hand-out", () => {
       await pool.close();
     }
   });
+
+  it("a pool closed during a hand-out that fails ends the spare and starts none after it", async () => {
+    let fail: (err: Error) => void = () => {};
+    const fake = Object.assign(new FakeBackend(), {
+      adoptSpare: vi.fn(() => new Promise<never>((_, reject) => (fail = reject))),
+    });
+    const dir = join(home, "pool");
+    const pool = new SandboxPool({
+      size: 1,
+      dir,
+      appDir: "/app",
+      runtimeCacheDir: "/rt",
+      backend: () => fake,
+    });
+    pool.want(fake, "/envs/a/rootfs");
+    await pool.ready();
+    const [file] = readdirSync(dir).filter((n) => n.endsWith(".json"));
+    const state = JSON.parse(readFileSync(join(dir, file!), "utf8")).state as SandboxState;
+    const taking = pool.take(fake, {
+      workspace_id: "ws_000000000002",
+      dir: join(home, "ws", "sandbox"),
+      rootfs: "/envs/a/rootfs",
+      snapshotsDir: join(home, "ws", "snapshots"),
+      snapshot: "baseline",
+      limits: { vcpus: 1, memory_mib: 512, pids_max: 512, disk_mib: 10 * 1024 },
+      appDir: "/app",
+      runtimeCacheDir: "/rt",
+    });
+    await vi.waitFor(() => expect(fake.adoptSpare).toHaveBeenCalled());
+    await pool.close();
+    fail(new Error("the hand-out failed"));
+    await expect(taking).rejects.toThrow("the hand-out failed");
+    await pool.ready();
+    expect(await fake.isRunning(state)).toBe(false);
+    expect(pool.readyCount).toBe(0);
+    expect(readdirSync(dir)).toEqual([]);
+  });
 });
