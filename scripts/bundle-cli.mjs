@@ -18,13 +18,20 @@ import { fileURLToPath } from "node:url";
 // - `require` is defined from import.meta.url: bundled CommonJS code that requires
 //   Node's built-ins needs one in an ES module.
 // - bin/pyro.js runs the bundle only when stamp.json names the current build of
-//   dist/cli/main.js (tsc rewrites every file): a stale bundle is never run.
+//   dist/cli/main.js (tsc rewrites every file): a stale bundle is never run. No stamp is
+//   written when dist/ changed while bundling (a concurrent tsc).
 // - meta.json lists the modules in each output file (tests/cli/startup.test.ts).
 import { build } from "esbuild";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const outdir = join(root, "dist", "cli-bundle");
 const entry = join(root, "dist", "cli", "main.js");
+// What the bundle is made from: main.js as it is now, and no input written after this
+// point. Several people build in one checkout: a tsc running while esbuild reads would
+// otherwise leave a bundle of old and new modules stamped as current (its main.js
+// rewritten before the stamp is read). The file clock lags Date.now by up to a tick.
+const started = Date.now() - 20;
+const mainBefore = statSync(entry).mtimeMs;
 await rm(outdir, { recursive: true, force: true });
 const result = await build({
   absWorkingDir: root,
@@ -61,4 +68,14 @@ const meta = Object.fromEntries(
 await writeFile(join(outdir, "meta.json"), `${JSON.stringify(meta, null, 1)}\n`);
 // Read back: the stamp names the build the bundle was made from.
 JSON.parse(readFileSync(join(outdir, "meta.json"), "utf8"));
-await writeFile(join(outdir, "stamp.json"), JSON.stringify({ main_mtime_ms: statSync(entry).mtimeMs }));
+const changed = Object.keys(result.metafile.inputs).filter(
+  (i) => i.startsWith("dist/") && statSync(join(root, i)).mtimeMs >= started,
+);
+if (statSync(entry).mtimeMs !== mainBefore || changed.length > 0) {
+  // No stamp: bin/pyro.js runs the modules until a bundle is made from a settled build.
+  console.error(
+    `bundle-cli: dist/ changed while bundling (${changed.slice(0, 3).join(", ") || "dist/cli/main.js"}); the bundle is not used: run it again`,
+  );
+  process.exit(1);
+}
+await writeFile(join(outdir, "stamp.json"), JSON.stringify({ main_mtime_ms: mainBefore }));

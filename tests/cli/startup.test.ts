@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, utimesSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -168,6 +168,39 @@ describe.skipIf(!current)(
       });
       expect(r.status, r.stderr).toBe(0);
       expect(r.stdout).toContain("mcp");
+    });
+  },
+);
+
+/**
+ * A bundle made while dist/ changes (another tsc in the same checkout) is not stamped,
+ * so bin/pyro.js runs the modules rather than a mix of old and new ones. Simulated by an
+ * input of the bundle written "during" the build (its modification time in the future);
+ * a current bundle is made again afterwards.
+ */
+describe.skipIf(!current)(
+  current ? "bundling" : "bundling (skipped: no current bundle to make again; npm run build makes one)",
+  () => {
+    const bundle = () =>
+      spawnSync(process.execPath, [join(REPO_ROOT, "scripts/bundle-cli.mjs")], {
+        encoding: "utf8",
+        timeout: 120_000,
+      });
+    it("stamps no bundle whose inputs changed while it was made", () => {
+      const input = join(REPO_ROOT, "dist/errors.js");
+      const { atime, mtime } = statSync(input);
+      try {
+        utimesSync(input, atime, new Date(Date.now() + 60_000));
+        const r = bundle();
+        expect(r.status, r.stderr).toBe(1);
+        expect(r.stderr).toContain("dist/errors.js");
+        expect(existsSync(join(BUNDLE, "stamp.json"))).toBe(false);
+      } finally {
+        utimesSync(input, atime, mtime);
+        const again = bundle();
+        expect(again.status, again.stderr).toBe(0);
+      }
+      expect(bundleCurrent()).toBe(true);
     });
   },
 );
