@@ -154,15 +154,15 @@ export interface WorkspaceBackend {
   /**
    * Optional: makes a spare sandbox (started earlier on `spare`, a spec of the pool's own
    * directories; core/pool.ts) the sandbox of `spec`'s new workspace, in place. Returns
-   * the state to record, or null when the workspace must start its own (the spare is
-   * then ended). `agent` is a connection to the spare's agent.
+   * the state to record, or `declined` with why when the workspace must start its own
+   * (the spare is then ended). `agent` is a connection to the spare's agent.
    */
   adoptSpare?(
     spare: SandboxSpec,
     state: SandboxState,
     spec: SandboxSpec,
     agent: import("../agent/client.js").AgentClient,
-  ): Promise<SandboxState | null>;
+  ): Promise<SandboxState | { declined: string }>;
   /** Removes every host file and process the workspace had. */
   destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void>;
   /** Where the agent sees `/workspace` (its `--root`). */

@@ -103,6 +103,13 @@ export class Engine {
       appDir: APP_DIR,
       runtimeCacheDir: join(this.paths.home, "runtime"),
       backend: (name) => this.backend(name),
+      warn: (message, id) =>
+        this.events.emit({
+          level: "warning",
+          kind: "sandbox",
+          message,
+          ...(id ? { workspace_id: id } : {}),
+        }),
     });
     this.workspaces = new Workspaces(this);
   }

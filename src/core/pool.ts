@@ -11,34 +11,30 @@
  *   sandbox. Other limits are written at hand-out.
  * - Off unless asked for: `pyro mcp serve` keeps one per pair by default (PYRO_POOL), a
  *   CLI call or an SDK object none (a spare would outlive a CLI call for nothing).
- * - Each spare's record (`spare.json`: its owner process, backend, spec and state) is
+ * - Each spare's record (pool-records.ts: its owner process, backend, spec and state) is
  *   written before it starts, so spares of a killed owner are found and ended by the next
- *   pool (`reap`) and shown by `pyro doctor` (`poolReport`).
+ *   pool (`reapSpares`) and shown by `pyro doctor` (`poolReport`).
  */
 import { randomBytes } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
-import { lstat, mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
+import { mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentClient } from "../agent/client.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
-import { procStartTime, sameProcessAlive } from "../backends/common.js";
+import { procStartTime } from "../backends/common.js";
 import { atomicWriteFile } from "../util/fs.js";
-import { removeTree } from "../util/mounts.js";
+import { discardSpare, RECORD, reapSpares, type SpareRecord, TAKEN } from "./pool-records.js";
 import { DEFAULTS } from "./workspace-spec.js";
 
 /** Pairs of backend and environment kept warm at once (the most recently created on). */
 const MAX_KEYS = 2;
+/** Hand-outs declined in a row after which a pair gets no more spares. */
+const MAX_DECLINES = 2;
 /** The pool size of `pyro mcp serve` when PYRO_POOL does not say. */
 export const SERVE_POOL_SIZE = 1;
 /** Most spares a pool keeps of each pair (PYRO_POOL is capped to it). */
 export const MAX_POOL_SIZE = 4;
 /** The snapshot a spare's /workspace starts on: an empty directory, never a snapshot's name. */
 export const SPARE_SNAPSHOT = ".spare-empty";
-/** A spare's record beside its directory: `<id>.json`, renamed `<id>.taken.json` at hand-out. */
-const RECORD = ".json";
-const TAKEN = ".taken.json";
-/** The ids startSpare gives (the reaper ends a sandbox only under such a name). */
-const SPARE_ID = /^spare_[0-9a-f]{12}$/;
 
 export interface PoolDeps {
   /** Spares kept per backend and environment; 0 turns the pool off. */
@@ -48,13 +44,8 @@ export interface PoolDeps {
   appDir: string;
   runtimeCacheDir: string;
   backend(name: BackendName): WorkspaceBackend;
-}
-
-interface SpareRecord {
-  owner: { pid: number; start_time: string };
-  backend: BackendName;
-  spec: SandboxSpec;
-  state?: SandboxState;
+  /** What went wrong in the background (a spare that did not start, or could not take a workspace). */
+  warn?(message: string, workspaceId?: string): void;
 }
 
 interface Spare {
@@ -91,6 +82,10 @@ export class SandboxPool {
   private readonly spares: Spare[] = [];
   private readonly starting = new Map<Promise<void>, string>();
   private wanted: Wanted[] = [];
+  /** Spares being ended in the background (close waits for them). */
+  private readonly ending = new Set<Promise<void>>();
+  /** Hand-outs declined in a row per pair; past MAX_DECLINES the pair gets no more spares. */
+  private readonly declines = new Map<string, number>();
   private closed = false;
   private reaped: Promise<void> | undefined;
   private owner: Promise<SpareRecord["owner"]> | undefined;
@@ -135,7 +130,13 @@ export class SandboxPool {
     }
     let state: SandboxState | null = null;
     try {
-      state = await backend.adoptSpare(spare.record.spec, spare.record.state, spec, spare.agent);
+      const r = await backend.adoptSpare(spare.record.spec, spare.record.state, spec, spare.agent);
+      const declined = (r as { declined?: unknown }).declined;
+      if (typeof declined === "string") this.declined(key, spec.workspace_id, declined);
+      else {
+        state = r as SandboxState;
+        this.declines.delete(key);
+      }
     } finally {
       spare.agent.close();
       if (state) {
@@ -150,6 +151,21 @@ export class SandboxPool {
       this.refill();
     }
     return state;
+  }
+
+  /**
+   * A hand-out the backend declined: said, and after MAX_DECLINES in a row the pair gets
+   * no more spares (a spare that can never be handed out, as when the runtime cannot make
+   * the agent non-dumpable, would cost a sandbox start per create for nothing).
+   */
+  private declined(key: string, workspaceId: string, reason: string): void {
+    const n = (this.declines.get(key) ?? 0) + 1;
+    this.declines.set(key, n);
+    const stop = n >= MAX_DECLINES;
+    this.deps.warn?.(
+      `the pool's started sandbox could not take workspace ${workspaceId} (${reason}); it starts its own${stop ? "; the pool keeps no more spares of this environment" : ""}`,
+      workspaceId,
+    );
   }
 
   /** Keeps spares for `rootfs` on `backend` from now on (up to MAX_KEYS pairs), starting them now. */
@@ -169,7 +185,10 @@ export class SandboxPool {
       for (const s of this.spares.filter((x) => x.key === d.key)) {
         this.spares.splice(this.spares.indexOf(s), 1);
         s.agent.close();
-        void this.discard(s.root, s.record);
+        const ending: Promise<void> = this.discard(s.root, s.record).finally(() =>
+          this.ending.delete(ending),
+        );
+        this.ending.add(ending);
       }
     }
   }
@@ -183,6 +202,7 @@ export class SandboxPool {
   async close(): Promise<void> {
     this.closed = true;
     await this.ready();
+    await Promise.allSettled([...this.ending]);
     const all = this.spares.splice(0);
     await Promise.all(
       all.map(async (s) => {
@@ -195,12 +215,15 @@ export class SandboxPool {
   private refill(): void {
     if (this.closed) return;
     for (const w of this.wanted) {
+      if ((this.declines.get(w.key) ?? 0) >= MAX_DECLINES) continue;
       const have =
         this.spares.filter((s) => s.key === w.key).length +
         [...this.starting.values()].filter((k) => k === w.key).length;
       for (let n = have; n < this.deps.size; n++) {
         const p: Promise<void> = this.startSpare(w)
-          .catch(() => {})
+          .catch((err: Error) => {
+            if (!this.closed) this.deps.warn?.(`the pool could not start a spare sandbox: ${err.message}`);
+          })
           .finally(() => this.starting.delete(p));
         this.starting.set(p, w.key);
       }
@@ -267,167 +290,4 @@ export class SandboxPool {
   }
 }
 
-/**
- * Ends a spare's sandbox and removes its directories, then its record. A spare `taken`
- * (its hand-out began) may already be a workspace's sandbox under the workspace's cgroup
- * and directory, which the workspace's own recovery keeps or rolls back: only what is
- * still under the spare's names is ended (its cgroup and directory; never its recorded
- * processes, which may be the workspace's now).
- */
-async function discardSpare(
-  deps: Pick<PoolDeps, "backend">,
-  root: string,
-  record: SpareRecord | null,
-  taken: boolean,
-): Promise<void> {
-  // A spare's directory is one the pool made: a link there is removed, never followed
-  // (the backend's removal below goes through `<root>/sandbox`).
-  const st = await lstat(root).catch(() => null);
-  if (st && !st.isDirectory()) await rm(root, { force: true });
-  if (record) {
-    const backend = (() => {
-      try {
-        return deps.backend(record.backend);
-      } catch {
-        return null;
-      }
-    })();
-    await backend?.destroy(record.spec, taken ? null : (record.state ?? null)).catch(() => {});
-  }
-  await removeTree(root).catch(() => {});
-  await rm(`${root}${taken ? TAKEN : RECORD}`, { force: true });
-}
-
-async function readRecord(file: string): Promise<SpareRecord | null> {
-  try {
-    const r = JSON.parse(await readFile(file, "utf8")) as SpareRecord;
-    return r && typeof r.owner?.pid === "number" && r.spec && r.backend ? r : null;
-  } catch {
-    return null;
-  }
-}
-
-/** The spares of a pool directory by id, from their records, with whether each was taken. */
-async function spareRecords(
-  dir: string,
-): Promise<{ id: string; taken: boolean; record: SpareRecord | null }[]> {
-  const names = await readdir(dir).catch(() => [] as string[]);
-  const out: { id: string; taken: boolean; record: SpareRecord | null }[] = [];
-  for (const name of names.sort()) {
-    if (name.startsWith(".") || !name.endsWith(RECORD)) continue;
-    const taken = name.endsWith(TAKEN);
-    const id = name.slice(0, -(taken ? TAKEN : RECORD).length);
-    out.push({ id, taken, record: await readRecord(join(dir, name)) });
-  }
-  return out;
-}
-
-/** The environments the spares of a pool directory run on, read synchronously (environment prune). */
-export function spareRootfsSync(dir: string): Set<string> {
-  const used = new Set<string>();
-  let names: string[] = [];
-  try {
-    names = readdirSync(dir);
-  } catch {
-    return used;
-  }
-  for (const name of names) {
-    if (name.startsWith(".") || !name.endsWith(RECORD)) continue;
-    try {
-      const r = JSON.parse(readFileSync(join(dir, name), "utf8")) as Partial<SpareRecord>;
-      if (typeof r.spec?.rootfs === "string") used.add(r.spec.rootfs);
-    } catch {
-      // A record being written: its spare has not started on anything yet.
-    }
-  }
-  return used;
-}
-
-/** A spare's directory as `pyro doctor` shows it. */
-export interface SpareReport {
-  id: string;
-  backend: string | null;
-  rootfs: string | null;
-  owner_pid: number | null;
-  /** Whether the process that started it still runs (a dead owner's spare is reaped by the next pool). */
-  owner_alive: boolean;
-}
-
-/** The spares under `<home>/pool` and whether their owners still run. */
-export async function poolReport(dir: string): Promise<SpareReport[]> {
-  const out: SpareReport[] = [];
-  for (const { id, record: r } of await spareRecords(dir)) {
-    out.push({
-      id,
-      backend: r?.backend ?? null,
-      rootfs: r?.spec.rootfs ?? null,
-      owner_pid: r?.owner.pid ?? null,
-      owner_alive: r ? await sameProcessAlive(r.owner.pid, r.owner.start_time) : false,
-    });
-  }
-  return out;
-}
-
-/**
- * Ends the spares whose owner process is gone (a killed `mcp serve`) and removes their
- * directories and records; removes directories no record names (a record is written
- * before its directory and removed after it, so no live pool has one) and record temp
- * files of dead writers.
- */
-export async function reapSpares(deps: Pick<PoolDeps, "dir" | "backend">): Promise<number> {
-  let reaped = 0;
-  for (const { id, taken, record } of await spareRecords(deps.dir)) {
-    if (record && (await sameProcessAlive(record.owner.pid, record.owner.start_time))) continue;
-    await discardSpare(deps, join(deps.dir, id), ownSpare(deps.dir, id, record), taken);
-    reaped++;
-  }
-  for (const name of await readdir(deps.dir).catch(() => [] as string[])) {
-    const path = join(deps.dir, name);
-    if (name.startsWith(".") && name.endsWith(".tmp")) {
-      // atomicWriteFile's `.<file>.<pid>.<random>.tmp` of a writer that died.
-      const pid = Number(name.split(".").at(-3));
-      if (!Number.isInteger(pid) || !(await pidAlive(pid))) await rm(path, { force: true });
-    } else if (!name.endsWith(RECORD) && !(await hasRecord(path))) {
-      // Checked now, not against the records read above: another process's pool may
-      // have written a spare's record and then its directory since (never the reverse).
-      await removeTree(path).catch(() => {});
-      reaped++;
-    }
-  }
-  return reaped;
-}
-
-async function hasRecord(root: string): Promise<boolean> {
-  for (const file of [`${root}${RECORD}`, `${root}${TAKEN}`]) {
-    if (await lstat(file).catch(() => null)) return true;
-  }
-  return false;
-}
-
-/**
- * A record read from disk, trusted for nothing but which backend and environment the
- * spare ran on: its sandbox is ended by the spare's own cgroup and directories (named
- * from its id, as startSpare names them), never by the paths, cgroup or process a
- * damaged or planted record names (a reaper runs as root and removes what it is given).
- */
-function ownSpare(dir: string, id: string, record: SpareRecord | null): SpareRecord | null {
-  // A name the pool never gives (a workspace's id, say) is no spare: nothing is ended by it.
-  if (!record || !SPARE_ID.test(id)) return null;
-  const root = join(dir, id);
-  const { netDir, ...spec } = record.spec;
-  return {
-    owner: record.owner,
-    backend: record.backend,
-    spec: {
-      ...spec,
-      workspace_id: id,
-      dir: join(root, "sandbox"),
-      snapshotsDir: join(root, "snapshots"),
-      ...(netDir !== undefined ? { netDir: join(root, "net") } : {}),
-    },
-  };
-}
-
-async function pidAlive(pid: number): Promise<boolean> {
-  return (await procStartTime(pid)) !== null;
-}
+export { poolReport, reapSpares, type SpareReport, spareRootfsSync } from "./pool-records.js";

@@ -176,7 +176,9 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
     }
     // In place only with an agent no command can take over (it outlives the reset).
     const helper = { spec, tools: await this.launchTools() };
-    return runtime.nonDumpable ? { ...state, ...(await resetBase(l, pid, spec.workspace_id, helper)) } : state;
+    return runtime.nonDumpable
+      ? { ...state, ...(await resetBase(l, pid, spec.workspace_id, helper)) }
+      : state;
   }
 
   isRunning(state: SandboxState): Promise<boolean> {
@@ -208,10 +210,10 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
     state: SandboxState,
     spec: SandboxSpec,
     agent: AgentClient,
-  ): Promise<SandboxState | null> {
+  ): Promise<SandboxState | { declined: string }> {
     const s = BWRAP_STATE.read(state);
     if (s.agent_pid === undefined || s.agent_start_time === undefined || s.layers_sig === undefined)
-      return null;
+      return { declined: "the spare has no in-place reset base (its agent can be taken over)" };
     const base = { agent_pid: s.agent_pid, agent_start_time: s.agent_start_time, layers_sig: s.layers_sig };
     return adoptSpare(spare, { ...s, ...base }, spec, agent, await this.launchTools());
   }

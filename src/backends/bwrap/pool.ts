@@ -22,8 +22,8 @@
  *    sandbox's UTS namespace;
  * 5. the agent enters the new /workspace (`reset` finish).
  *
- * Steps 1 and 3-5 fail back to a normal start (returns null after ending the sandbox and
- * emptying the workspace's sandbox directory). Step 2 moves the workspace's own
+ * Steps 1 and 3-5 fail back to a normal start (returns `declined` with why, after ending
+ * the sandbox and emptying the workspace's sandbox directory). Step 2 moves the workspace's own
  * snapshot: a failure in the middle of it throws, and the create is rolled back.
  */
 import { chmod, lstat, mkdir, readdir, rename, rm, rmdir, stat } from "node:fs/promises";
@@ -92,16 +92,17 @@ export async function adoptSpare(
   spec: SandboxSpec,
   agent: AgentClient,
   tools: LaunchTools,
-): Promise<SandboxState | null> {
+): Promise<SandboxState | { declined: string }> {
   const alive = async () =>
     (await sameProcessAlive(s.pid, s.start_time)) &&
     (await procStartTime(s.agent_pid)) === s.agent_start_time;
-  if (!(await alive())) return null;
+  if (!(await alive())) return { declined: "the spare's sandbox or agent is gone" };
   // The workspace's directory is new and empty (the rename below needs it so).
-  if ((await readdir(spec.dir).catch(() => ["?"])).length > 0) return null;
+  if ((await readdir(spec.dir).catch(() => ["?"])).length > 0)
+    return { declined: "the workspace's sandbox directory is not empty" };
   const layout = await detectCgroups();
   const cg = await CgroupLimits.attach(layout, s.cgroup);
-  if (!cg) return null;
+  if (!cg) return { declined: "the spare's cgroup is gone" };
   const end = async () => {
     await (await CgroupLimits.attach(layout, spec.workspace_id))?.destroy().catch(() => {});
     await cg.destroy().catch(() => {});
@@ -113,9 +114,11 @@ export async function adoptSpare(
       memoryMib: spec.limits.memory_mib,
       pidsMax: spec.limits.pids_max,
     });
-  } catch {
+  } catch (err) {
     await end();
-    return null;
+    return {
+      declined: `the spare could not take the workspace's cgroup and limits: ${(err as Error).message}`,
+    };
   }
   // The workspace's own files move from here on: a failure is the create's (rollback).
   await rmdir(join(spare.snapshotsDir, spare.snapshot));
@@ -128,7 +131,9 @@ export async function adoptSpare(
     // One after the other: both may go to the sandbox's helper, which answers in turn.
     const old = await swapWorkspaceLayer(l, spec, pids, tools);
     const named = old !== null && (await setHostname(l, spec, pids, sandboxHostname(spec.workspace_id)));
-    if (!old || !named || !(await alive())) throw new Error("the spare did not take the workspace");
+    if (!old) throw new Error("the layer swap failed");
+    if (!named) throw new Error("the hostname could not be set");
+    if (!(await alive())) throw new Error("the spare's sandbox or agent died during the hand-out");
     // The spare's /workspace layer: nothing ran there, so it holds next to nothing.
     void rm(old, { recursive: true, force: true }).catch(() => {});
     await agent.request("reset", { phase: "finish" }, { timeoutMs: 10_000 });
@@ -143,11 +148,11 @@ export async function adoptSpare(
       agent_start_time: s.agent_start_time,
       layers_sig: s.layers_sig,
     };
-  } catch {
+  } catch (err) {
     await end();
     // Back to an empty sandbox directory for the workspace's own start.
     if (await lstat(spec.dir).catch(() => null)) await removeTree(spec.dir).catch(() => {});
     await mkdir(spec.dir, { recursive: true, mode: 0o700 });
-    return null;
+    return { declined: (err as Error).message };
   }
 }

@@ -63,8 +63,13 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap pool of started sandboxes", skip)
       .listEvents(id)
       .find((e) => e.kind === "create")?.detail as { sandbox?: string } | undefined;
 
+  /** Why spares declined workspaces (engine warnings): the message of a failed expectation. */
+  const declined: string[] = [];
   beforeAll(async () => {
     h = await openHarness("pool", { backend: "bwrap" }, { env: POOL_ENV });
+    h.pyro.engine.events.on((e) => {
+      if (e.level === "warning" && e.kind === "sandbox") declined.push(e.message);
+    });
     seed = join(await h.tempDir("pool-seed"), "seed");
     await writeTree(seed, { "hello.txt": "hello\n", "src/a.txt": "a\n" });
     await h.pyro.engine.warmPool();
@@ -80,7 +85,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap pool of started sandboxes", skip)
     const spareLaunch = (await spareState(h.home, spare!)).pid;
     const w = await h.create({ seedPath: seed, memoryMib: 768 });
     const id = w.workspace_id;
-    expect(createEvent(id)?.sandbox).toBe("pool");
+    expect(createEvent(id)?.sandbox, declined.join("; ")).toBe("pool");
     // The spare's sandbox, not a new one: the recorded launch process is the spare's.
     const recorded = h.pyro.engine.store().getWorkspace(id)?.runtime.sandbox as { pid: number } | undefined;
     expect(recorded?.pid).toBe(spareLaunch);
@@ -104,7 +109,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap pool of started sandboxes", skip)
   it("keeps its snapshots and resets in place, onto the baseline and onto a named snapshot", async () => {
     await h.pyro.engine.pool.ready();
     const id = (await h.create({ seedPath: seed })).workspace_id;
-    expect(createEvent(id)?.sandbox).toBe("pool");
+    expect(createEvent(id)?.sandbox, declined.join("; ")).toBe("pool");
     const epoch = await sh(id, "cut -d' ' -f22 /proc/1/stat");
     await sh(id, "echo one > one.txt");
     await h.pyro.createSnapshot(id, "first");
@@ -137,7 +142,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap pool of started sandboxes", skip)
     const a = (await h.create({ seedPath: seed })).workspace_id;
     await h.pyro.engine.pool.ready();
     const b = (await h.create({ seedPath: seed })).workspace_id;
-    expect([createEvent(a)?.sandbox, createEvent(b)?.sandbox]).toEqual(["pool", "pool"]);
+    expect([createEvent(a)?.sandbox, createEvent(b)?.sandbox], declined.join("; ")).toEqual(["pool", "pool"]);
     await sh(a, "echo mine > /workspace/a-only.txt && echo x > /tmp/a-tmp");
     expect(await sh(b, "ls /workspace /tmp | grep -c a- || true")).toBe("0");
     expect(await sh(a, "hostname")).not.toBe(await sh(b, "hostname"));

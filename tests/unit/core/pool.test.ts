@@ -160,7 +160,7 @@ describe("pool hand-out", () => {
 
   it("a spare whose record is gone is not handed out: the create starts its own and the spare ends", async () => {
     const fake = Object.assign(new FakeBackend(), {
-      adoptSpare: vi.fn(async (): Promise<SandboxState | null> => null),
+      adoptSpare: vi.fn(async (): Promise<SandboxState | { declined: string }> => ({ declined: "unused" })),
     });
     const dir = join(home, "pool");
     const pool = new SandboxPool({
@@ -233,5 +233,50 @@ describe("pool hand-out", () => {
     expect(await fake.isRunning(state)).toBe(false);
     expect(pool.readyCount).toBe(0);
     expect(readdirSync(dir)).toEqual([]);
+  });
+  it("says why a hand-out was declined, and after two in a row keeps no more spares of that environment", async () => {
+    const fake = Object.assign(new FakeBackend(), {
+      adoptSpare: vi.fn(
+        async (): Promise<SandboxState | { declined: string }> => ({ declined: "not today" }),
+      ),
+    });
+    const warnings: string[] = [];
+    const pool = new SandboxPool({
+      size: 1,
+      dir: join(home, "pool"),
+      appDir: "/app",
+      runtimeCacheDir: "/rt",
+      backend: () => fake,
+      warn: (m) => warnings.push(m),
+    });
+    const spec = (n: number): SandboxSpec => ({
+      workspace_id: `ws_00000000000${n}`,
+      dir: join(home, `ws${n}`, "sandbox"),
+      rootfs: "/envs/a/rootfs",
+      snapshotsDir: join(home, `ws${n}`, "snapshots"),
+      snapshot: "baseline",
+      limits: { vcpus: 1, memory_mib: 512, pids_max: 512, disk_mib: 10 * 1024 },
+      appDir: "/app",
+      runtimeCacheDir: "/rt",
+    });
+    try {
+      pool.want(fake, "/envs/a/rootfs");
+      await pool.ready();
+      await expect(pool.take(fake, spec(1))).resolves.toBeNull();
+      await pool.ready();
+      expect(pool.readyCount).toBe(1);
+      await expect(pool.take(fake, spec(2))).resolves.toBeNull();
+      await pool.ready();
+      expect(fake.adoptSpare).toHaveBeenCalledTimes(2);
+      expect(warnings).toHaveLength(2);
+      expect(warnings[0]).toContain("could not take workspace ws_000000000001 (not today)");
+      expect(warnings[1]).toContain("the pool keeps no more spares of this environment");
+      // No spare left, none started: the next create starts its own without a hand-out.
+      expect(pool.readyCount).toBe(0);
+      await expect(pool.take(fake, spec(3))).resolves.toBeNull();
+      expect(fake.adoptSpare).toHaveBeenCalledTimes(2);
+    } finally {
+      await pool.close();
+    }
   });
 });
