@@ -1,4 +1,4 @@
-import { copyFile, mkdir, readFile, rm } from "node:fs/promises";
+import { mkdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -23,7 +23,7 @@ import { consoleRead, spawnQemu, watchBoot } from "./boot.js";
 import { type Accel, netSocket, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
 import { QmpClient, tailLines } from "./qmp.js";
-import { blankStateDisk, ensureTemplate } from "./template.js";
+import { blankStateDisk, ensureTemplate, freshStateDisk } from "./template.js";
 
 /** Host paths of one workspace's VM, all under `spec.dir`. */
 export function qemuLayout(dir: string) {
@@ -31,6 +31,13 @@ export function qemuLayout(dir: string) {
     stateDisk: join(dir, "state.qcow2"),
     /** Copy of the template's state disk the state disk is an overlay of. */
     baseDisk: join(dir, "base.qcow2"),
+    /**
+     * An empty overlay of baseDisk, never opened: a reset's new state disk is a copy of it
+     * (a qemu-img process and a copy of the base cost 40-90 ms of each reset).
+     */
+    freshDisk: join(dir, "state-fresh.qcow2"),
+    /** Which template build baseDisk was copied from (templateIdentity), written last. */
+    baseId: join(dir, "base.id"),
     sockets: join(dir, "s"),
     log: join(dir, "qemu.log"),
     /** `<pid> <start time>` of the VM's QEMU, written as soon as it is spawned. */
@@ -254,6 +261,7 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
     if (await exists(l.stateDisk)) return { incoming: undefined, templateBuilt: null };
     const diskMib = spec.limits.disk_mib ?? DEFAULT_DISK_MIB;
     if (this.options.coldBoot) {
+      await rm(l.baseId, { force: true });
       await standaloneQcow2(await blankStateDisk(vmCacheDir(spec), diskMib), "raw", l.baseDisk);
       await qcow2Overlay(l.stateDisk, l.baseDisk, "qcow2");
       return { incoming: undefined, templateBuilt: null };
@@ -270,10 +278,7 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
       ...sig,
       ...(this.options.onProgress ? { onProgress: this.options.onProgress } : {}),
     });
-    // The template's state disk is a self-contained qcow2 of a few MB: a private copy means
-    // the workspace never depends on the template (or anything shared) being kept.
-    await copyFile(template.stateDisk, l.baseDisk);
-    await qcow2Overlay(l.stateDisk, l.baseDisk, "qcow2");
+    await freshStateDisk(l, template.stateDisk);
     return { incoming: template.vmState, templateBuilt: template.built_ms };
   }
 
@@ -367,10 +372,13 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
     return { path: qemuLayout(spec.dir).stateDisk, format: "qcow2" as const };
   }
 
+  /**
+   * Removes the state disk. Its base and the fresh overlay stay: QEMU opens a backing file
+   * read-only and never opens the fresh overlay, so both are as the template made them,
+   * and the next start copies the overlay when the template is still the same build.
+   */
   async discardChanges(spec: SandboxSpec): Promise<void> {
-    const l = qemuLayout(spec.dir);
-    await rm(l.stateDisk, { force: true });
-    await rm(l.baseDisk, { force: true });
+    await rm(qemuLayout(spec.dir).stateDisk, { force: true });
   }
 
   async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {

@@ -1,5 +1,16 @@
 import { createHash, randomBytes } from "node:crypto";
-import { link, mkdir, open, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
+import {
+  copyFile,
+  link,
+  mkdir,
+  open,
+  readdir,
+  readFile,
+  rename,
+  rm,
+  stat,
+  writeFile,
+} from "node:fs/promises";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentClient } from "../../agent/client.js";
@@ -241,4 +252,33 @@ export async function removeUnusedTemplates(root: string, keep: string, now = Da
     removed.push(d);
   }
   return removed;
+}
+
+/** A template build's identity: its state disk file (a rebuild renames a new directory into place). */
+async function templateIdentity(templateStateDisk: string): Promise<string> {
+  const st = await stat(templateStateDisk);
+  return `${st.ino}-${Math.round(st.mtimeMs)}-${st.size}`;
+}
+
+/**
+ * A workspace's new state disk (paths: backend.ts qemuLayout), made only while it has
+ * none: a copy of the fresh overlay when base.id says the base is a copy of this template
+ * build, else a new base (the template's state disk is a self-contained qcow2 of a few MB:
+ * a private copy means the workspace never depends on the template, or anything shared,
+ * being kept) and a new fresh overlay of it. base.id goes first and comes back last, so
+ * it never vouches for a base or an overlay half made.
+ */
+export async function freshStateDisk(
+  l: { stateDisk: string; baseDisk: string; freshDisk: string; baseId: string },
+  templateStateDisk: string,
+): Promise<void> {
+  const id = await templateIdentity(templateStateDisk);
+  const recorded = await readFile(l.baseId, "utf8").catch(() => null);
+  if (recorded !== id || !(await exists(l.freshDisk))) {
+    await rm(l.baseId, { force: true });
+    await copyFile(templateStateDisk, l.baseDisk);
+    await qcow2Overlay(l.freshDisk, l.baseDisk, "qcow2");
+    await writeFile(l.baseId, id);
+  }
+  await copyFile(l.freshDisk, l.stateDisk);
 }

@@ -23,7 +23,8 @@ import { SETUP_HELPER } from "./types.js";
  *   (RNDADDENTROPY, RNDRESEEDCRNG): a plain write to /dev/urandom leaves the template's
  *   CRNG key in use until the kernel's next scheduled reseed, up to a minute away (two
  *   clones were measured giving identical /dev/urandom output);
- * - unless WORKSPACE is mounted already (or `nomount`): finds the seed disk by its virtio serial (or
+ * - unless WORKSPACE is mounted already (`nomount`: only the first two steps of this,
+ *   for the template): makes the mount points, finds the seed disk by its virtio serial (or
  *   `pyro.disks=seed:DEV` on the kernel command line), drops the block cache the
  *   template's kernel kept of it (it read a blank placeholder's first blocks), mounts it
  *   read-only at SEED_DIR and mounts WORKSPACE as an overlay of it under UPPER/WORK.
@@ -144,13 +145,25 @@ static int reseed(const unsigned char *bytes, size_t have) {
   return r;
 }
 
-static int mount_workspace(const struct layout *l) {
+/*
+ * The mount points and the seed disk's device, found once per server: the template's
+ * "nomount" request does it before the save, so a restored clone (same disks, a copy of
+ * the template's state disk) skips those first-time lookups, each slow under emulation.
+ */
+static char seed_dev[300];
+
+static int prepare(const struct layout *l) {
+  if (seed_dev[0]) return 0;
   if (mkdirs(l->upper) < 0 || mkdirs(l->work) < 0 || mkdirs(l->ws) < 0 || mkdirs(l->seed_dir) < 0) return -1;
+  return seed_device(l->serial, seed_dev, sizeof seed_dev);
+}
+
+static int mount_workspace(const struct layout *l) {
+  if (prepare(l) < 0) return -1;
   int m = mounted(l->seed_dir);
   if (m < 0) return -1;
   if (!m) {
-    char dev[300];
-    if (seed_device(l->serial, dev, sizeof dev) < 0) return -1;
+    const char *dev = seed_dev;
     int fd = open(dev, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return fail("open %s", dev);
     int r = ioctl(fd, BLKFLSBUF, 0);
@@ -193,6 +206,7 @@ static void setup(const struct layout *l, char *request, char *out, size_t size)
   struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 };
   if (clock_settime(CLOCK_REALTIME, &ts) < 0) { fail("clock_settime %s", ms_s); goto out; }
   if (reseed(entropy, (size_t)n) < 0) goto out;
+  if (!mount_it && prepare(l) < 0) goto out;
   int m = mount_it ? mounted(l->ws) : 1;
   if (m < 0 || (!m && mount_workspace(l) < 0)) goto out;
   snprintf(out, size, "ok mounted=%d\n", !m);
