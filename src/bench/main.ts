@@ -27,7 +27,8 @@ import { syncRows } from "./sync.js";
  * environments (image pull and create from an image), mcp, sync (reset, sync push and
  * export of a 10k-file / 100 MB workspace), bwrap (the bwrap backend's rows: create, warm
  * exec, reset, idle RSS, one-shot run), docker (the docker backend's rows against
- * `docker run --rm` of the same image).
+ * `docker run --rm` of the same image), qemu (cold boot, restore, exec and reset against
+ * a bare boot of the same kernel; the reset against the restore measured in the run).
  */
 async function main(): Promise<void> {
   const json = process.argv.includes("--json");
@@ -74,6 +75,14 @@ async function main(): Promise<void> {
       log("bench: pulling debian:12");
       await pyro.pullEnvironment("debian:12");
       rows.push(...(await otherBackendRows(pyro, home, ["docker"], { n, quick, extra, log })));
+      return output(rows, extra, json);
+    }
+    if (process.argv.includes("--only=qemu")) {
+      log("bench: pulling debian:12");
+      await pyro.pullEnvironment("debian:12");
+      const why = await unavailable(pyro, "qemu");
+      if (why) log(`bench: qemu skipped: ${why}`);
+      else rows.push(...(await qemuRows(pyro, home, quick, log, extra)));
       return output(rows, extra, json);
     }
     const { bwrapTrue, floor, floorRun } = await bwrapFloor(pyro, n, log);
