@@ -151,6 +151,17 @@ describe("pool reaper", () => {
 /** The pool itself on the fake backend (a real agent in this process, no isolation). */
 describe("pool hand-out", () => {
   let home: string;
+  /** The sandbox spec of a new workspace number `n`, on the pool's environment. */
+  const wsSpec = (n: number): SandboxSpec => ({
+    workspace_id: `ws_${String(n).padStart(12, "0")}`,
+    dir: join(home, `ws${n}`, "sandbox"),
+    rootfs: "/envs/a/rootfs",
+    snapshotsDir: join(home, `ws${n}`, "snapshots"),
+    snapshot: "baseline",
+    limits: { vcpus: 1, memory_mib: 512, pids_max: 512, disk_mib: 10 * 1024 },
+    appDir: "/app",
+    runtimeCacheDir: "/rt",
+  });
   beforeEach(async () => {
     home = await mkdtemp(join(tmpdir(), "pyro-pool-take-"));
   });
@@ -179,16 +190,7 @@ describe("pool hand-out", () => {
       expect(await fake.isRunning(state)).toBe(true);
       // Its record lost (a user's rm, say): the hand-out cannot mark it taken.
       await rm(join(dir, file!));
-      const spec: SandboxSpec = {
-        workspace_id: "ws_000000000001",
-        dir: join(home, "ws", "sandbox"),
-        rootfs: "/envs/a/rootfs",
-        snapshotsDir: join(home, "ws", "snapshots"),
-        snapshot: "baseline",
-        limits: { vcpus: 1, memory_mib: 512, pids_max: 512, disk_mib: 10 * 1024 },
-        appDir: "/app",
-        runtimeCacheDir: "/rt",
-      };
+      const spec = wsSpec(1);
       await expect(pool.take(fake, spec)).resolves.toBeNull();
       expect(fake.adoptSpare).not.toHaveBeenCalled();
       expect(await fake.isRunning(state)).toBe(false);
@@ -215,16 +217,7 @@ describe("pool hand-out", () => {
     await pool.ready();
     const [file] = readdirSync(dir).filter((n) => n.endsWith(".json"));
     const state = JSON.parse(readFileSync(join(dir, file!), "utf8")).state as SandboxState;
-    const taking = pool.take(fake, {
-      workspace_id: "ws_000000000002",
-      dir: join(home, "ws", "sandbox"),
-      rootfs: "/envs/a/rootfs",
-      snapshotsDir: join(home, "ws", "snapshots"),
-      snapshot: "baseline",
-      limits: { vcpus: 1, memory_mib: 512, pids_max: 512, disk_mib: 10 * 1024 },
-      appDir: "/app",
-      runtimeCacheDir: "/rt",
-    });
+    const taking = pool.take(fake, wsSpec(2));
     await vi.waitFor(() => expect(fake.adoptSpare).toHaveBeenCalled());
     await pool.close();
     fail(new Error("the hand-out failed"));
@@ -249,23 +242,13 @@ describe("pool hand-out", () => {
       backend: () => fake,
       warn: (m) => warnings.push(m),
     });
-    const spec = (n: number): SandboxSpec => ({
-      workspace_id: `ws_00000000000${n}`,
-      dir: join(home, `ws${n}`, "sandbox"),
-      rootfs: "/envs/a/rootfs",
-      snapshotsDir: join(home, `ws${n}`, "snapshots"),
-      snapshot: "baseline",
-      limits: { vcpus: 1, memory_mib: 512, pids_max: 512, disk_mib: 10 * 1024 },
-      appDir: "/app",
-      runtimeCacheDir: "/rt",
-    });
     try {
       pool.want(fake, "/envs/a/rootfs");
       await pool.ready();
-      await expect(pool.take(fake, spec(1))).resolves.toBeNull();
+      await expect(pool.take(fake, wsSpec(1))).resolves.toBeNull();
       await pool.ready();
       expect(pool.readyCount).toBe(1);
-      await expect(pool.take(fake, spec(2))).resolves.toBeNull();
+      await expect(pool.take(fake, wsSpec(2))).resolves.toBeNull();
       await pool.ready();
       expect(fake.adoptSpare).toHaveBeenCalledTimes(2);
       expect(warnings).toHaveLength(2);
@@ -273,7 +256,7 @@ describe("pool hand-out", () => {
       expect(warnings[1]).toContain("the pool keeps no more spares of this environment");
       // No spare left, none started: the next create starts its own without a hand-out.
       expect(pool.readyCount).toBe(0);
-      await expect(pool.take(fake, spec(3))).resolves.toBeNull();
+      await expect(pool.take(fake, wsSpec(3))).resolves.toBeNull();
       expect(fake.adoptSpare).toHaveBeenCalledTimes(2);
     } finally {
       await pool.close();
