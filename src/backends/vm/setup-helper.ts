@@ -221,8 +221,11 @@ static int serve(const char *path, const struct layout *l) {
   if (s < 0 || strlen(path) >= sizeof a.sun_path) { perror("pyro-vmsetup: socket"); return 1; }
   strcpy(a.sun_path, path);
   unlink(path);
-  umask(077);
-  if (bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, 4) < 0) { perror("pyro-vmsetup: bind"); return 1; }
+  /* The socket root's only; the mount points it makes later get the usual 0755. */
+  mode_t old = umask(077);
+  int bound = bind(s, (struct sockaddr *)&a, sizeof a);
+  umask(old);
+  if (bound < 0 || listen(s, 4) < 0) { perror("pyro-vmsetup: bind"); return 1; }
   for (;;) {
     int c = accept4(s, NULL, NULL, SOCK_CLOEXEC);
     if (c < 0) continue;

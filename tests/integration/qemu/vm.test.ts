@@ -76,6 +76,10 @@ describe.skipIf(skip !== "")(suiteTitle("qemu backend (microVM)", skip), () => {
       expect(Number(memMib)).toBeLessThanOrEqual(1024);
       // The host's files are not there: the guest's root is the environment disk.
       expect((await h.pyro.execWorkspace(w.workspace_id, `test -e ${h.home}; echo $?`)).stdout).toBe("1\n");
+      // Mounted by the setup helper (vm/setup-helper.ts): the usual modes, its socket root's only.
+      expect(
+        (await h.pyro.execWorkspace(w.workspace_id, "stat -c %a /workspace /run/pyro/setup.sock")).stdout,
+      ).toBe("755\n700\n");
     },
   );
 
