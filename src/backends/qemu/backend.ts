@@ -353,8 +353,7 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
         await terminateAndWait(pid, startTime, 5000);
       }
     }
-    // Retried: a clean-clone CI once failed this removal with ENOTEMPTY right after a
-    // discarding stop (cause not found: QEMU was SIGKILLed and waited for).
+    // Retried: once ENOTEMPTY right after a discarding stop (cause not found).
     if (sockets) await rm(sockets, { recursive: true, force: true, maxRetries: 5 });
     if (dir) await rm(qemuLayout(dir).pidFile, { force: true });
   }
