@@ -19,8 +19,8 @@ import { PyroError } from "../errors.js";
  * zod's classic build was ~135 ms of a `workspace list`'s CPU to import (issue 18).
  */
 
-/** Most spares a pool keeps per environment (core/pool.ts MAX_POOL_SIZE). */
-const MAX_POOL = 4;
+/** Most spares a pool keeps per environment (core/pool.ts). */
+export const MAX_POOL = 4;
 
 /** A string where an empty value means "not set". */
 const optionalString = (v: string): string | undefined => (v === "" ? undefined : v);

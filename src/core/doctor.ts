@@ -6,7 +6,7 @@ import type { EnvironmentInfo } from "../env/cache.js";
 import { loadConfig } from "./config.js";
 import type { Engine } from "./engine.js";
 import { type NetworkDoctor, networkDoctor } from "./network.js";
-import { poolReport, SERVE_POOL_SIZE, type SpareReport } from "./pool.js";
+import { poolDirOf, poolReport, SERVE_POOL_SIZE, type SpareReport } from "./pool.js";
 import { keepVerdict, verdictsFile } from "./probe-cache.js";
 
 export type Readiness = "warm" | "cold" | "stale";
@@ -66,7 +66,7 @@ export async function doctor(
       engine.implemented().map((n) => engine.backend(n)),
       join(engine.paths.home, "tmp"),
     ),
-    poolReport(join(engine.paths.home, "pool")),
+    poolReport(poolDirOf(engine.paths.home)),
   ]);
   // Fresh verdicts replace what CLI calls keep between them (probe-cache.ts).
   for (const b of probes.backends)

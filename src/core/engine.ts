@@ -21,7 +21,7 @@ import { StateStore } from "../state/store.js";
 import { makeDirsSync } from "../util/fs.js";
 import { type ConfigOptions, loadConfig, type PyroConfig, type PyroPaths } from "./config.js";
 import { EngineEvents, ObservedEnvironmentCache } from "./events.js";
-import { SandboxPool, spareRootfsSync } from "./pool.js";
+import { poolDirOf, SandboxPool, spareRootfsSync } from "./pool.js";
 import { cachedProbe, verdictsFile } from "./probe-cache.js";
 import { runRecipe, seedRecipeEnvironment } from "./recipes.js";
 import { Workspaces } from "./workspaces.js";
@@ -99,7 +99,7 @@ export class Engine {
     this.injected = new Set(Object.keys(options.backends ?? {}) as BackendName[]);
     this.pool = new SandboxPool({
       size: this.config.pool,
-      dir: join(this.paths.home, "pool"),
+      dir: poolDirOf(this.paths.home),
       appDir: APP_DIR,
       runtimeCacheDir: join(this.paths.home, "runtime"),
       backend: (name) => this.backend(name),
@@ -137,7 +137,7 @@ export class Engine {
   /** Root filesystems of every workspace and of the pool's spares (environment prune keeps them). */
   private rootfsInUse(): Set<string> {
     // A spare runs on its environment like a workspace (core/pool.ts), whoever owns it.
-    const used = spareRootfsSync(join(this.paths.home, "pool"));
+    const used = spareRootfsSync(poolDirOf(this.paths.home));
     if (!existsSync(join(this.paths.home, "state.db"))) return used;
     for (const w of this.store().listWorkspaces()) {
       const rootfs = (w.runtime as { rootfs?: unknown }).rootfs;

@@ -27,6 +27,23 @@ export interface SpareRecord {
   state?: SandboxState;
 }
 
+/** Where a home's pool keeps its spares and their records. */
+export function poolDirOf(home: string): string {
+  return join(home, "pool");
+}
+
+/** The directories of the spare whose directory is `root` (`<pool>/<id>`), bound into its sandbox. */
+export function spareDirs(root: string): { dir: string; snapshotsDir: string; netDir: string } {
+  return { dir: join(root, "sandbox"), snapshotsDir: join(root, "snapshots"), netDir: join(root, "net") };
+}
+
+/** The spare a file of the pool directory is the record of, or null for any other file. */
+function recordOf(name: string): { id: string; taken: boolean } | null {
+  if (name.startsWith(".") || !name.endsWith(RECORD)) return null;
+  const taken = name.endsWith(TAKEN);
+  return { id: name.slice(0, -(taken ? TAKEN : RECORD).length), taken };
+}
+
 /** What the reaper needs: the pool directory and the backends by name. */
 export interface RecordDeps {
   dir: string;
@@ -86,10 +103,8 @@ async function spareRecords(
   const names = await readdir(dir).catch(() => [] as string[]);
   const out: { id: string; taken: boolean; record: SpareRecord | null }[] = [];
   for (const name of names.sort()) {
-    if (name.startsWith(".") || !name.endsWith(RECORD)) continue;
-    const taken = name.endsWith(TAKEN);
-    const id = name.slice(0, -(taken ? TAKEN : RECORD).length);
-    out.push({ id, taken, record: await readRecord(join(dir, name)) });
+    const r = recordOf(name);
+    if (r) out.push({ ...r, record: await readRecord(join(dir, name)) });
   }
   return out;
 }
@@ -104,7 +119,7 @@ export function spareRootfsSync(dir: string): Set<string> {
     return used;
   }
   for (const name of names) {
-    if (name.startsWith(".") || !name.endsWith(RECORD)) continue;
+    if (!recordOf(name)) continue;
     try {
       const r = JSON.parse(readFileSync(join(dir, name), "utf8")) as Partial<SpareRecord>;
       if (typeof r.spec?.rootfs === "string") used.add(r.spec.rootfs);
@@ -185,7 +200,7 @@ async function hasRecord(root: string): Promise<boolean> {
 function ownSpare(dir: string, id: string, record: SpareRecord | null): SpareRecord | null {
   // A name the pool never gives (a workspace's id, say) is no spare: nothing is ended by it.
   if (!record || !SPARE_ID.test(id)) return null;
-  const root = join(dir, id);
+  const own = spareDirs(join(dir, id));
   const { netDir, ...spec } = record.spec;
   return {
     owner: record.owner,
@@ -193,9 +208,9 @@ function ownSpare(dir: string, id: string, record: SpareRecord | null): SpareRec
     spec: {
       ...spec,
       workspace_id: id,
-      dir: join(root, "sandbox"),
-      snapshotsDir: join(root, "snapshots"),
-      ...(netDir !== undefined ? { netDir: join(root, "net") } : {}),
+      dir: own.dir,
+      snapshotsDir: own.snapshotsDir,
+      ...(netDir !== undefined ? { netDir: own.netDir } : {}),
     },
   };
 }

@@ -22,7 +22,7 @@ import { AgentClient } from "../agent/client.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { procStartTime } from "../backends/common.js";
 import { atomicWriteFile } from "../util/fs.js";
-import { discardSpare, RECORD, reapSpares, type SpareRecord, TAKEN } from "./pool-records.js";
+import { discardSpare, RECORD, reapSpares, type SpareRecord, spareDirs, TAKEN } from "./pool-records.js";
 import { DEFAULTS } from "./workspace-spec.js";
 
 /** Pairs of backend and environment kept warm at once (the most recently created on). */
@@ -31,8 +31,6 @@ const MAX_KEYS = 2;
 const MAX_DECLINES = 2;
 /** The pool size of `pyro mcp serve` when PYRO_POOL does not say. */
 export const SERVE_POOL_SIZE = 1;
-/** Most spares a pool keeps of each pair (PYRO_POOL is capped to it). */
-export const MAX_POOL_SIZE = 4;
 /** The snapshot a spare's /workspace starts on: an empty directory, never a snapshot's name. */
 export const SPARE_SNAPSHOT = ".spare-empty";
 
@@ -139,14 +137,10 @@ export class SandboxPool {
       }
     } finally {
       spare.agent.close();
-      if (state) {
-        await rm(spare.root, { recursive: true, force: true }).catch(() => {});
-        await rm(`${spare.root}${TAKEN}`, { force: true });
-      } else {
-        // Not the workspace's (the hand-out ended it or failed): ended as the spare it was.
-        await discardSpare(this.deps, spare.root, spare.record, false);
-        await rm(`${spare.root}${TAKEN}`, { force: true });
-      }
+      if (state) await rm(spare.root, { recursive: true, force: true }).catch(() => {});
+      // Not the workspace's (the hand-out ended it or failed): ended as the spare it was.
+      else await discardSpare(this.deps, spare.root, spare.record, false);
+      await rm(`${spare.root}${TAKEN}`, { force: true });
       // The next spare starts after the hand-out, not against it for the CPU.
       this.refill();
     }
@@ -235,11 +229,12 @@ export class SandboxPool {
     await this.reaped;
     const id = `spare_${randomBytes(6).toString("hex")}`; // SPARE_ID
     const root = join(this.deps.dir, id);
+    const dirs = spareDirs(root);
     const spec: SandboxSpec = {
       workspace_id: id,
-      dir: join(root, "sandbox"),
+      dir: dirs.dir,
       rootfs: w.rootfs,
-      snapshotsDir: join(root, "snapshots"),
+      snapshotsDir: dirs.snapshotsDir,
       snapshot: SPARE_SNAPSHOT,
       limits: {
         vcpus: DEFAULTS.vcpus,
@@ -249,7 +244,7 @@ export class SandboxPool {
       },
       appDir: this.deps.appDir,
       runtimeCacheDir: this.deps.runtimeCacheDir,
-      ...(w.backend.connectPort ? { netDir: join(root, "net") } : {}),
+      ...(w.backend.connectPort ? { netDir: dirs.netDir } : {}),
     };
     // The record before anything else: a spare whose owner dies at any point after this
     // is found, and a directory without one is no live pool's.
@@ -290,4 +285,4 @@ export class SandboxPool {
   }
 }
 
-export { poolReport, reapSpares, type SpareReport, spareRootfsSync } from "./pool-records.js";
+export { poolDirOf, poolReport, reapSpares, type SpareReport, spareRootfsSync } from "./pool-records.js";

@@ -32,12 +32,11 @@ import type { AgentClient } from "../../agent/client.js";
 import { removeTree } from "../../util/mounts.js";
 import { run } from "../../util/run.js";
 import type { SandboxSpec, SandboxState } from "../backend.js";
-import { procStartTime, sameProcessAlive } from "../common.js";
 import { sandboxHostname } from "../guest.js";
 import { CgroupLimits, detectCgroups } from "../linux/cgroups.js";
 import type { LaunchTools } from "../linux/launch.js";
 import { type SandboxLayout, sandboxLayout } from "../linux/layout.js";
-import { swapWorkspaceLayer } from "./reset.js";
+import { keptSandboxAlive, swapWorkspaceLayer } from "./reset.js";
 import { helperHostname } from "./reset-helper.js";
 
 /** What the hand-out needs of the spare's recorded state (a bwrap state with its reset base). */
@@ -48,8 +47,6 @@ export interface SpareState {
   agent_pid: number;
   agent_start_time: string;
   layers_sig: string;
-  log: string;
-  socket: string;
 }
 
 /** Moves what `from` holds into `into`, then puts `into` in `from`'s place. */
@@ -83,8 +80,8 @@ async function setHostname(
 /**
  * Hands the spare to `spec`'s workspace (see the top of this file). The caller has
  * checked that the spare fits (core/pool.ts spareFits: same environment, disk size,
- * package and runtime). Returns the state to record, or null when the workspace should
- * start a sandbox of its own.
+ * package and runtime). Returns the state to record, or `declined` with why when the
+ * workspace should start a sandbox of its own.
  */
 export async function adoptSpare(
   spare: SandboxSpec,
@@ -93,9 +90,7 @@ export async function adoptSpare(
   agent: AgentClient,
   tools: LaunchTools,
 ): Promise<SandboxState | { declined: string }> {
-  const alive = async () =>
-    (await sameProcessAlive(s.pid, s.start_time)) &&
-    (await procStartTime(s.agent_pid)) === s.agent_start_time;
+  const alive = () => keptSandboxAlive(s, s);
   if (!(await alive())) return { declined: "the spare's sandbox or agent is gone" };
   // The workspace's directory is new and empty (the rename below needs it so).
   if ((await readdir(spec.dir).catch(() => ["?"])).length > 0)

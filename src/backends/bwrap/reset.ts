@@ -261,6 +261,21 @@ const REMOVE_LAYER =
   'find "$1" -xdev -type f -execdir truncate -s 0 -- {} +; rm -rf --one-file-system -- "$1"';
 
 /**
+ * Whether a sandbox that is kept across an operation (an in-place reset, a pool's
+ * hand-out) still runs with the agent it started: its launch step and its agent, each by
+ * pid and start time.
+ */
+export async function keptSandboxAlive(
+  launch: { pid: number; start_time: string },
+  base: Pick<ResetBase, "agent_pid" | "agent_start_time">,
+): Promise<boolean> {
+  return (
+    (await sameProcessAlive(launch.pid, launch.start_time)) &&
+    (await procStartTime(base.agent_pid)) === base.agent_start_time
+  );
+}
+
+/**
  * Resets the sandbox in place onto `spec.snapshot` (see the top of this file). Returns
  * false, with the sandbox in an unknown state, when it could not: the caller must then
  * restart it.
@@ -275,9 +290,7 @@ export async function resetInPlace(
 ): Promise<boolean> {
   if (l.legacy) return false;
   const agentPid = base.agent_pid;
-  const alive = async () =>
-    (await sameProcessAlive(launch.pid, launch.start_time)) &&
-    (await procStartTime(agentPid)) === base.agent_start_time;
+  const alive = () => keptSandboxAlive(launch, base);
   if (!(await alive())) return false;
   const cg = await sandboxCgroup(launch.cgroup);
   if (!cg) return false;
