@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 // unbundled graph: the bundle starts in about a third of the time (docs/backends.md,
 // "Agent start"). node-pty is native and stays in node_modules, loaded on first use.
 import { build } from "esbuild";
+import { NODE_ESM_BUNDLE } from "./esbuild-node.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const outdir = join(root, "dist", "agent", "bundle");
@@ -16,12 +17,6 @@ await rm(outdir, { recursive: true, force: true });
 await build({
   entryPoints: { main: join(root, "dist", "agent", "guest", "main.js") },
   outdir,
-  bundle: true,
-  splitting: true,
-  format: "esm",
-  platform: "node",
-  target: "node20",
+  ...NODE_ESM_BUNDLE,
   external: ["node-pty"],
-  chunkNames: "[name]-[hash]",
-  logLevel: "warning",
 });

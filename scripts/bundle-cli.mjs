@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { readFileSync, statSync } from "node:fs";
+import { statSync } from "node:fs";
 import { rm, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -22,6 +22,7 @@ import { fileURLToPath } from "node:url";
 //   written when dist/ changed while bundling (a concurrent tsc).
 // - meta.json lists the modules in each output file (tests/cli/startup.test.ts).
 import { build } from "esbuild";
+import { NODE_ESM_BUNDLE } from "./esbuild-node.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const outdir = join(root, "dist", "cli-bundle");
@@ -37,11 +38,7 @@ const result = await build({
   absWorkingDir: root,
   entryPoints: { main: entry },
   outdir,
-  bundle: true,
-  splitting: true,
-  format: "esm",
-  platform: "node",
-  target: "node20",
+  ...NODE_ESM_BUNDLE,
   external: [
     "better-sqlite3",
     "node-pty",
@@ -58,16 +55,12 @@ const result = await build({
   banner: {
     js: 'import { createRequire as __pyroCreateRequire } from "node:module"; const require = __pyroCreateRequire(import.meta.url);',
   },
-  chunkNames: "[name]-[hash]",
   metafile: true,
-  logLevel: "warning",
 });
 const meta = Object.fromEntries(
   Object.entries(result.metafile.outputs).map(([out, o]) => [out, Object.keys(o.inputs)]),
 );
 await writeFile(join(outdir, "meta.json"), `${JSON.stringify(meta, null, 1)}\n`);
-// Read back: the stamp names the build the bundle was made from.
-JSON.parse(readFileSync(join(outdir, "meta.json"), "utf8"));
 const changed = Object.keys(result.metafile.inputs).filter(
   (i) => i.startsWith("dist/") && statSync(join(root, i)).mtimeMs >= started,
 );
