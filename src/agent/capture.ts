@@ -13,6 +13,13 @@
  * those bytes too, so head + omitted + tail is always the stream's full size.
  */
 
+/**
+ * Cap on `exec.max_output_bytes`: two streams this size must fit in one message. Here,
+ * not beside the op schemas that check it: the host's output rules (core/output.ts)
+ * need the number without loading zod.
+ */
+export const MAX_EXEC_OUTPUT_BYTES = 4 * 1024 * 1024;
+
 /** Longest marker line (with its newlines) that `omittedMarker` can produce. */
 export const MARKER_MAX_BYTES = 64;
 

@@ -20,6 +20,7 @@ import {
   sendsData,
   takesUpload,
 } from "./messages.js";
+import { EXEC_SLACK_MS } from "./slack.js";
 
 export { AgentError } from "./errors.js";
 export type { OpArgs, OpName, OpResult } from "./messages.js";
@@ -57,18 +58,9 @@ export type AgentInfo = Omit<AgentHello, "type">;
 
 const DEFAULT_HANDSHAKE_MS = 10_000;
 const DEFAULT_REQUEST_MS = 60_000;
-/**
- * Slack given to exec beyond its own timeout_ms: killing the tree and replying take time
- * (a VM under emulation is slow at both). The one slack of an exec: callers pass no
- * timeout of their own.
- */
-export const EXEC_SLACK_MS = 30_000;
-/**
- * Slack given to a request that waits inside the agent for a bound it names (a shell
- * read's idle wait, a service's readiness), beyond that bound: the agent's last try and
- * its reply. Callers pass `timeoutMs: wait + WAIT_SLACK_MS`.
- */
-export const WAIT_SLACK_MS = 15_000;
+
+export { EXEC_SLACK_MS, WAIT_SLACK_MS } from "./slack.js";
+
 const MAX_ID = 0xffff_ffff;
 
 interface Pending {

@@ -25,8 +25,9 @@ import {
 
 export * from "./shell-schemas.js";
 
-/** Cap on `exec.max_output_bytes`: two streams this size must fit in one message. */
-export const MAX_EXEC_OUTPUT_BYTES = 4 * 1024 * 1024;
+import { MAX_EXEC_OUTPUT_BYTES } from "./capture.js";
+
+export { MAX_EXEC_OUTPUT_BYTES } from "./capture.js";
 /** Cap on `file_read.max_bytes` for inline (non-streamed) reads. */
 export const MAX_INLINE_READ_BYTES = 16 * 1024 * 1024;
 /** Default `file_read.max_bytes` for inline reads. */

@@ -1,4 +1,4 @@
-import { AgentClient } from "../agent/client.js";
+import type { AgentClient } from "../agent/client.js";
 import type { SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { PyroError } from "../errors.js";
 
@@ -18,7 +18,7 @@ export class AgentConnections {
       return Promise.reject(new PyroError("workspace_stopped", `workspace ${id} has no running sandbox`));
     const p = backend
       .connect(state, { timeoutMs: 5000 })
-      .then((stream) => AgentClient.connect(stream, { timeoutMs: 10_000 }));
+      .then(async (stream) => (await agentClient()).connect(stream, { timeoutMs: 10_000 }));
     this.clients.set(id, p);
     p.catch(() => this.clients.delete(id));
     return p;
@@ -56,4 +56,13 @@ export async function stillRunningAfterBreak(
     if (Date.now() >= deadline) return true;
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/**
+ * The agent client's module, imported on the first connection: its protocol schemas
+ * take ~30 ms to build, which a process that connects to no agent (a `pyro run`, a
+ * `pyro workspace list`) does not pay.
+ */
+export async function agentClient(): Promise<typeof AgentClient> {
+  return (await import("../agent/client.js")).AgentClient;
 }

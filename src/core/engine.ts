@@ -13,9 +13,7 @@ import { LazyBackend } from "../backends/lazy.js";
 import { BACKENDS, backendEntry, chooseDefault } from "../backends/registry.js";
 import type { Builder } from "../env/builder.js";
 import { OCI_DIR, type PullOptions } from "../env/cache.js";
-import { DebootstrapBuilder } from "../env/debootstrap.js";
-import { OciBuilder } from "../env/oci/builder.js";
-import { RecipeBuilder } from "../env/recipe.js";
+import { LazyBuilder } from "../env/lazy-builder.js";
 import { PyroError } from "../errors.js";
 import { StateStore } from "../state/store.js";
 import { makeDirsSync } from "../util/fs.js";
@@ -23,7 +21,6 @@ import { type ConfigOptions, loadConfig, type PyroConfig, type PyroPaths } from 
 import { EngineEvents, ObservedEnvironmentCache } from "./events.js";
 import { poolDirOf, SandboxPool, spareRootfsSync } from "./pool.js";
 import { cachedProbe, verdictsFile } from "./probe-cache.js";
-import { runRecipe, seedRecipeEnvironment } from "./recipes.js";
 import { Workspaces } from "./workspaces.js";
 
 /** Paths, env and mirror come from ConfigOptions (src/core/config.ts). */
@@ -74,14 +71,33 @@ export class Engine {
     this.config = loadConfig({ ...options, env: this.env });
     this.paths = this.config.paths;
     const mirror = this.config.debianMirror;
+    // Imported when they first build (LazyBuilder): most engines only read the cache.
     const builders = options.builders ?? [
-      new DebootstrapBuilder({ debCacheDir: this.paths.debCacheDir, ...(mirror ? { mirror } : {}) }),
-      new OciBuilder({
-        storeDir: join(this.paths.environmentsDir, OCI_DIR),
-        env: this.env,
-        registryAuth: this.config.registryAuth,
+      new LazyBuilder(
+        "debootstrap",
+        async () =>
+          new (await import("../env/debootstrap.js")).DebootstrapBuilder({
+            debCacheDir: this.paths.debCacheDir,
+            ...(mirror ? { mirror } : {}),
+          }),
+      ),
+      new LazyBuilder(
+        "oci",
+        async () =>
+          new (await import("../env/oci/builder.js")).OciBuilder({
+            storeDir: join(this.paths.environmentsDir, OCI_DIR),
+            env: this.env,
+            registryAuth: this.config.registryAuth,
+          }),
+        { versioned: true },
+      ),
+      new LazyBuilder("recipe", async () => {
+        const [{ RecipeBuilder }, { runRecipe }] = await Promise.all([
+          import("../env/recipe.js"),
+          import("./recipes.js"),
+        ]);
+        return new RecipeBuilder((spec, ctx) => runRecipe(this, spec, ctx));
       }),
-      new RecipeBuilder((spec, ctx) => runRecipe(this, spec, ctx)),
     ];
     this.environments = new ObservedEnvironmentCache(this.paths.environmentsDir, builders, () =>
       this.rootfsInUse(),
@@ -130,8 +146,8 @@ export class Engine {
   }
 
   /** The environment a seed repository's `.pyro/environment.toml` builds (null without one). */
-  seedRecipe(seedPath: string, options: PullOptions = {}): Promise<string | null> {
-    return seedRecipeEnvironment(this, seedPath, options);
+  async seedRecipe(seedPath: string, options: PullOptions = {}): Promise<string | null> {
+    return (await import("./recipes.js")).seedRecipeEnvironment(this, seedPath, options);
   }
 
   /** Root filesystems of every workspace and of the pool's spares (environment prune keeps them). */

@@ -32,38 +32,9 @@ import { createEgressProxy } from "../net/proxy.js";
 import { StateStore } from "../state/store.js";
 import type { PublishedPort, WorkspaceRow } from "../state/types.js";
 import { atomicWriteFile } from "../util/fs.js";
+import { type NetdConfig, type NetdReady, READY_FILE, SANDBOX_NET_DIR } from "./netd-files.js";
 
-/** What core/network.ts hands the helper. */
-export interface NetdConfig {
-  workspace_id: string;
-  /** The state database. */
-  db: string;
-  /** The net directory: the proxy socket and READY_FILE live here. */
-  dir: string;
-  /** Also serve the proxy on a loopback TCP port (host-compat: no sandbox to bind a socket into). */
-  proxy_tcp: boolean;
-  /** Ports to bind; host port 0 picks a free one. */
-  published: PublishedPort[];
-  /** Test-only name → address map (src/net/proxy.ts `testHosts`); never from the environment. */
-  test_hosts?: Record<string, string>;
-}
-
-/** What the helper reports once started. */
-export interface NetdReady {
-  pid: number;
-  start_time: string;
-  proxy_port: number | null;
-  published: PublishedPort[];
-  error?: ErrorObject;
-}
-
-export const NETD_CONFIG = "netd.json";
-export const READY_FILE = "netd.ready.json";
-/**
- * The subdirectory of the net directory the sandbox sees (at /run/pyro/net): only the
- * proxy socket, not the helper's configuration, report or log.
- */
-export const SANDBOX_NET_DIR = "sandbox";
+export { NETD_CONFIG, type NetdConfig, type NetdReady, READY_FILE, SANDBOX_NET_DIR } from "./netd-files.js";
 
 /** How soon the helper attaches again to a VM's network port after losing it. */
 const MUX_RETRY_MS = 250;

@@ -5,7 +5,7 @@
  * runners).
  */
 import { StringDecoder } from "node:string_decoder";
-import { MAX_EXEC_OUTPUT_BYTES } from "../agent/op-schemas.js";
+import { MAX_EXEC_OUTPUT_BYTES } from "../agent/capture.js";
 import { PyroError } from "../errors.js";
 import { MIN_SECRET_LENGTH } from "../state/redact.js";
 

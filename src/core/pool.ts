@@ -18,10 +18,11 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { AgentClient } from "../agent/client.js";
+import type { AgentClient } from "../agent/client.js";
 import type { BackendName, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { procStartTime } from "../backends/common.js";
 import { atomicWriteFile } from "../util/fs.js";
+import { agentClient } from "./connections.js";
 import { discardSpare, RECORD, reapSpares, type SpareRecord, spareDirs, TAKEN } from "./pool-records.js";
 import { DEFAULTS } from "./workspace-spec.js";
 
@@ -261,7 +262,7 @@ export class SandboxPool {
     try {
       state = await w.backend.start(spec);
       await atomicWriteFile(`${root}${RECORD}`, JSON.stringify({ ...record, state }), 0o600);
-      const agent = await AgentClient.connect(await w.backend.connect(state, { timeoutMs: 5000 }), {
+      const agent = await (await agentClient()).connect(await w.backend.connect(state, { timeoutMs: 5000 }), {
         timeoutMs: 10_000,
       });
       if (this.closed || !this.wanted.some((x) => x.key === w.key)) {

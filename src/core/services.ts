@@ -8,8 +8,9 @@
  * removes it, and a reset or delete ends them with the sandbox. Output and errors reach
  * every surface with the workspace's secrets redacted.
  */
-import { type AgentClient, WAIT_SLACK_MS } from "../agent/client.js";
+import type { AgentClient } from "../agent/client.js";
 import type { OpArgs, OpResult } from "../agent/op-schemas.js";
+import { WAIT_SLACK_MS } from "../agent/slack.js";
 import { type HintAction, PyroError } from "../errors.js";
 import type { ServiceSpec, WorkspaceRow } from "../state/types.js";
 import { LIMITS } from "./limits.js";

@@ -6,8 +6,9 @@
  * bytes, or with `plain` the text a person would see (core/terminal.ts); secrets are
  * redacted from both.
  */
-import { WAIT_SLACK_MS } from "../agent/client.js";
+
 import type { OpResult } from "../agent/op-schemas.js";
+import { WAIT_SLACK_MS } from "../agent/slack.js";
 import { PyroError } from "../errors.js";
 import { secretRedactor } from "./secrets.js";
 import { renderPlain } from "./terminal.js";

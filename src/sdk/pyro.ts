@@ -1,4 +1,5 @@
 import { commitWorkspace } from "../core/commit.js";
+import { demo, prepare } from "../core/demo.js";
 import { exportDisk, listDisk, readDisk } from "../core/disk.js";
 import { doctor } from "../core/doctor.js";
 import { Engine, type EngineOptions } from "../core/engine.js";
@@ -12,7 +13,7 @@ import {
   syncPush,
   writeFileToWorkspace,
 } from "../core/files.js";
-import { demo, prepare, runOnce } from "../core/oneshot.js";
+import { runOnce } from "../core/oneshot.js";
 import { buildRecipe } from "../core/recipes.js";
 import { listServices, serviceLogs, serviceStatus, startService, stopService } from "../core/services.js";
 import {

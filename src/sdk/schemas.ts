@@ -17,10 +17,11 @@
  * model, not a programmer.
  */
 import { z } from "zod";
+import type { demo, prepare } from "../core/demo.js";
 import type { doctor } from "../core/doctor.js";
 import type { ExecOptions as CoreExecOptions, LogsOptions as CoreLogsOptions } from "../core/exec.js";
 import { LIMITS } from "../core/limits.js";
-import type { RunOptions as CoreRunOptions, demo, prepare } from "../core/oneshot.js";
+import type { RunOptions as CoreRunOptions } from "../core/oneshot.js";
 import { MAX_OUTPUT_BYTES, MIN_OUTPUT_BYTES } from "../core/output.js";
 import type { StartServiceOptions as CoreStartServiceOptions } from "../core/services.js";
 import { BACKEND_NAMES } from "../core/vocabulary.js";

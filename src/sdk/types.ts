@@ -5,6 +5,7 @@
  * other surfaces.
  */
 import type { commitWorkspace } from "../core/commit.js";
+import type { demo } from "../core/demo.js";
 import type { Engine } from "../core/engine.js";
 import type { workspaceLogs } from "../core/exec.js";
 import type {
@@ -16,7 +17,7 @@ import type {
   syncPush,
   writeFileToWorkspace,
 } from "../core/files.js";
-import type { demo, runOnce } from "../core/oneshot.js";
+import type { runOnce } from "../core/oneshot.js";
 import type { buildRecipe } from "../core/recipes.js";
 import type { listServices, serviceLogs, startService, stopService } from "../core/services.js";
 import type {

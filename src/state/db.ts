@@ -12,8 +12,14 @@ import { migrate } from "./migrations.js";
 /**
  * Required, not imported: an `import` of a CommonJS package first parses its source for
  * the names it exports, which was a measurable part of a `pyro workspace list` (issue 18).
+ * Required on first use: a process that imports the store but never opens it (a
+ * `pyro run`) does not load it.
  */
-const Database = createRequire(import.meta.url)("better-sqlite3") as typeof Sqlite;
+let sqlite: typeof Sqlite | undefined;
+function sqliteModule(): typeof Sqlite {
+  sqlite ??= createRequire(import.meta.url)("better-sqlite3") as typeof Sqlite;
+  return sqlite;
+}
 
 /**
  * Opens `path` with the settings every store connection needs, then migrates it.
@@ -22,7 +28,7 @@ const Database = createRequire(import.meta.url)("better-sqlite3") as typeof Sqli
 export function openDatabase(path: string, busyTimeoutMs: number): Sqlite.Database {
   const memory = path === ":memory:";
   if (!memory) prepareFile(path);
-  const db = new Database(path, { timeout: busyTimeoutMs });
+  const db = new (sqliteModule())(path, { timeout: busyTimeoutMs });
   try {
     db.pragma(`busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
     retryWhileBusy(busyTimeoutMs, () => configure(db, path, memory));
@@ -63,7 +69,7 @@ function retryWhileBusy(timeoutMs: number, fn: () => void): void {
       fn();
       return;
     } catch (err) {
-      const busy = err instanceof Database.SqliteError && err.code.startsWith("SQLITE_BUSY");
+      const busy = isSqliteError(err) && err.code.startsWith("SQLITE_BUSY");
       if (!busy || Date.now() >= deadline) throw err;
       sleepSync(Math.min(10 * attempt, 100) + Math.random() * 10);
     }
@@ -102,7 +108,7 @@ export function notFound(id: string): PyroError {
  * else passes through unchanged.
  */
 export function mapWriteError(err: unknown, name: string | null): unknown {
-  if (!(err instanceof Database.SqliteError)) return err;
+  if (!isSqliteError(err)) return err;
   if (err.code.startsWith("SQLITE_BUSY")) {
     return new PyroError("timeout", "the state database stayed locked by another pyro process", "retry", {
       cause: err,
@@ -118,4 +124,9 @@ export function mapWriteError(err: unknown, name: string | null): unknown {
     return new PyroError("conflict", "a workspace with this id already exists", undefined, { cause: err });
   }
   return err;
+}
+
+/** An error of SQLite itself (never one before the module was loaded: none could be thrown). */
+function isSqliteError(err: unknown): err is InstanceType<typeof Sqlite.SqliteError> {
+  return sqlite !== undefined && err instanceof sqlite.SqliteError;
 }

@@ -1,7 +1,7 @@
 import { closeSync, openSync } from "node:fs";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
-import { z } from "zod";
+import * as z from "zod/mini";
 import type { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
@@ -44,12 +44,12 @@ export const IN_SANDBOX = {
  */
 const BWRAP_STATE = stateReader("bwrap", {
   ...socketSandboxShape,
-  agent_pid: z.optional(z.number().int().positive()),
-  agent_start_time: z.optional(z.string().min(1)),
-  layers_sig: z.optional(z.string().min(1)),
+  agent_pid: z.optional(z.int().check(z.positive())),
+  agent_start_time: z.optional(z.string().check(z.minLength(1))),
+  layers_sig: z.optional(z.string().check(z.minLength(1))),
   in_place_reset: z.optional(z.boolean()),
 });
-type BwrapState = z.output<z.ZodObject<typeof socketSandboxShape>> & Partial<ResetBase>;
+type BwrapState = z.output<z.ZodMiniObject<typeof socketSandboxShape>> & Partial<ResetBase>;
 
 /**
  * The bubblewrap backend: Linux namespaces (mount, pid, ipc, uts, net, cgroup), all

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { demo, prepare, runOnce } from "../../core/oneshot.js";
+import { runOnce } from "../../core/oneshot.js";
 import { parseMaxOutputBytes } from "../../core/output.js";
 import { backendName, collect, commandString, keyValues, positiveNumber, wholeNumber } from "../args.js";
 import { liveCommand } from "../live.js";
@@ -19,7 +19,10 @@ interface RunFlags {
   json?: boolean;
 }
 
-/** `pyro run`, `pyro demo`, `pyro prepare`: the evaluator commands. */
+/**
+ * `pyro run`, `pyro demo`, `pyro prepare`: the evaluator commands. The last two import
+ * their module when they run: a `pyro run` loads no workspace loop (issue 18).
+ */
 export function registerRun(program: Command, ctx: CliContext): void {
   program
     .command("run")
@@ -86,8 +89,8 @@ export function registerRun(program: Command, ctx: CliContext): void {
       ctx.exitCode = await act(
         ctx.io,
         opts,
-        () =>
-          demo(ctx.engine(), {
+        async () =>
+          (await import("../../core/demo.js")).demo(ctx.engine(), {
             ...(opts.backend ? { backend: backendName(opts.backend)! } : {}),
             allow_host_compat: opts.allowHostCompat === true,
           }),
@@ -119,8 +122,8 @@ export function registerRun(program: Command, ctx: CliContext): void {
         ctx.exitCode = await act(
           ctx.io,
           opts,
-          () =>
-            prepare(ctx.engine(), env, {
+          async () =>
+            (await import("../../core/demo.js")).prepare(ctx.engine(), env, {
               ...(opts.backend ? { backend: backendName(opts.backend)! } : {}),
               allow_host_compat: opts.allowHostCompat === true,
               force: opts.force === true,
