@@ -101,6 +101,8 @@ export interface OneShotSpec {
   onOutput?: (stream: "stdout" | "stderr", chunk: Buffer) => void;
   /** The command's stdin (default: empty); not every backend takes one (see runOnce). */
   stdin?: AsyncIterable<Uint8Array> | import("node:stream").Readable;
+  /** Where the backend may keep a launch prepared for the next run (the engine's pool is on). */
+  keep?: import("./launch-keeper.js").LaunchKeeper;
 }
 
 export interface OneShotResult {

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, open, rename, rm, stat } from "node:fs/promises";
+import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { PyroError } from "../errors.js";
 import { run } from "../util/run.js";
@@ -52,6 +52,11 @@ export async function ensureDiskImage(path: string, mib: number, templateDir?: s
     // A name of its own: concurrent first starts each make one and the last rename wins.
     await makeImage(template, mib, `${template}.${process.pid}.${randomBytes(4).toString("hex")}`);
   }
+  await copyTemplate(template, path);
+}
+
+/** A sparse copy of `template` at `path` (through `<path>.partial`); fails closed. */
+async function copyTemplate(template: string, path: string): Promise<void> {
   const partial = `${path}.partial`;
   const r = await run(["cp", "--sparse=always", template, partial], {
     timeoutMs: 60_000,
@@ -91,4 +96,69 @@ async function makeImage(path: string, mib: number, partial = `${path}.partial`)
     );
   }
   await rename(partial, path);
+}
+
+/**
+ * Blank images copied ahead (`<templates>/spare/`): a one-shot takes one by rename, so its
+ * start copies nothing (the copy is ~14 ms here), and a new one is copied in the
+ * background meanwhile. A rename is atomic: two runs never get one image. A spare is a
+ * copy of the template nothing has mounted yet. Partial copies carry their maker's pid:
+ * those of a process that is gone are removed at the next refill.
+ */
+const SPARE_DIR = "spare";
+const refilling = new Set<string>();
+
+/**
+ * The image at `path` from a spare copied ahead when there is one, else as
+ * {@link ensureDiskImage} makes it; then a new spare is copied in the background (one per
+ * size in the cache; the promise of that copy is returned for callers that wait for it).
+ */
+export async function claimDiskImage(
+  path: string,
+  mib: number,
+  templateDir: string,
+): Promise<{ spare: boolean; refill: Promise<void> }> {
+  const dir = join(templateDir, SPARE_DIR);
+  const prefix = `ext4-${mib}m.`;
+  const names = await readdir(dir).catch(() => [] as string[]);
+  let spare = false;
+  for (const n of names) {
+    if (!n.startsWith(prefix) || !n.endsWith(".img")) continue;
+    if (
+      await rename(join(dir, n), path).then(
+        () => true,
+        () => false,
+      )
+    ) {
+      spare = true;
+      break;
+    }
+  }
+  if (!spare) await ensureDiskImage(path, mib, templateDir);
+  return {
+    spare,
+    refill: refillSpare(dir, prefix, mib, templateDir, spare ? names.length - 1 : names.length),
+  };
+}
+
+async function refillSpare(dir: string, prefix: string, mib: number, templateDir: string, have: number) {
+  const key = join(dir, prefix);
+  if (refilling.has(key) || have > 0) return;
+  refilling.add(key);
+  try {
+    const names = await readdir(dir).catch(() => [] as string[]);
+    for (const n of names) {
+      const pid = /\.(\d+)\.[0-9a-f]+\.img\.partial$/.exec(n)?.[1];
+      if (pid && !(await stat(`/proc/${pid}`).catch(() => null))) await rm(join(dir, n), { force: true });
+    }
+    if (names.some((n) => n.startsWith(prefix) && n.endsWith(".img"))) return;
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const template = join(templateDir, `ext4-${mib}m.img`);
+    const name = `${prefix}${process.pid}.${randomBytes(4).toString("hex")}.img`;
+    await copyTemplate(template, join(dir, name));
+  } catch {
+    // A spare is an optimisation: the next claim copies the template itself.
+  } finally {
+    refilling.delete(key);
+  }
 }

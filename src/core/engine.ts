@@ -9,6 +9,7 @@ import {
   type WorkspaceBackend,
 } from "../backends/backend.js";
 import { type KvmCheck, kvmCheck } from "../backends/kvm.js";
+import { LaunchKeeper } from "../backends/launch-keeper.js";
 import { LazyBackend } from "../backends/lazy.js";
 import { BACKENDS, backendEntry, chooseDefault } from "../backends/registry.js";
 import type { Builder } from "../env/builder.js";
@@ -59,6 +60,8 @@ export class Engine {
   readonly workspaces: Workspaces;
   /** Started sandboxes handed to new workspaces (core/pool.ts); off unless configured. */
   readonly pool: SandboxPool;
+  /** One-shot launches prepared between runs when the pool is on (core/oneshot.ts). */
+  readonly launches = new LaunchKeeper();
   readonly appDir = APP_DIR;
   readonly networkTestHosts: Record<string, string> | undefined;
   private readonly backends: Partial<Record<BackendName, WorkspaceBackend>>;
@@ -282,6 +285,7 @@ export class Engine {
 
   async close(): Promise<void> {
     await this.pool.close();
+    await this.launches.close();
     await this.workspaces.close();
     this.stateStore?.close();
     this.stateStore = undefined;

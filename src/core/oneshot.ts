@@ -69,6 +69,8 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
       ...(options.signal ? { signal: options.signal } : {}),
       ...(options.on_output ? { onOutput: options.on_output } : {}),
       ...(options.stdin ? { stdin: options.stdin } : {}),
+      // With the pool on, the backend may run it in a launch prepared after the last run.
+      ...(engine.pool.enabled ? { keep: engine.launches } : {}),
     });
     return {
       environment,

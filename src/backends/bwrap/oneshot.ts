@@ -5,18 +5,19 @@ import { join } from "node:path";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
-import { DEFAULT_DISK_MIB, diskTemplates, ensureDiskImage } from "../disk-image.js";
+import { claimDiskImage, DEFAULT_DISK_MIB, diskTemplates } from "../disk-image.js";
 import { runGatedOneShot } from "../gated-run.js";
-import { sandboxHostname } from "../guest.js";
 import { detectCgroups, limitedCgroup } from "../linux/cgroups.js";
 import { type LaunchTools, launchArgv } from "../linux/launch.js";
-import { isolationArgs } from "./isolation.js";
-import { writeSeccompFile } from "./seccomp.js";
+import { bwrapPrefix, seccompFile } from "./oneshot-argv.js";
+import { PreparedRun } from "./prepared-run.js";
 
 /**
  * A one-shot command in a throwaway bwrap sandbox with the same isolation as a workspace
  * (copy-on-write root, namespaces, no capabilities, seccomp, cgroup limits), but no
  * guest agent: the command is bwrap's child, so `pyro run` costs one sandbox spawn.
+ * With a keeper (the engine's pool is on) the run takes a launch prepared after the
+ * previous run (prepared-run.ts) and prepares the next one once it is done.
  */
 export async function bwrapRunOnce(spec: OneShotSpec, tools: LaunchTools): Promise<OneShotResult> {
   if (process.getuid?.() !== 0) {
@@ -25,6 +26,28 @@ export async function bwrapRunOnce(spec: OneShotSpec, tools: LaunchTools): Promi
       "the bwrap backend needs root here (overlay mounts and cgroups)",
     );
   }
+  // argv and the prepared launch's argument list cannot carry a NUL: refused, not split.
+  for (const v of [spec.command, ...Object.entries(spec.env).flat()])
+    if (v.includes("\0"))
+      throw new PyroError("invalid_argument", "the command and environment values cannot contain NUL bytes");
+  const keep = spec.keep;
+  if (!keep) return coldRun(spec, tools);
+  const key = ["bwrap", spec.rootfs, spec.limits.disk_mib ?? DEFAULT_DISK_MIB, spec.scratchDir].join("\0");
+  try {
+    const prepared = await keep.take<PreparedRun>(key);
+    if (prepared) {
+      const r = await prepared.run(spec).finally(() => keep.track(prepared.close()));
+      if (r) return r;
+    }
+    return await coldRun(spec, tools);
+  } finally {
+    // After the run, not against it for the CPU.
+    keep.prepare(key, () => PreparedRun.start(spec, tools));
+  }
+}
+
+/** The run without a prepared launch: every step of the sandbox's start on its path. */
+async function coldRun(spec: OneShotSpec, tools: LaunchTools): Promise<OneShotResult> {
   const id = `run_${randomBytes(6).toString("hex")}`;
   const dir = join(spec.scratchDir, id);
   // The writable layer lives in a disk image (disk-image.ts), mounted by the launch step.
@@ -33,34 +56,17 @@ export async function bwrapRunOnce(spec: OneShotSpec, tools: LaunchTools): Promi
   const upper = join(diskMount, "upper");
   const work = join(diskMount, "work");
   const merged = join(dir, "merged");
-  await Promise.all([diskMount, merged].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
-  await ensureDiskImage(disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB, diskTemplates(spec)).catch(
-    async (err: unknown) => {
-      await removeTree(dir);
-      throw err;
-    },
-  );
-  const seccomp = join(dir, "seccomp.bpf");
-  await writeSeccompFile(seccomp);
-  const cgroups = await limitedCgroup(await detectCgroups(), id, spec.limits).catch(async (err: unknown) => {
+  const setup = async () => {
+    await Promise.all([diskMount, merged].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
+    await claimDiskImage(disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB, diskTemplates(spec));
+    const [seccomp, layout] = await Promise.all([seccompFile(spec.runtimeCacheDir), detectCgroups()]);
+    return { seccomp, cgroups: await limitedCgroup(layout, id, spec.limits) };
+  };
+  const { seccomp, cgroups } = await setup().catch(async (err: unknown) => {
     await removeTree(dir);
     throw err;
   });
-  const bwrap = [
-    "bwrap",
-    "--bind",
-    merged,
-    "/",
-    ...isolationArgs(sandboxHostname(id), spec.env),
-    "--dir",
-    "/workspace",
-    "--chdir",
-    "/workspace",
-    "--",
-    "/bin/sh",
-    "-c",
-    spec.command,
-  ];
+  const bwrap = [...bwrapPrefix(merged, id, spec.env), "--", "/bin/sh", "-c", spec.command];
   const argv = launchArgv([{ lower: spec.rootfs, upper, work, target: merged }], bwrap, tools, {
     disk: { image: disk, mount: diskMount, mkdirs: [upper, work] },
   });

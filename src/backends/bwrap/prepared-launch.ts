@@ -1,0 +1,110 @@
+import { type LaunchTools, OVERLAY_OPTIONS } from "../linux/launch.js";
+
+/** The line a prepared launch prints on stdout once its mounts are done. */
+export const READY_LINE = "pyro-ready";
+
+/** What a prepared launch mounts, where its run's arguments arrive, and what it removes. */
+export interface PreparedLaunchPaths {
+  /** The run's disk image, its mount point and the overlay's directories on it. */
+  image: string;
+  diskMount: string;
+  upper: string;
+  work: string;
+  /** The environment's root filesystem (the overlay's lower layer) and the merged root. */
+  lower: string;
+  merged: string;
+  /** The file holding the run's arguments (see {@link preparedLaunchArgv}). */
+  argsFile: string;
+  /** The run's directory, removed by the launch step when it ends. */
+  dir: string;
+  /**
+   * The cgroup directories the launch step sits in, each with the `cgroup.procs` of its
+   * hierarchy's root: at its end the step moves itself there and removes the group. At
+   * most three (cgroup v1: memory, cpu, pids; v2: one).
+   */
+  cgroups: readonly { dir: string; rootProcs: string }[];
+}
+
+/**
+ * The one-shot launch of bwrap made ahead of its command (docs/backends.md "Prepared
+ * one-shot launch"): `unshare --mount` with a shell that
+ *
+ * 1. waits for a first stdin line (the owner places it in its cgroup first), mounts the
+ *    disk image and the overlay, prints {@link READY_LINE};
+ * 2. waits for a second line. `run`: the owner wrote the run's limits to the cgroup and
+ *    the run's arguments to `argsFile` (the command, a NUL, then bwrap options, each
+ *    NUL-terminated: `--setenv K V`), so the shell reads the command into a variable
+ *    and starts `bwrap PREFIX --args 4 -- /bin/sh -c "$cmd"` with the rest of stdin as the
+ *    command's. Values arrive as a file and positional arguments, never in script text.
+ *    It waits for bwrap and writes its exit status to fd 5, before unmounting: the
+ *    owner has its result without waiting for the disk's unmount (~5 ms here).
+ *    Anything else, EOF included (the owner exited or closed it): nothing runs;
+ * 3. either way, it then unmounts, removes the run's directory and its cgroup, and exits.
+ *
+ * Descriptors: 0-2 pipes, 3 the seccomp program (bwrap's --seccomp 3), 5 the status pipe.
+ */
+export function preparedLaunchArgv(
+  p: PreparedLaunchPaths,
+  bwrapPrefix: readonly string[],
+  tools: LaunchTools,
+): string[] {
+  if (p.cgroups.length > 3) throw new Error("a prepared launch takes at most three cgroup directories");
+  const cg = [0, 1, 2].flatMap((i) => [p.cgroups[i]?.dir ?? "", p.cgroups[i]?.rootProcs ?? ""]);
+  const script = [
+    "set -eu",
+    // The owner may be gone when the status is written: EPIPE, not death before cleanup.
+    "trap '' PIPE",
+    "img=$1 mnt=$2 upper=$3 work=$4 lower=$5 target=$6 args=$7 dir=$8; shift 8",
+    "cg1=$1 r1=$2 cg2=$3 r2=$4 cg3=$5 r3=$6; shift 6",
+    "read -r _gate",
+    'for p in /proc/$$/fd/*; do n=${p##*/}; if [ "$n" -gt 3 ] && [ "$n" != 5 ]; then eval "exec $n>&-" 2>/dev/null || true; fi; done',
+    `${tools.loopMount} -o loop,nosuid,nodev "$img" "$mnt"`,
+    'mkdir -p "$upper" "$work"',
+    `${tools.mount} -t overlay pyro -o "lowerdir=$lower,upperdir=$upper,workdir=$work,${OVERLAY_OPTIONS}" "$target"`,
+    `echo ${READY_LINE}`,
+    "set +e",
+    'if IFS= read -r go && [ "$go" = run ] && exec 4<"$args" && IFS= read -r -d "" cmd <&4; then',
+    // An asynchronous list gets /dev/null as stdin unless it is redirected explicitly.
+    '  exec 6<&0; "$@" --args 4 -- /bin/sh -c "$cmd" <&6 6<&- 5>&- &',
+    "  pid=$!",
+    "  exec 0</dev/null 1>/dev/null 2>/dev/null 4<&- 6<&-",
+    '  wait "$pid"; echo $? >&5',
+    "fi",
+    "exec 5>&- 1>/dev/null 2>/dev/null",
+    `${tools.umount} "$target" && ${tools.umount} "$mnt" && rm -rf "$dir"`,
+    '[ -z "$cg1" ] || { echo $$ >"$r1"; rmdir "$cg1"; }',
+    '[ -z "$cg2" ] || { echo $$ >"$r2"; rmdir "$cg2"; }',
+    '[ -z "$cg3" ] || { echo $$ >"$r3"; rmdir "$cg3"; }',
+    "exit 0",
+  ].join("\n");
+  return [
+    "unshare",
+    "--mount",
+    "--propagation",
+    "private",
+    "--",
+    ...tools.shell,
+    "-c",
+    script,
+    "pyro-prepared-launch",
+    p.image,
+    p.diskMount,
+    p.upper,
+    p.work,
+    p.lower,
+    p.merged,
+    p.argsFile,
+    p.dir,
+    ...cg,
+    ...bwrapPrefix,
+  ];
+}
+
+/**
+ * The arguments file of a prepared run: the command, then bwrap's `--setenv` options for
+ * `env`, each NUL-terminated. A NUL inside a value would split it: refused by the caller.
+ */
+export function preparedRunArgs(command: string, env: Record<string, string>): Buffer {
+  const parts = [command, ...Object.entries(env).flatMap(([k, v]) => ["--setenv", k, v])];
+  return Buffer.from(parts.map((s) => `${s}\0`).join(""), "utf8");
+}

@@ -1,0 +1,210 @@
+import { spawn } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { readdir } from "node:fs/promises";
+import { join } from "node:path";
+import { Readable } from "node:stream";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CgroupLimits, detectCgroups } from "../../../src/backends/linux/cgroups.js";
+import type { Pyro } from "../../../src/sdk/pyro.js";
+import { REPO_ROOT } from "../../helpers/cli.js";
+import {
+  bwrapSkipReason,
+  exited,
+  type Harness,
+  hostProcesses,
+  mountsMentioning,
+  openHarness,
+  processAlive,
+  suiteTitle,
+  waitUntil,
+} from "../../helpers/sandbox.js";
+
+/**
+ * One-shot runs in a launch prepared after the previous run (backends/bwrap/prepared-run.ts,
+ * used when the engine's pool is on): each run must have the isolation of a cold run (disk
+ * limit, cgroup limits written before the command, seccomp, namespaces, a fresh writable
+ * layer) and nothing of a prepared launch may outlive its owner.
+ */
+const skip = bwrapSkipReason();
+
+/** The prepared launches under `home`: the run directory and the launch step's pid of each. */
+function preparedLaunches(home: string): { id: string; pid: number }[] {
+  const dir = join(home, "oneshot");
+  return hostProcesses((argv) => argv.includes("pyro-prepared-launch") && argv.some((a) => a.startsWith(dir)))
+    .map((p) => ({
+      pid: p.pid,
+      id: p.argv
+        .find((a) => a.startsWith(`${dir}/run_`))!
+        .slice(dir.length + 1)
+        .split("/")[0]!,
+    }))
+    .filter((p) => p.id !== undefined);
+}
+
+/** What a run directory may have left on the host: cgroups, loop devices, mounts, files. */
+async function leftovers(home: string, id: string): Promise<string[] | null> {
+  const out: string[] = [];
+  if (await CgroupLimits.attach(await detectCgroups(), id)) out.push(`cgroup ${id}`);
+  for (const dev of readdirSync("/sys/block").filter((d) => d.startsWith("loop"))) {
+    const f = `/sys/block/${dev}/loop/backing_file`;
+    if (existsSync(f) && readFileSync(f, "utf8").includes(id)) out.push(`loop device ${dev}`);
+  }
+  out.push(...mountsMentioning(id));
+  if (existsSync(join(home, "oneshot", id))) out.push(`directory ${id}`);
+  return out;
+}
+
+describe.skipIf(skip !== "")(suiteTitle("one-shot runs in prepared launches on bwrap", skip), () => {
+  let h: Harness;
+  let pooled: Pyro;
+
+  beforeAll(async () => {
+    h = await openHarness("prepared-run");
+    const { Pyro } = await import("../../../src/sdk/pyro.js");
+    pooled = new Pyro({ home: h.home, environmentsDir: String(h.cliEnv.PYRO_ENV_CACHE), pool: 1 });
+  });
+  afterAll(async () => {
+    await pooled?.close();
+    await h?.cleanup();
+  });
+
+  /**
+   * Runs `command` in the launch prepared for its options (prepared by a first run if
+   * needed); `launch` is the one it took: kept before the run, gone after it.
+   */
+  async function preparedRun(command: string, options: Parameters<Pyro["run"]>[2] = {}) {
+    const { stdin: _, ...rest } = options;
+    await pooled.run("debian:12", "true", { backend: "bwrap", ...rest });
+    await pooled.engine.launches.ready();
+    const before = preparedLaunches(h.home);
+    expect(
+      before.length,
+      `a prepared launch (${pooled.engine.launches.lastError ?? "no error"})`,
+    ).toBeGreaterThan(0);
+    const r = await pooled.run("debian:12", command, { backend: "bwrap", ...options });
+    await pooled.engine.launches.ready();
+    const after = preparedLaunches(h.home).map((l) => l.pid);
+    const used = before.filter((l) => !after.includes(l.pid));
+    expect(used).toHaveLength(1);
+    return { r, launch: used[0]! };
+  }
+
+  it("runs the command in the launch prepared after the previous run, which then ends and leaves nothing", async () => {
+    const { r, launch } = await preparedRun(
+      'hostname; printf "%s|" "$A" "$B"; echo "$0"; echo err >&2; exit 3',
+      {
+        env: { A: "x y\nz", B: "$(touch /tmp/no) '\"" },
+      },
+    );
+    // The hostname is the prepared launch's: this run was its command.
+    expect(r.stdout).toBe(`pyro-${launch.id.slice(4, 16)}\nx y\nz|$(touch /tmp/no) '"|/bin/sh\n`);
+    expect(r.stderr).toBe("err\n");
+    expect(r.exit_code).toBe(3);
+    expect(processAlive(launch.pid)).toBe(false);
+    expect(await leftovers(h.home, launch.id)).toEqual([]);
+    // The next one is prepared (a launch of its own).
+    expect(preparedLaunches(h.home).map((l) => l.id)).not.toContain(launch.id);
+  });
+
+  it("gives each run a fresh writable layer: what one run wrote is absent in the next", async () => {
+    const a = await preparedRun("echo x > /workspace/f; echo y > /etc/f; cat /workspace/f /etc/f");
+    expect(a.r.stdout).toBe("x\ny\n");
+    const b = await preparedRun("ls /workspace/f /etc/f 2>&1; echo rc=$?");
+    expect(b.launch.id).not.toBe(a.launch.id);
+    expect(b.r.stdout).toMatch(/No such file[\s\S]*No such file[\s\S]*rc=2\n$/);
+  });
+
+  it("keeps the isolation: no network, seccomp, no capabilities, its own pid namespace", async () => {
+    const { r } = await preparedRun(
+      "grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; ls /proc | grep -cE '^[0-9]+$'",
+    );
+    expect(r.stdout).toMatch(/^CapEff:\s+0+\nNoNewPrivs:\s+1\nSeccomp:\s+2\nlo\n[1-4]\n$/);
+  });
+
+  it("applies the disk limit: a command filling the layer gets ENOSPC", async () => {
+    const { r } = await preparedRun("dd if=/dev/zero of=/workspace/big bs=1M count=200 2>&1; echo rc=$?", {
+      diskMib: 64,
+    });
+    expect(r.stdout).toMatch(/No space left on device[\s\S]*rc=1\n$/);
+  });
+
+  it("writes the run's own limits to the cgroup before the command runs, and they hold", async () => {
+    // The launch was prepared with the default limits; this run asks for others.
+    await pooled.run("debian:12", "true", { backend: "bwrap" });
+    await pooled.engine.launches.ready();
+    const layout = await detectCgroups();
+    const memDirs = new Map<string, string>();
+    for (const l of preparedLaunches(h.home)) {
+      const cg = await CgroupLimits.attach(layout, l.id);
+      memDirs.set(l.id, cg!.dirs.get("unified") ?? cg!.dirs.get("memory")!);
+    }
+    const memFile = layout.version === 2 ? "memory.max" : "memory.limit_in_bytes";
+    const running = pooled.run("debian:12", "sleep 1; dd if=/dev/zero of=/dev/null bs=100M count=1", {
+      backend: "bwrap",
+      memoryMib: 64,
+    });
+    // Read while the command sleeps: the limit of the launch running it is the run's.
+    const procs = (d: string) => readFileSync(join(d, "cgroup.procs"), "utf8").trim().split("\n").length;
+    let used: string | undefined;
+    await waitUntil(() => {
+      used = [...memDirs.values()].find((d) => procs(d) >= 3);
+      return used !== undefined;
+    }, 5000);
+    expect(used).toBeDefined();
+    expect(readFileSync(join(used!, memFile), "utf8").trim()).toBe(String(64 * 1024 * 1024));
+    const r = await running;
+    expect(r.exit_code).toBe(137); // dd's 100 MiB buffer: killed by the OOM killer
+  });
+
+  it("passes stdin through to the command", async () => {
+    const { r } = await preparedRun("cat; echo done", { stdin: Readable.from(["hello\n", "world\n"]) });
+    expect(r.stdout).toBe("hello\nworld\ndone\n");
+  });
+
+  it("kills a command at its timeout, and its launch leaves nothing", async () => {
+    const started = Date.now();
+    const { r, launch } = await preparedRun("sleep 30 & sleep 30", { timeoutSeconds: 1 });
+    expect(r).toMatchObject({ exit_code: 124, timed_out: true });
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(processAlive(launch.pid)).toBe(false);
+    expect(await leftovers(h.home, launch.id)).toEqual([]);
+  });
+
+  it("leaves nothing when its owner closes or is killed while it waits", async () => {
+    // Closed: the engine's close ends the waiting launch.
+    const { Pyro } = await import("../../../src/sdk/pyro.js");
+    const home = await h.tempDir("prepared-owner");
+    const env = String(h.cliEnv.PYRO_ENV_CACHE);
+    const closed = new Pyro({ home, environmentsDir: env, pool: 1 });
+    await closed.run("debian:12", "true", { backend: "bwrap" });
+    await closed.engine.launches.ready();
+    const [a] = preparedLaunches(home);
+    expect(a).toBeDefined();
+    await closed.close();
+    expect(processAlive(a!.pid)).toBe(false);
+    expect(await leftovers(home, a!.id)).toEqual([]);
+    // Killed: its launch sees its gate close and removes what it made.
+    const script = [
+      `import { Pyro } from ${JSON.stringify(join(REPO_ROOT, "dist", "sdk", "pyro.js"))};`,
+      `const pyro = new Pyro({ home: ${JSON.stringify(home)}, environmentsDir: ${JSON.stringify(env)}, pool: 1 });`,
+      "await pyro.run('debian:12', 'true', { backend: 'bwrap' });",
+      "await pyro.engine.launches.ready();",
+      "console.log('ready');",
+      "setInterval(() => {}, 1000);",
+    ].join("\n");
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: "pipe" });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => {
+      out += d.toString();
+    });
+    await waitUntil(() => out.includes("ready") || child.exitCode !== null, 60_000);
+    expect(out).toContain("ready");
+    const [b] = preparedLaunches(home);
+    expect(b).toBeDefined();
+    child.kill("SIGKILL");
+    await exited(child);
+    expect(await waitUntil(() => !processAlive(b!.pid), 10_000)).toBe(true);
+    expect(await leftovers(home, b!.id)).toEqual([]);
+    expect(await readdir(join(home, "oneshot"))).toEqual([]);
+  });
+});
