@@ -1,7 +1,8 @@
-import { mkdir, rm, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { mkdir, readdir, rename, rm, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import type { Duplex } from "node:stream";
 import { z } from "zod";
+import type { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import { which } from "../../util/run.js";
@@ -11,7 +12,7 @@ import { connectSandboxSocket, sameProcessAlive, waitForSocket } from "../common
 import { spawnGatedDetached } from "../gated-run.js";
 import { agentArgv, guestNet, sandboxHostname } from "../guest.js";
 import { type KvmCheck, kvmCheck } from "../kvm.js";
-import { CgroupLimits, detectCgroups, limitedCgroup } from "../linux/cgroups.js";
+import { detectCgroups, limitedCgroup } from "../linux/cgroups.js";
 import { launchArgv } from "../linux/launch.js";
 import {
   isLegacyLayout,
@@ -28,6 +29,8 @@ import { GVISOR_IN_SANDBOX, workspaceConfig } from "./oci.js";
 import { gvisorRunOnce } from "./oneshot.js";
 import { type GvisorPlatform, platformFor } from "./platform.js";
 import { cgroupsPath, containerId, hostPidsMax, type RunscGlobal, runArgv, sweepCgroups } from "./runsc.js";
+import { endCgroup, standbyNames } from "./standby.js";
+import { GvisorStandbys } from "./standby-table.js";
 import { preparePreloadFile, prepareStatxShim } from "./statx-shim.js";
 
 /** Host paths of one workspace's sandbox: the Linux sandbox layout, plus runsc's bundle and state. */
@@ -46,8 +49,11 @@ const GVISOR_SHAPE = {
   runsc_root: z.string().min(1),
   container_id: z.string().min(1),
   platform: z.string().min(1),
+  /** Recorded by the core while a reset hands over (resetInPlace): not running for any reader. */
+  in_place_reset: z.optional(z.boolean()),
 };
 const GVISOR_STATE = stateReader("gvisor", GVISOR_SHAPE);
+type GvisorState = z.output<z.ZodObject<typeof GVISOR_SHAPE>> & SandboxState;
 
 const START_TIMEOUT_MS = 30_000;
 
@@ -75,6 +81,11 @@ export class GvisorBackend
   protected readonly sandboxState = GVISOR_STATE;
 
   private runscBin: Promise<string | null> | undefined;
+
+  /** Standbys this process makes or holds (standby.ts). */
+  private readonly standbys = new GvisorStandbys<GvisorState>((spec, cg) =>
+    this.launch(spec, gvisorLayout(spec.dir), cg, {}),
+  );
 
   private readonly kvm: KvmCheck;
 
@@ -129,7 +140,7 @@ export class GvisorBackend
   }
 
   /** The OCI config of a workspace sandbox (oci.ts): mounts, the agent's argv, limits, the statx shim. */
-  private async bundleConfig(spec: SandboxSpec, l: GvisorLayout, cgroupBase: string) {
+  private async bundleConfig(spec: SandboxSpec, l: GvisorLayout, cgroupBase: string, cg: string) {
     const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
     const so = await prepareStatxShim(spec.runtimeCacheDir);
     const shim = so ? { so, preload: await preparePreloadFile(so) } : null;
@@ -149,37 +160,54 @@ export class GvisorBackend
         { listen: `${GVISOR_IN_SANDBOX.sock}/agent.sock` },
         spec.netDir ? { net: guestNet(GVISOR_IN_SANDBOX) } : {},
       ),
-      cgroupsPath: cgroupsPath(cgroupBase, spec.workspace_id),
+      cgroupsPath: cgroupsPath(cgroupBase, cg),
       limits: spec.limits,
       shim,
     });
   }
 
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
-    const { bin, platform } = await this.runtime();
     const l = gvisorLayout(spec.dir, await isLegacyLayout(spec.dir));
+    // Standbys of the workspace (this process's or any other's): a started workspace keeps none.
+    await this.standbys.endAll(spec);
+    const state = await this.launch(spec, l, spec.workspace_id, options);
+    await this.standbys.afterStart(spec);
+    return state;
+  }
+
+  /**
+   * Starts a sandbox of `spec` in layout `l` under cgroup (and runsc container id) `cg`:
+   * the workspace's own (`start`), or a standby's (standby.ts). The hostname, mounts and
+   * limits are the workspace's either way.
+   */
+  private async launch(
+    spec: SandboxSpec,
+    l: GvisorLayout,
+    cg: string,
+    options: { signal?: AbortSignal },
+  ): Promise<GvisorState> {
+    const { bin, platform } = await this.runtime();
     await prepareLayout(l, spec, [l.bundle]);
     // State of a sandbox that died without cleaning up (host reboot, SIGKILL) would make
     // `runsc run` refuse the id; nothing of it is alive (stop() ran or the host rebooted).
     await rm(l.runscRoot, { recursive: true, force: true });
     await mkdir(l.runscRoot, { mode: 0o700 });
 
-    const id = containerId(spec.workspace_id);
+    const id = containerId(cg);
     const layout = await detectCgroups();
-    // A sandbox of this workspace that no record points to (its starter was killed
+    // A sandbox under this cgroup that no record points to (its starter was killed
     // between starting it and recording it) still holds the cgroup: end it first.
-    await (await CgroupLimits.attach(layout, spec.workspace_id))?.destroy();
-    await this.sweep(layout.root, layout.base, spec.workspace_id);
+    await endCgroup(layout, cg);
     await writeFile(
       join(l.bundle, "config.json"),
-      `${JSON.stringify(await this.bundleConfig(spec, l, layout.base), null, 2)}\n`,
+      `${JSON.stringify(await this.bundleConfig(spec, l, layout.base, cg), null, 2)}\n`,
       { mode: 0o600 },
     );
 
     // Limits first: fail closed before anything runs if they cannot be applied. runsc is
     // given the same group (cgroupsPath): it finds it configured and only reads the
     // memory limit from it (the sandbox's MemTotal).
-    const cgroups = await limitedCgroup(layout, spec.workspace_id, {
+    const cgroups = await limitedCgroup(layout, cg, {
       ...spec.limits,
       pids_max: hostPidsMax(spec.limits.pids_max),
     });
@@ -196,13 +224,13 @@ export class GvisorBackend
       },
     );
     const { pid, startTime } = await spawnGatedDetached(argv, { logFile, cgroups });
-    const state: SandboxState = {
+    const state: GvisorState = {
       backend: "gvisor",
       pid,
       start_time: startTime,
       socket: l.socket,
       log: logFile,
-      cgroup: spec.workspace_id,
+      cgroup: cg,
       runsc_root: l.runscRoot,
       container_id: id,
       platform,
@@ -215,7 +243,7 @@ export class GvisorBackend
         ...(options.signal ? { signal: options.signal } : {}),
       });
     } catch (err) {
-      await this.stop(state);
+      await this.stopSandbox(state);
       throw err;
     }
     return state;
@@ -230,6 +258,7 @@ export class GvisorBackend
    */
   async isRunning(state: SandboxState): Promise<boolean> {
     const s = GVISOR_STATE.read(state);
+    if (s.in_place_reset) return false;
     if (!(await sameProcessAlive(s.pid, s.start_time))) return false;
     try {
       (await connectSandboxSocket(s.socket, 1000)).destroy();
@@ -245,13 +274,36 @@ export class GvisorBackend
    * Kills every host process of the sandbox through its cgroup (runsc, gofer, sentry and
    * the platform's stubs: the guest's processes exist only inside the sentry), then
    * removes what runsc could not clean up after a SIGKILL: its other cgroups and its
-   * state directory. The writable layers stay.
+   * state directory. The writable layers stay. The workspace's standbys (this process's
+   * or another's) are ended: a stopped workspace keeps none.
    */
   async stop(state: SandboxState): Promise<void> {
     const s = GVISOR_STATE.readPartial(state);
+    const id = s.cgroup ? workspaceOfCgroup(s.cgroup) : null;
+    if (id) await this.standbys.drop(id);
+    await this.stopSandbox(s);
+    // The sandbox directory is runsc's root's parent (gvisorLayout).
+    if (id && s.runsc_root)
+      await this.standbys.endAll({ dir: dirname(s.runsc_root), workspace_id: id }).catch(() => {});
+  }
+
+  /** stop() of one sandbox: its processes and runsc's leftovers. */
+  private async stopSandbox(s: Partial<GvisorState>): Promise<void> {
     const layout = await this.killSandbox(s);
     if (s.cgroup) await this.sweep(layout.root, layout.base, s.cgroup);
     if (s.runsc_root) await rm(s.runsc_root, { recursive: true, force: true });
+  }
+
+  /**
+   * The writable layers, and what a command left in the socket directory: a small host
+   * tmpfs that outlives the sandbox (layout.ts), so a restart would show it again, which a
+   * standby's fresh one does not.
+   */
+  override async discardChanges(spec: SandboxSpec): Promise<void> {
+    await super.discardChanges(spec);
+    const sock = gvisorLayout(spec.dir).sock;
+    for (const e of await readdir(sock).catch(() => [] as string[]))
+      await rm(join(sock, e), { recursive: true, force: true });
   }
 
   /**
@@ -269,6 +321,7 @@ export class GvisorBackend
       const layout = await this.killSandbox({}, spec.workspace_id);
       await this.sweep(layout.root, layout.base, spec.workspace_id);
     }
+    await this.standbys.endAll(spec);
     await removeTree(spec.dir);
   }
 
@@ -277,4 +330,52 @@ export class GvisorBackend
     if (left.length > 0)
       throw new PyroError("internal", `cannot remove the sandbox's cgroups: ${left.join(", ")}`);
   }
+
+  /**
+   * A reset that hands the workspace over to its standby (standby.ts): every process of
+   * the old sandbox killed, its directory renamed aside and the standby's onto the
+   * workspace's, the old directory removed after the answer. Null (the caller restarts)
+   * without a live standby made for exactly this reset; the restart is then followed by
+   * one.
+   */
+  async resetInPlace(
+    spec: SandboxSpec,
+    state: SandboxState,
+    agent: AgentClient,
+  ): Promise<SandboxState | null> {
+    const id = spec.workspace_id;
+    const taken = await this.standbys.take(spec);
+    if (!taken || !(await this.isRunning(taken.standby).catch(() => false))) {
+      // A dead standby is ended by the restart's start (it ends every standby).
+      this.standbys.want(id);
+      return null;
+    }
+    const n = standbyNames(spec, taken.token);
+    const old = GVISOR_STATE.read(state);
+    // Every process of the old sandbox gone before the answer; its leftovers after it.
+    // A failure from here on leaves the restart to end both sandboxes.
+    const layout = await this.killSandbox(old);
+    await rename(spec.dir, n.retired);
+    await rename(n.dir, spec.dir);
+    agent.close();
+    const l = gvisorLayout(spec.dir);
+    const handed: GvisorState = {
+      ...taken.standby,
+      socket: l.socket,
+      log: join(l.logs, "sandbox.log"),
+      runsc_root: l.runscRoot,
+    };
+    this.standbys.cleanup(
+      id,
+      this.sweep(layout.root, layout.base, old.cgroup).then(() => removeTree(n.retired)),
+    );
+    await this.standbys.schedule(spec).catch(() => {});
+    return handed;
+  }
+}
+
+/** The workspace id of a sandbox's cgroup: its own, or a standby's (`<id>-s<token>`). */
+function workspaceOfCgroup(cg: string): string {
+  const m = /^(.+)-s[0-9a-f]{8}$/.exec(cg);
+  return m ? m[1]! : cg;
 }
