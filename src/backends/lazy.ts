@@ -1,7 +1,15 @@
 import type { Duplex } from "node:stream";
 import type { AgentClient } from "../agent/client.js";
 import { PyroError } from "../errors.js";
-import type { BackendName, ExecutionMode, SandboxSpec, SandboxState, WorkspaceBackend } from "./backend.js";
+import type {
+  BackendName,
+  ExecutionMode,
+  OneShotResult,
+  OneShotSpec,
+  SandboxSpec,
+  SandboxState,
+  WorkspaceBackend,
+} from "./backend.js";
 
 /**
  * The optional WorkspaceBackend methods whose presence the core tests (`if
@@ -16,7 +24,16 @@ export interface LazyTraits {
   readonly name: BackendName;
   readonly executionMode: ExecutionMode;
   readonly features: readonly BackendFeature[];
+  /**
+   * Imports the backend's one-shot runner alone (`runOnce` without the rest of the
+   * backend: a `pyro run` needs no sandbox state, reset or pool code, and the state's
+   * schemas alone are ~300 KB of zod to compile). Used while the backend is not loaded.
+   */
+  readonly oneShot?: () => Promise<OneShotRunner>;
 }
+
+/** A backend's `runOnce`, bound to what it needs. */
+export type OneShotRunner = (spec: OneShotSpec) => Promise<OneShotResult>;
 
 /**
  * A backend whose implementation is imported on first use: the engine holds one per
@@ -37,6 +54,7 @@ export class LazyBackend implements WorkspaceBackend {
   declare adoptSpare?: WorkspaceBackend["adoptSpare"];
   private loading: Promise<WorkspaceBackend> | undefined;
   private real: WorkspaceBackend | undefined;
+  private oneShot: Promise<OneShotRunner> | undefined;
 
   constructor(
     traits: LazyTraits,
@@ -53,6 +71,16 @@ export class LazyBackend implements WorkspaceBackend {
         return method.apply(b, args);
       };
     }
+    const loadOneShot = traits.oneShot;
+    if (loadOneShot && traits.features.includes("runOnce"))
+      this.runOnce = async (spec) => {
+        if (this.real?.runOnce) return this.real.runOnce(spec);
+        this.oneShot ??= loadOneShot().catch((err: unknown) => {
+          this.oneShot = undefined;
+          throw err;
+        });
+        return (await this.oneShot)(spec);
+      };
   }
 
   /** The implementation, imported and built once (a failed import is retried next time). */

@@ -17,7 +17,7 @@ import { firecrackerProbe } from "./firecracker/probe.js";
 import { gvisorProbe } from "./gvisor/probe.js";
 import { hostProbe } from "./host/probe.js";
 import { type KvmCheck, kvmCheck } from "./kvm.js";
-import type { BackendFeature } from "./lazy.js";
+import type { BackendFeature, OneShotRunner } from "./lazy.js";
 import { qemuProbe } from "./qemu/probe.js";
 
 /** What the engine hands every backend it builds. */
@@ -51,6 +51,8 @@ export interface BackendEntry extends BackendProbe {
   readonly features: readonly BackendFeature[];
   /** Imports the implementation and builds it. */
   load(ctx: BackendContext): Promise<WorkspaceBackend>;
+  /** Imports its one-shot runner alone, where it has one that needs nothing else (LazyTraits). */
+  readonly oneShot?: () => Promise<OneShotRunner>;
 }
 
 const ENTRIES: { readonly [N in BackendName]: BackendEntry } = {
@@ -102,6 +104,14 @@ const ENTRIES: { readonly [N in BackendName]: BackendEntry } = {
     executionMode: "guest_agent",
     features: ["connectPort", "openDisk", "runOnce", "adoptSpare"],
     load: async () => new (await import("./bwrap/backend.js")).BwrapBackend(),
+    oneShot: async () => {
+      const [{ bwrapRunOnce }, { detectLaunchTools }] = await Promise.all([
+        import("./bwrap/oneshot.js"),
+        import("./linux/launch.js"),
+      ]);
+      const tools = detectLaunchTools();
+      return async (spec) => bwrapRunOnce(spec, await tools);
+    },
   },
   host: {
     ...hostProbe,

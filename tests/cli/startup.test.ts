@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { PYRO_BIN, REPO_ROOT } from "../helpers/cli.js";
+import { bwrapSkipReason, ENV_CACHE } from "../helpers/sandbox.js";
 
 /**
  * What a CLI start loads (issue 18: a CLI that starts like node). Each command runs as a
@@ -14,14 +15,17 @@ import { PYRO_BIN, REPO_ROOT } from "../helpers/cli.js";
 const home = mkdtempSync(join(tmpdir(), "pyro-startup-"));
 afterAll(() => rmSync(home, { recursive: true, force: true }));
 
-function loads(args: string[]): { code: number | null; files: string[]; bundled: boolean } {
+function loads(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+): { code: number | null; files: string[]; bundled: boolean } {
   const out = join(home, `loads-${args.join("-").replace(/\W/g, "_")}.txt`);
   rmSync(out, { force: true });
   const r = spawnSync(
     process.execPath,
     ["--import", join(REPO_ROOT, "tests/helpers/record-loads.mjs"), PYRO_BIN, ...args],
     {
-      env: { ...process.env, PYRO_HOME: home, PYRO_DEBUG: "", RECORD_LOADS_OUT: out },
+      env: { ...process.env, PYRO_HOME: home, PYRO_DEBUG: "", RECORD_LOADS_OUT: out, ...env },
       encoding: "utf8",
       timeout: 60_000,
     },
@@ -115,6 +119,25 @@ describe("CLI start-up loads only what the command needs", () => {
     expect(LIST_MAY_LOAD.test("dist/core/engine.js")).toBe(false);
     expect(LIST_MAY_LOAD.test("node_modules/zod/v4/classic/schemas.js")).toBe(false);
   });
+
+  // A one-shot run is the sandbox's own start plus what it takes to get there (issue 18's
+  // `pyro run` row): no zod, no agent client (its schemas), no state store, no image client
+  // or tar, no network proxy, no workspace loop, and of the backend only its one-shot runner.
+  const RUN_MUST_NOT_LOAD =
+    /node_modules\/(zod|better-sqlite3|tar|smol-toml|ipaddr\.js)\/|dist\/(agent\/(client|messages|op-schemas)|env\/oci\/(builder|registry|apply|auth|follow)|net\/(proxy|socks|http-proxy|gate)|core\/(exec|files|snapshots|demo|recipes|netd)|backends\/(bwrap\/(backend|reset|pool)|sandbox-state))\.js/;
+  it.skipIf(bwrapSkipReason() !== "")(
+    `\`pyro run debian:12 --backend bwrap -- true\` loads the one-shot path and nothing else${bwrapSkipReason() ? ` (skipped: ${bwrapSkipReason()})` : ""}`,
+    () => {
+      const { code, files } = loads(["run", "debian:12", "--backend", "bwrap", "--", "true"], {
+        PYRO_ENV_CACHE: ENV_CACHE,
+      });
+      expect(code).toBe(0);
+      expect(files.some((f) => f.endsWith("/dist/backends/bwrap/oneshot.js"))).toBe(true);
+      expect(files.filter((f) => RUN_MUST_NOT_LOAD.test(f))).toEqual([]);
+      expect(RUN_MUST_NOT_LOAD.test("node_modules/zod/v4/core/schemas.js")).toBe(true);
+      expect(RUN_MUST_NOT_LOAD.test("dist/backends/bwrap/backend.js")).toBe(true);
+    },
+  );
 
   it("`pyro --version` loads nothing from node_modules (no commander, no zod)", () => {
     const { code, files } = loads(["--version"]);

@@ -1,5 +1,12 @@
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { BACKEND_NAMES, type SandboxSpec, type WorkspaceBackend } from "../../../src/backends/backend.js";
+import {
+  BACKEND_NAMES,
+  type OneShotResult,
+  type OneShotSpec,
+  type SandboxSpec,
+  type WorkspaceBackend,
+} from "../../../src/backends/backend.js";
 import { FakeBackend } from "../../../src/backends/fake/backend.js";
 import { kvmCheck } from "../../../src/backends/kvm.js";
 import { BACKEND_FEATURES, LazyBackend } from "../../../src/backends/lazy.js";
@@ -52,5 +59,47 @@ describe("lazily loaded backends", () => {
     });
     await expect(lazy.load()).rejects.toThrow("import failed");
     await expect(lazy.load()).resolves.toBeInstanceOf(FakeBackend);
+  });
+});
+
+describe("a backend's one-shot runner", () => {
+  it("runs a one-shot without loading the backend, and through the backend once it is loaded", async () => {
+    const spec = { command: "true" } as unknown as OneShotSpec;
+    const result = (by: string) => ({ by }) as unknown as OneShotResult;
+    let loads = 0;
+    let runnerLoads = 0;
+    const real = new FakeBackend() as WorkspaceBackend;
+    real.runOnce = async () => result("backend");
+    const lazy = new LazyBackend(
+      {
+        name: "bwrap",
+        executionMode: "guest_agent",
+        features: ["runOnce"],
+        oneShot: async () => {
+          runnerLoads++;
+          return async () => result("runner");
+        },
+      },
+      async () => {
+        loads++;
+        return real;
+      },
+    );
+    expect(await lazy.runOnce?.(spec)).toEqual({ by: "runner" });
+    expect(await lazy.runOnce?.(spec)).toEqual({ by: "runner" });
+    expect([loads, runnerLoads]).toEqual([0, 1]);
+    await lazy.load();
+    expect(await lazy.runOnce?.(spec)).toEqual({ by: "backend" });
+  });
+
+  it("bwrap's runner is the function its backend's runOnce calls", async () => {
+    const entry = backendEntry("bwrap");
+    expect(entry.oneShot).toBeTypeOf("function");
+    expect(await entry.oneShot?.()).toBeTypeOf("function");
+    // The backend's own method delegates to the same module function (one implementation).
+    const source = readFileSync(new URL("../../../src/backends/bwrap/backend.ts", import.meta.url), "utf8");
+    expect(source).toMatch(
+      /runOnce\(spec: OneShotSpec\)[^{]*\{\s*return bwrapRunOnce\(spec, await this\.launchTools\(\)\);/,
+    );
   });
 });
