@@ -89,8 +89,8 @@ export async function backendRows(
       1,
     );
     rows.push(row(`${backend}: exec leaving a background job (hung up)`, leftoverMs, floorName, floor, {}));
-    if (backend === "docker")
-      rows.push(...(await dockerResetRows(pyro, ws.workspace_id, floorName, floor, quick, goal)));
+    if (backend === "docker" || backend === "gvisor")
+      rows.push(...(await standbyResetRows(pyro, backend, ws.workspace_id, floorName, floor, quick, goal)));
     else {
       const resetMs = await sampleMs(quick ? 2 : 5, () => pyro.resetWorkspace(ws.workspace_id), 0);
       rows.push(row(`${backend}: reset (small workspace)`, resetMs, floorName, floor, goal.reset ?? {}));
@@ -156,17 +156,17 @@ async function preparedRunRow(
   }
 }
 
-
 /**
- * Docker's resets (backends/docker/standby.ts): a reset hands the workspace over to a
- * standby container its process started after the previous reset, so the goal's row
- * resets a workspace that was idle for a moment since the last one (as an agent's
- * workspace is between tasks; untimed, 1.5 s); the first reset of the process restarts
- * (no standby yet) and is left out. Back-to-back resets, which wait for the standby being
- * started, are shown beside it.
+ * Docker's and gVisor's resets (backends/docker/standby.ts, backends/gvisor/standby.ts): a
+ * reset hands the workspace over to a standby its process started after the previous
+ * reset, so the goal's row resets a workspace that was idle for a moment since the last
+ * one (as an agent's workspace is between tasks; untimed, 1.5 s); the first reset of the
+ * process restarts (no standby yet) and is left out. Back-to-back resets, which wait for
+ * the standby being started, are shown beside it.
  */
-async function dockerResetRows(
+async function standbyResetRows(
   pyro: Pyro,
+  backend: BackendName,
   id: string,
   floorName: string,
   floor: number[],
@@ -185,8 +185,8 @@ async function dockerResetRows(
   }
   const backToBack = await sampleMs(quick ? 2 : 5, () => pyro.resetWorkspace(id), 0);
   return [
-    row("docker: reset (small workspace, idle since the last)", idle, floorName, floor, goal.reset ?? {}),
-    row("docker: reset back-to-back (waits for the standby)", backToBack, floorName, floor, {}),
+    row(`${backend}: reset (small workspace, idle since the last)`, idle, floorName, floor, goal.reset ?? {}),
+    row(`${backend}: reset back-to-back (waits for the standby)`, backToBack, floorName, floor, {}),
   ];
 }
 

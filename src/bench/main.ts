@@ -27,8 +27,9 @@ import { syncRows } from "./sync.js";
  * environments (image pull and create from an image), mcp, sync (reset, sync push and
  * export of a 10k-file / 100 MB workspace), bwrap (the bwrap backend's rows: create, warm
  * exec, reset, idle RSS, one-shot run), docker (the docker backend's rows against
- * `docker run --rm` of the same image), qemu (cold boot, restore, exec and reset against
- * a bare boot of the same kernel; the reset against the restore measured in the run).
+ * `docker run --rm` of the same image), gvisor (the same against `runsc do true`), qemu
+ * (cold boot, restore, exec and reset against a bare boot of the same kernel; the reset
+ * against the restore measured in the run).
  */
 async function main(): Promise<void> {
   const json = process.argv.includes("--json");
@@ -75,6 +76,12 @@ async function main(): Promise<void> {
       log("bench: pulling debian:12");
       await pyro.pullEnvironment("debian:12");
       rows.push(...(await otherBackendRows(pyro, home, ["docker"], { n, quick, extra, log })));
+      return output(rows, extra, json);
+    }
+    if (process.argv.includes("--only=gvisor")) {
+      log("bench: pulling debian:12");
+      await pyro.pullEnvironment("debian:12");
+      rows.push(...(await otherBackendRows(pyro, home, ["gvisor"], { n, quick, extra, log })));
       return output(rows, extra, json);
     }
     if (process.argv.includes("--only=qemu")) {
