@@ -107,7 +107,7 @@ export async function backendRows(
     // Without a pool every step of the sandbox's start is on the run's path: shown, and
     // judged on the row of a run in a launch prepared by the pool.
     rows.push(row("bwrap: run debian:12 -- true, no pool (in-process SDK)", runMs, floorName, floor, {}));
-    rows.push(await preparedRunRow(pyro, floorName, floor, quick ? 5 : 15, goal.run ?? {}));
+    rows.push(await preparedRunRow(pyro, floorName, floor, quick ? 5 : 15, goal.run ?? {}, floorRun));
   } else
     rows.push(
       row(`${backend}: run debian:12 -- true (in-process SDK)`, runMs, floorName, floor, goal.run ?? {}),
@@ -119,7 +119,8 @@ export async function backendRows(
  * A bwrap one-shot run with the pool on, as in `pyro mcp serve` or an SDK object given
  * `pool`: each run takes the launch prepared after the previous one (backends/bwrap/
  * prepared-run.ts); each sample after that preparation and the previous run's clean-up
- * are done (untimed), as between an agent's runs.
+ * are done (untimed), as between an agent's runs. With `floorRun` each sample has a floor
+ * sample of its own just before it (a load swing hits both alike).
  */
 async function preparedRunRow(
   pyro: Pyro,
@@ -127,6 +128,7 @@ async function preparedRunRow(
   floor: number[],
   n: number,
   goal: Target,
+  floorRun?: () => Promise<unknown>,
 ): Promise<BenchRow> {
   const { Pyro: PyroClass } = await import("../sdk/pyro.js");
   const { home, environmentsDir } = pyro.engine.paths;
@@ -138,19 +140,14 @@ async function preparedRunRow(
     };
     await runTrue(); // the first run of an engine has nothing prepared: it prepares the next
     const ms: number[] = [];
+    const paired: number[] = [];
     for (let i = 0; i < n; i++) {
       await pooled.engine.launches.ready();
-      const t = performance.now();
-      await runTrue();
-      ms.push(performance.now() - t);
+      if (floorRun) paired.push(...(await sampleMs(1, floorRun, 0)));
+      ms.push(...(await sampleMs(1, runTrue, 0)));
     }
-    return row(
-      "bwrap: run debian:12 -- true, prepared (SDK, pool on: mcp serve)",
-      ms,
-      floorName,
-      floor,
-      goal,
-    );
+    const name = "bwrap: run debian:12 -- true, prepared (SDK, pool on: mcp serve)";
+    return row(name, ms, floorName, floorRun ? paired : floor, goal);
   } finally {
     await pooled.close();
   }

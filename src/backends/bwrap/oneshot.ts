@@ -7,9 +7,9 @@ import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { claimDiskImage, DEFAULT_DISK_MIB, diskTemplates } from "../disk-image.js";
 import { runGatedOneShot } from "../gated-run.js";
-import { detectCgroups, limitedCgroup } from "../linux/cgroups.js";
+import { limitedCgroup } from "../linux/cgroups.js";
 import { type LaunchTools, launchArgv } from "../linux/launch.js";
-import { bwrapPrefix, seccompFile } from "./oneshot-argv.js";
+import { bwrapPrefix, cgroupLayout, seccompFile } from "./oneshot-argv.js";
 import { PreparedRun } from "./prepared-run.js";
 
 /**
@@ -56,16 +56,22 @@ async function coldRun(spec: OneShotSpec, tools: LaunchTools): Promise<OneShotRe
   const upper = join(diskMount, "upper");
   const work = join(diskMount, "work");
   const merged = join(dir, "merged");
-  const setup = async () => {
-    await Promise.all([diskMount, merged].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
-    await claimDiskImage(disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB, diskTemplates(spec));
-    const [seccomp, layout] = await Promise.all([seccompFile(spec.runtimeCacheDir), detectCgroups()]);
-    return { seccomp, cgroups: await limitedCgroup(layout, id, spec.limits) };
-  };
-  const { seccomp, cgroups } = await setup().catch(async (err: unknown) => {
+  // The disk, the seccomp file and the cgroup at once; any failure undoes all of them.
+  const [files, made] = await Promise.allSettled([
+    (async () => {
+      await Promise.all([diskMount, merged].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
+      await claimDiskImage(disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB, diskTemplates(spec));
+      return seccompFile(spec.runtimeCacheDir);
+    })(),
+    cgroupLayout().then((layout) => limitedCgroup(layout, id, spec.limits)),
+  ]);
+  if (files.status === "rejected" || made.status === "rejected") {
+    if (made.status === "fulfilled") await made.value.destroy().catch(() => {});
     await removeTree(dir);
-    throw err;
-  });
+    throw files.status === "rejected" ? files.reason : (made as PromiseRejectedResult).reason;
+  }
+  const seccomp = files.value;
+  const cgroups = made.value;
   const bwrap = [...bwrapPrefix(merged, id, spec.env), "--", "/bin/sh", "-c", spec.command];
   const argv = launchArgv([{ lower: spec.rootfs, upper, work, target: merged }], bwrap, tools, {
     disk: { image: disk, mount: diskMount, mkdirs: [upper, work] },

@@ -58,7 +58,7 @@ export function preparedLaunchArgv(
     "cg1=$1 r1=$2 cg2=$3 r2=$4 cg3=$5 r3=$6; shift 6",
     "read -r _gate",
     'for p in /proc/$$/fd/*; do n=${p##*/}; if [ "$n" -gt 3 ] && [ "$n" != 5 ]; then eval "exec $n>&-" 2>/dev/null || true; fi; done',
-    `${tools.loopMount} -o loop,nosuid,nodev "$img" "$mnt"`,
+    `${tools.loopMount} -t ext4 -o loop,nosuid,nodev "$img" "$mnt"`,
     'mkdir -p "$upper" "$work"',
     `${tools.mount} -t overlay pyro -o "lowerdir=$lower,upperdir=$upper,workdir=$work,${OVERLAY_OPTIONS}" "$target"`,
     `echo ${READY_LINE}`,

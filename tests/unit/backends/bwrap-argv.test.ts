@@ -96,7 +96,7 @@ describe("the disk step of the launch script", () => {
       { disk: { image: "/d/disk.img", mount: "/d/mnt", mkdirs: ["/d/mnt/u", "/d/mnt/w"] } },
     );
     // util-linux's mount by path: busybox's loop setup spins when launches race.
-    expect(argv[8]).toContain('/usr/bin/mount -o loop,nosuid,nodev "$1" "$2"; shift 2');
+    expect(argv[8]).toContain('/usr/bin/mount -t ext4 -o loop,nosuid,nodev "$1" "$2"; shift 2');
     expect(argv[8]).not.toContain("busybox mount -o loop");
     expect(argv[8]).toContain(
       'n=$1; shift; while [ "$n" -gt 0 ]; do mkdir -p "$1"; shift; n=$((n - 1)); done',
