@@ -1,9 +1,16 @@
-import { constants } from "node:fs";
-import { access, mkdir, readFile, rename, rmdir, writeFile } from "node:fs/promises";
+import {
+  accessSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  renameSync,
+  rmdirSync,
+  writeFileSync,
+} from "node:fs";
 import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { PyroError } from "../../errors.js";
-import { exists } from "../../util/fs.js";
 
 /**
  * Per-sandbox resource limits through cgroups, on both layouts found in the wild:
@@ -19,6 +26,10 @@ import { exists } from "../../util/fs.js";
  *
  * Fail closed: `create` throws when a requested limit cannot be applied and verified,
  * after removing what it made; the caller maps that to `backend_unavailable`.
+ *
+ * The file system calls are synchronous: each is a few microseconds in cgroupfs, where a
+ * thread-pool round trip per call (~40 for a v1 create, limits read back, and removal)
+ * cost 10-40 ms on a busy host, paid by every create, start, reset and one-shot.
  *
  * Placement pattern for callers: a process only inherits a cgroup at fork, so the
  * workload must be started through a gate. Spawn
@@ -104,9 +115,8 @@ export async function detectCgroups(options: DetectOptions = {}): Promise<Cgroup
   };
   for (const c of CGROUP_CONTROLLERS) {
     const dir = join(root, c);
-    if (!(await exists(join(dir, "cgroup.procs"))))
-      layout.reasons[c] = `no cgroup v1 ${c} hierarchy at ${dir}`;
-    else if (!(await exists(join(dir, keyFile[c])))) layout.reasons[c] = `${dir} has no ${keyFile[c]}`;
+    if (!existsSync(join(dir, "cgroup.procs"))) layout.reasons[c] = `no cgroup v1 ${c} hierarchy at ${dir}`;
+    else if (!existsSync(join(dir, keyFile[c]))) layout.reasons[c] = `${dir} has no ${keyFile[c]}`;
     else if (!(await canWrite(dir)))
       layout.reasons[c] = `${dir} is not writable (read-only mount or not root)`;
     else {
@@ -115,7 +125,7 @@ export async function detectCgroups(options: DetectOptions = {}): Promise<Cgroup
     }
   }
   if (layout.version === null && Object.keys(layout.reasons).length === 3) {
-    if (!(await exists(root)))
+    if (!existsSync(root))
       for (const c of CGROUP_CONTROLLERS) layout.reasons[c] = `no cgroup filesystem at ${root}`;
   }
   return layout;
@@ -152,7 +162,7 @@ export class CgroupLimits {
       } else if (layout.version === 1) {
         for (const c of used) {
           const parent = join(layout.root, c, layout.base);
-          await mkdir(parent, { recursive: true });
+          mkdirSync(parent, { recursive: true });
           dirs.set(c, await makeGroupDir(join(parent, id)));
         }
       }
@@ -170,11 +180,11 @@ export class CgroupLimits {
     const dirs = new Map<CgroupController | "unified", string>();
     if (layout.version === 2) {
       const dir = join(layout.root, layout.base, id);
-      if (await exists(dir)) dirs.set("unified", dir);
+      if (existsSync(dir)) dirs.set("unified", dir);
     } else if (layout.version === 1) {
       for (const c of CGROUP_CONTROLLERS) {
         const dir = join(layout.root, c, layout.base, id);
-        if (await exists(dir)) dirs.set(c, dir);
+        if (existsSync(dir)) dirs.set(c, dir);
       }
     }
     return dirs.size > 0 ? new CgroupLimits(layout, id, dirs) : null;
@@ -191,7 +201,7 @@ export class CgroupLimits {
     const dirs = new Map<CgroupController | "unified", string>();
     for (const [c, dir] of this.dirs) {
       const to = join(dirname(dir), id);
-      await rename(dir, to);
+      renameSync(dir, to);
       dirs.set(c, to);
     }
     const renamed = new CgroupLimits(this.layout, id, dirs);
@@ -232,7 +242,7 @@ export class CgroupLimits {
   async destroy(): Promise<void> {
     const v2 = this.dirs.get("unified");
     // cgroup.kill (Linux 5.14+) kills atomically, so a fork race cannot outrun it.
-    if (v2 && (await exists(join(v2, "cgroup.kill")))) {
+    if (v2 && existsSync(join(v2, "cgroup.kill"))) {
       await writeControl(v2, "cgroup.kill", "1").catch((err: NodeJS.ErrnoException) => {
         if (err.code !== "ENOENT") throw err;
       });
@@ -247,10 +257,10 @@ export class CgroupLimits {
       if (v2) {
         await setVerified(v2, "memory.max", bytes);
         // Without this, a host with swap lets the sandbox exceed its limit by swapping.
-        if (await exists(join(v2, "memory.swap.max"))) await setVerified(v2, "memory.swap.max", "0");
+        if (existsSync(join(v2, "memory.swap.max"))) await setVerified(v2, "memory.swap.max", "0");
       } else {
         const dir = this.dirs.get("memory")!;
-        const memsw = await exists(join(dir, "memory.memsw.limit_in_bytes"));
+        const memsw = existsSync(join(dir, "memory.memsw.limit_in_bytes"));
         // memsw must stay >= the memory limit at every step, even in a reused group.
         if (memsw) await writeControl(dir, "memory.memsw.limit_in_bytes", "-1");
         await setVerified(dir, "memory.limit_in_bytes", bytes);
@@ -301,7 +311,7 @@ export async function killAndRemoveCgroup(dir: string, deadline: number): Promis
   // waits for this), then every 20 ms.
   for (let attempt = 0; ; attempt++) {
     const procs = await readText(join(dir, "cgroup.procs"));
-    if (procs === null && !(await exists(dir))) return null;
+    if (procs === null && !existsSync(dir)) return null;
     for (const pid of (procs ?? "").split("\n").filter(Boolean)) {
       try {
         process.kill(Number(pid), "SIGKILL");
@@ -310,7 +320,7 @@ export async function killAndRemoveCgroup(dir: string, deadline: number): Promis
       }
     }
     try {
-      await rmdir(dir);
+      rmdirSync(dir);
       return null;
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
@@ -330,7 +340,7 @@ async function makeV2Group(
 ): Promise<string> {
   const parent = join(layout.root, layout.base);
   await enableControllers(layout.root, used);
-  await mkdir(parent, { recursive: true });
+  mkdirSync(parent, { recursive: true });
   await enableControllers(parent, used);
   return makeGroupDir(join(parent, id));
 }
@@ -340,7 +350,7 @@ async function enableControllers(dir: string, used: readonly CgroupController[])
   const missing = used.filter((c) => !enabled.has(c));
   if (missing.length === 0) return;
   try {
-    await writeFile(join(dir, "cgroup.subtree_control"), missing.map((c) => `+${c}`).join(" "));
+    writeFileSync(join(dir, "cgroup.subtree_control"), missing.map((c) => `+${c}`).join(" "));
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     const hint =
@@ -356,7 +366,7 @@ async function enableControllers(dir: string, used: readonly CgroupController[])
 /** mkdir; a leftover empty group of the same id (a crashed run) is reused. */
 async function makeGroupDir(dir: string): Promise<string> {
   try {
-    await mkdir(dir);
+    mkdirSync(dir);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
     const procs = (await readText(join(dir, "cgroup.procs"))) ?? "";
@@ -374,7 +384,7 @@ async function setVerified(dir: string, file: string, value: string): Promise<vo
 
 async function writeControl(dir: string, file: string, value: string): Promise<void> {
   try {
-    await writeFile(join(dir, file), value);
+    writeFileSync(join(dir, file), value);
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
     const wrapped = new Error(`cannot write ${value} to ${dir}/${file}: ${e.code ?? e.message}`, {
@@ -413,7 +423,7 @@ function toNumber(text: string | null): number | null {
 
 async function readText(path: string): Promise<string | null> {
   try {
-    return await readFile(path, "utf8");
+    return readFileSync(path, "utf8");
   } catch {
     return null;
   }
@@ -421,7 +431,7 @@ async function readText(path: string): Promise<string | null> {
 
 async function canWrite(path: string): Promise<boolean> {
   try {
-    await access(path, constants.W_OK);
+    accessSync(path, constants.W_OK);
     return true;
   } catch {
     return false;
