@@ -34,10 +34,10 @@ export interface PreparedLaunchPaths {
  * 2. waits for a second line. `run`: the owner wrote the run's limits to the cgroup and
  *    the run's arguments to `argsFile` (the command, a NUL, then bwrap options, each
  *    NUL-terminated: `--setenv K V`), so the shell reads the command into a variable
- *    and starts `bwrap PREFIX --args 4 -- /bin/sh -c "$cmd"` with the rest of stdin as the
- *    command's. Values arrive as a file and positional arguments, never in script text.
- *    It waits for bwrap and writes its exit status to fd 5, before unmounting: the
- *    owner has its result without waiting for the disk's unmount (~5 ms here).
+ *    and runs `bwrap PREFIX --args 4 -- /bin/sh -c "$cmd"` (a child: the step stays) with
+ *    the rest of stdin as the command's. Values arrive as a file and positional
+ *    arguments, never in script text. It writes bwrap's exit status to fd 5 before
+ *    unmounting: the owner has its result without waiting for the disk's unmount (~5 ms).
  *    Anything else, EOF included (the owner exited or closed it): nothing runs;
  * 3. either way, it then unmounts, removes the run's directory and its cgroup, and exits.
  *
@@ -52,8 +52,6 @@ export function preparedLaunchArgv(
   const cg = [0, 1, 2].flatMap((i) => [p.cgroups[i]?.dir ?? "", p.cgroups[i]?.rootProcs ?? ""]);
   const script = [
     "set -eu",
-    // The owner may be gone when the status is written: EPIPE, not death before cleanup.
-    "trap '' PIPE",
     "img=$1 mnt=$2 upper=$3 work=$4 lower=$5 target=$6 args=$7 dir=$8; shift 8",
     "cg1=$1 r1=$2 cg2=$3 r2=$4 cg3=$5 r3=$6; shift 6",
     "read -r _gate",
@@ -61,15 +59,20 @@ export function preparedLaunchArgv(
     `${tools.loopMount} -t ext4 -o loop,nosuid,nodev "$img" "$mnt"`,
     'mkdir -p "$upper" "$work"',
     `${tools.mount} -t overlay pyro -o "lowerdir=$lower,upperdir=$upper,workdir=$work,${OVERLAY_OPTIONS}" "$target"`,
-    `echo ${READY_LINE}`,
+    // SIGPIPE is ignored only around the shell's own writes to the owner (it may be gone
+    // and the clean-up must still run): an ignored signal is inherited by what it starts.
+    `trap '' PIPE; echo ${READY_LINE}; trap - PIPE`,
     "set +e",
     'if IFS= read -r go && [ "$go" = run ] && exec 4<"$args" && IFS= read -r -d "" cmd <&4; then',
-    // An asynchronous list gets /dev/null as stdin unless it is redirected explicitly.
-    '  exec 6<&0; "$@" --args 4 -- /bin/sh -c "$cmd" <&6 6<&- 5>&- &',
-    "  pid=$!",
-    "  exec 0</dev/null 1>/dev/null 2>/dev/null 4<&- 6<&-",
-    '  wait "$pid"; echo $? >&5',
+    // A foreground child, not `&`: an asynchronous list would start with SIGINT and
+    // SIGQUIT ignored (busybox), which the command would inherit.
+    '  "$@" --args 4 -- /bin/sh -c "$cmd" 5>&-',
+    "  rc=$?",
+    "  trap '' PIPE",
+    "  exec 0</dev/null 1>/dev/null 2>/dev/null 4<&-",
+    '  echo "$rc" >&5',
     "fi",
+    "trap '' PIPE",
     "exec 5>&- 1>/dev/null 2>/dev/null",
     `${tools.umount} "$target" && ${tools.umount} "$mnt" && rm -rf "$dir"`,
     '[ -z "$cg1" ] || { echo $$ >"$r1"; rmdir "$cg1"; }',

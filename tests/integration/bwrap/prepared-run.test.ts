@@ -121,6 +121,15 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs in prepared launches on b
     expect(r.stdout).toMatch(/^CapEff:\s+0+\nNoNewPrivs:\s+1\nSeccomp:\s+2\nlo\n[1-4]\n$/);
   });
 
+  it("starts the command as a cold run does: the same signal dispositions and descriptors", async () => {
+    const probe = "grep -E '^Sig(Ign|Blk|Cgt):' /proc/self/status; ls /proc/self/fd | tr '\\n' ' '";
+    const { r } = await preparedRun(probe);
+    const cold = await h.pyro.run("debian:12", probe, { backend: "bwrap" });
+    expect(r.stdout).toBe(cold.stdout);
+    // grep catches a signal of its own (SigCgt): blocked and ignored ones are what is inherited.
+    expect(r.stdout).toMatch(/^SigBlk:\s+0+\nSigIgn:\s+0+\nSigCgt:\s+[0-9a-f]+\n0 1 2 3 $/);
+  });
+
   it("applies the disk limit: a command filling the layer gets ENOSPC", async () => {
     const { r } = await preparedRun("dd if=/dev/zero of=/workspace/big bs=1M count=200 2>&1; echo rc=$?", {
       diskMib: 64,
