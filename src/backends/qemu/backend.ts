@@ -1,4 +1,4 @@
-import { mkdir, readFile, rm } from "node:fs/promises";
+import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -16,13 +16,13 @@ import { type KvmCheck, kvmCheck } from "../kvm.js";
 import { stateReader } from "../sandbox-state.js";
 import { type PrepareOptions, prepareVmArtifacts, vmCacheDir } from "../vm/artifacts.js";
 import { qcow2Overlay, seedImage, standaloneQcow2 } from "../vm/disks.js";
-import { setupGuest } from "../vm/setup.js";
 import { MicroVmBackend } from "../vm/snapshots.js";
 import type { VmArtifacts } from "../vm/types.js";
-import { consoleRead, spawnQemu, watchBoot } from "./boot.js";
+import { consoleRead, killRecorded, spawnQemu, watchBoot } from "./boot.js";
 import { type Accel, netSocket, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
 import { QmpClient, tailLines } from "./qmp.js";
+import { guestReady } from "./setup-port.js";
 import { blankStateDisk, ensureTemplate, freshStateDisk } from "./template.js";
 
 /** Host paths of one workspace's VM, all under `spec.dir`. */
@@ -63,6 +63,11 @@ export interface QemuBackendOptions {
   kvm?: KvmCheck;
   /** Builds the vsock bridge put on the agent disk (shared with Firecracker guests). */
   vsockBridge?: PrepareOptions["vsockBridge"];
+  /**
+   * A restored VM's setup only after its agent answered, not beside it (benchmarks: the
+   * restore-to-agent floor without the setup's guest work competing for the vCPU).
+   */
+  setupAfterHandshake?: boolean;
 }
 
 /** Timeline of the last start (from QEMU's spawn), for benchmarks. */
@@ -72,9 +77,10 @@ export interface StartTiming {
   running_ms: number;
   /** The agent finished its handshake. */
   answered_ms: number;
-  /** Inside the guest: vm_setup as a whole, and its one shell (clock, mounts). */
-  setup_guest_ms: number;
-  setup_shell_ms: number;
+  /** The setup (clock, entropy, hostname, /workspace): its port's round trip, or vm_setup in the guest. */
+  setup_ms: number;
+  /** The helper's port, in parallel with the agent's handshake (a restore), or the agent's vm_setup. */
+  setup_via: "port" | "agent";
   /** The agent set the clock and entropy and mounted /workspace. */
   ready_ms: number;
   template_built_ms: number | null;
@@ -206,7 +212,10 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
       // The shared disks this VM opened are in use: keep them from idle clean-up.
       await touch(artifacts.agentDisk);
       const setup = await watchBoot(
-        setupGuest(() => this.connectChecked(state, 10_000), {
+        guestReady(() => this.connectChecked(state, 10_000), {
+          sockets: l.sockets,
+          viaPort: Boolean(incoming) && artifacts.setupHelper === true,
+          sequential: this.options.setupAfterHandshake === true,
           timeoutMs: incoming ? 60_000 : 300_000,
           hostname: sandboxHostname(spec.workspace_id),
           ...sig,
@@ -217,8 +226,8 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
         mode: incoming ? "restore" : "cold",
         running_ms: running,
         answered_ms: running + setup.answered_ms,
-        setup_guest_ms: setup.guest_ms,
-        setup_shell_ms: setup.shell_ms,
+        setup_ms: setup.setup_ms,
+        setup_via: setup.via,
         ready_ms: Math.round(performance.now() - started),
         template_built_ms: templateBuilt,
       };
@@ -388,12 +397,3 @@ export class QemuBackend extends MicroVmBackend implements WorkspaceBackend {
     await removeTree(spec.dir);
   }
 }
-
-/** Ends the QEMU recorded in `pidFile` if it still runs (pid and start time must match). */
-async function killRecorded(pidFile: string): Promise<void> {
-  const [pid, startTime] = (await readFile(pidFile, "utf8").catch(() => "")).trim().split(" ");
-  if (pid && startTime) await killAndWait(Number(pid), startTime);
-  await rm(pidFile, { force: true });
-}
-
-/** The end of the guest's console (kept in QEMU's ring buffer), or why it cannot be read. */

@@ -3,10 +3,10 @@
  * guest's console.
  */
 import { closeSync, openSync } from "node:fs";
-import { writeFile } from "node:fs/promises";
+import { readFile, rm, writeFile } from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import { PyroError } from "../../errors.js";
-import { logTail, procStartTime, sameProcessAlive, spawnDetached } from "../common.js";
+import { killAndWait, logTail, procStartTime, sameProcessAlive, spawnDetached } from "../common.js";
 import { qmpSocket } from "./machine.js";
 import { QmpClient } from "./qmp.js";
 
@@ -98,4 +98,11 @@ export async function spawnQemu(
   const startTime = await procStartTime(pid);
   if (startTime) await writeFile(l.pidFile, `${pid} ${startTime}\n`, { mode: 0o600 });
   return { pid, startTime };
+}
+
+/** Ends the QEMU recorded in `pidFile` if it still runs (pid and start time must match). */
+export async function killRecorded(pidFile: string): Promise<void> {
+  const [pid, startTime] = (await readFile(pidFile, "utf8").catch(() => "")).trim().split(" ");
+  if (pid && startTime) await killAndWait(Number(pid), startTime);
+  await rm(pidFile, { force: true });
 }

@@ -1,5 +1,5 @@
 import { join, relative } from "node:path";
-import { NET_PORT_NAME, SERIAL_PORT_PREFIX } from "../vm/agent-disk.js";
+import { NET_PORT_NAME, SERIAL_PORT_PREFIX, SETUP_PORT_NAME } from "../vm/agent-disk.js";
 import { DISK_SERIAL, SERIAL_PORTS, type VmArtifacts } from "../vm/types.js";
 
 export type Accel = "kvm" | "tcg";
@@ -41,6 +41,11 @@ export function portSocket(socketDir: string, i: number): string {
 /** The socket of the network mux's port (agent/netmux.ts): one host session, the network helper's. */
 export function netSocket(socketDir: string): string {
   return join(socketDir, "net");
+}
+
+/** The socket of the setup helper's port (qemu/setup-port.ts): the backend's, once per start. */
+export function setupSocket(socketDir: string): string {
+  return join(socketDir, "setup");
 }
 
 /**
@@ -106,12 +111,16 @@ export function qemuArgv(m: MachineSpec): string[] {
     ...drive("state", m.stateDisk, "qcow2", false, DISK_SERIAL.state),
     ...drive("seed", m.seedDisk, "raw", true, DISK_SERIAL.seed),
     "-device",
-    // Port 0 is reserved (console); then SERIAL_PORTS agent ports and the network port.
-    `virtio-serial-device,max_ports=${SERIAL_PORTS + 2}`,
+    // Port 0 is reserved (console); then SERIAL_PORTS agent ports, the network port and the setup port.
+    `virtio-serial-device,max_ports=${SERIAL_PORTS + 3}`,
     "-chardev",
     `socket,id=net,path=${qemuOpt(relative(m.socketDir, netSocket(m.socketDir)))},server=on,wait=off`,
     "-device",
     `virtserialport,chardev=net,name=${NET_PORT_NAME}`,
+    "-chardev",
+    `socket,id=setup,path=${qemuOpt(relative(m.socketDir, setupSocket(m.socketDir)))},server=on,wait=off`,
+    "-device",
+    `virtserialport,chardev=setup,name=${SETUP_PORT_NAME}`,
     "-qmp",
     `unix:${qemuOpt(relative(m.socketDir, qmpSocket(m.socketDir)))},server=on,wait=off`,
   ];

@@ -23,6 +23,7 @@ import { SERIAL_PORTS, type VmArtifacts } from "../vm/types.js";
 import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
 import { QmpClient } from "./qmp.js";
+import { askSetupPort, setupRequest } from "./setup-port.js";
 
 /** A saved, paused VM that new workspaces start from. */
 export interface Template {
@@ -36,7 +37,7 @@ export interface Template {
 }
 
 /** Bumped when the VM's hardware or the guest's pre-save state changes shape. */
-const TEMPLATE_VERSION = 4;
+const TEMPLATE_VERSION = 5;
 
 export interface TemplateInputs {
   qemu: string;
@@ -186,25 +187,8 @@ async function buildTemplate(t: TemplateInputs, dir: string): Promise<void> {
   let qmp: QmpClient | null = null;
   try {
     qmp = await QmpClient.connect(qmpSocket(sockets), 30_000);
-    // The agent answering is the end of the boot.
-    // Probe on the last port: a restored workspace's first connections take the first
-    // ones, which no host has ever opened (no half-closed session can be frozen there).
-    const client = await AgentClient.connect(await connectPort(sockets, 10_000, { fromLast: true }), {
-      timeoutMs: 300_000,
-    });
-    await client.request("ping", {});
-    // Runs vm_setup once (no /workspace: the seed disk is a placeholder), so the saved
-    // state holds its code loaded and compiled, the agent's and Node's, and the setup
-    // helper's server has answered once. Every clone calls it first: the module loaded and
-    // the code compiled after a restore under TCG cost seconds in each clone anew.
-    await client.request("vm_setup", {
-      time_ms: Date.now(),
-      entropy: randomBytes(64).toString("base64"),
-      hostname: "pyro",
-      mount: false,
-    });
-    await client.close();
-    // Let the guest see the hang-up and go back to waiting before it is frozen.
+    await primeGuest(sockets, t.artifacts.setupHelper === true);
+    // Let the guest see the hang-ups and go back to waiting before it is frozen.
     await sleep(200);
     await qmp.execute("stop");
     const state = join(tmp, "vm.state");
@@ -231,6 +215,40 @@ async function buildTemplate(t: TemplateInputs, dir: string): Promise<void> {
   await writeFile(join(tmp, "ready"), `${JSON.stringify({ created_at: new Date().toISOString() })}\n`);
   await rm(dir, { recursive: true, force: true });
   await rename(tmp, dir);
+}
+
+/**
+ * Waits for the template's agent (the end of its boot), then has the guest run what every
+ * clone runs first, so the saved state holds it loaded and compiled.
+ */
+async function primeGuest(sockets: string, setupHelper: boolean): Promise<void> {
+  // The agent answering is the end of the boot.
+  // Probe on the last port: a restored workspace's first connections take the first
+  // ones, which no host has ever opened (no half-closed session can be frozen there).
+  const client = await AgentClient.connect(await connectPort(sockets, 10_000, { fromLast: true }), {
+    timeoutMs: 300_000,
+  });
+  await client.request("ping", {});
+  // Runs vm_setup once (no /workspace: the seed disk is a placeholder), so the saved
+  // state holds its code loaded and compiled, the agent's and Node's, and the setup
+  // helper's server has answered once. A clone whose agent disk has no helper calls it
+  // first: the module loaded and compiled after a restore under TCG cost seconds anew.
+  await client.request("vm_setup", {
+    time_ms: Date.now(),
+    entropy: randomBytes(64).toString("base64"),
+    hostname: "pyro",
+    mount: false,
+  });
+  await client.close();
+  // And once through the helper's own port, which clones are set up by (setup-port.ts):
+  // its server has found the port, the mount points and the seed disk, has seen that
+  // nothing is mounted yet, and waits for the next host there, as in every clone.
+  if (setupHelper)
+    await askSetupPort(
+      sockets,
+      setupRequest({ hostname: "pyro", timeMs: Date.now(), entropy: randomBytes(64), mount: false }),
+      { timeoutMs: 120_000 },
+    );
 }
 
 /** Templates not used for this long are removed when another one is built. */

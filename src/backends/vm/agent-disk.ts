@@ -40,9 +40,16 @@ export const SERIAL_PORT_PREFIX = "pyro.agent.";
 export const NET_PORT_NAME = "pyro.net";
 
 /**
+ * Name of the virtio-serial port of the setup helper's server (setup-helper.ts): the
+ * qemu backend sends a restored VM's setup request there itself (qemu/setup-port.ts).
+ */
+export const SETUP_PORT_NAME = "pyro.setup";
+
+/**
  * Stage 2, PID 1 after switch_root (busybox from the agent disk): the rest of the
  * system setup, the setup helper's server (when the disk has the helper: it is running,
- * waiting, in the template every clone restores), then the agent, each restarted if it
+ * waiting, in the template every clone restores; on the serial channel it also serves its
+ * own port, SETUP_PORT_NAME), then the agent, each restarted if it
  * ever exits, with the shell reaping orphans while it waits. The channel comes from the
  * kernel command line.
  */
@@ -72,7 +79,9 @@ done
 keep() { while :; do "$@"; echo "pyro-init: $1 exited $?, restarting"; $B sleep 1; done; }
 ${
   setupHelper
-    ? `keep ${[setupHelper, ...setupServerArgs()].map(q).join(" ")} &
+    ? `setup_port=${SETUP_PORT_NAME}
+[ "$channel" = vsock ] && setup_port=
+keep ${[setupHelper, ...setupServerArgs()].map(q).join(" ")} $setup_port &
 `
     : ""
 }if [ "$channel" = vsock ]; then

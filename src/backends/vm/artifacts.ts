@@ -75,6 +75,7 @@ export async function prepareVmArtifacts(
       agentDisk,
       cmdline: kernelCmdline(),
       tcgCmdline: await tcgCmdline(),
+      setupHelper: setupHelper.path !== null,
     };
   } finally {
     await release();

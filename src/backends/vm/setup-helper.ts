@@ -12,8 +12,12 @@ import { SETUP_HELPER } from "./types.js";
  * socket round trip; `--once` is the same work as a process of its own (the agent's
  * fallback while the server is not there).
  *
- *   pyro-vmsetup --serve SOCKET SEED_SERIAL SEED_DIR UPPER WORK WORKSPACE
+ *   pyro-vmsetup --serve SOCKET SEED_SERIAL SEED_DIR UPPER WORK WORKSPACE [PORT]
  *     request (one line): HOSTNAME UNIX_MS ENTROPY_HEX [nomount]; reply: "ok mounted=0|1" or "error ..."
+ *     on SOCKET (the agent's vm_setup) and, with PORT, on the virtio-serial port of that
+ *     name: the qemu backend's own channel to it (SETUP_PORT_NAME), which spares a
+ *     restored clone the agent's request path (Node code each clone translates anew) and
+ *     runs while the agent answers its handshake
  *   pyro-vmsetup --once SEED_SERIAL SEED_DIR UPPER WORK WORKSPACE HOSTNAME UNIX_MS ENTROPY_HEX [nomount]
  *     prints the reply; exit status 0 only for "ok"
  *
@@ -35,6 +39,8 @@ export const SETUP_HELPER_SOURCE = String.raw`#define _GNU_SOURCE
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <linux/random.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,9 +164,20 @@ static int prepare(const struct layout *l) {
   return seed_device(l->serial, seed_dev, sizeof seed_dev);
 }
 
+/*
+ * Whether SEED_DIR and WORKSPACE are mount points, as far as this server knows: -1 not
+ * known (read /proc/self/mountinfo), else what it saw or did itself. The template's
+ * "nomount" request reads them before the save, and only this server mounts them, so a
+ * restored clone skips both reads (the first mountinfo of a clone cost 30-60 ms under
+ * TCG); a server started anew (a cold boot, a restart) knows nothing.
+ */
+static int seed_known = -1, ws_known = -1;
+
+static int is_mounted(const char *p, int known) { return known >= 0 ? known : mounted(p); }
+
 static int mount_workspace(const struct layout *l) {
   if (prepare(l) < 0) return -1;
-  int m = mounted(l->seed_dir);
+  int m = is_mounted(l->seed_dir, seed_known);
   if (m < 0) return -1;
   if (!m) {
     const char *dev = seed_dev;
@@ -171,12 +188,14 @@ static int mount_workspace(const struct layout *l) {
     if (r < 0) return fail("BLKFLSBUF %s", dev);
     if (mount(dev, l->seed_dir, "ext4", MS_RDONLY, "noload") < 0) return fail("mount %s", dev);
   }
+  seed_known = 1;
   char opts[8192];
   if (snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s", l->seed_dir, l->upper, l->work) >= (int)sizeof opts) {
     errno = ENAMETOOLONG;
     return fail("overlay options for %s", l->ws);
   }
   if (mount("overlay", l->ws, "overlay", 0, opts) < 0) return fail("mount overlay on %s", l->ws);
+  ws_known = 1;
   return 0;
 }
 
@@ -206,8 +225,10 @@ static void setup(const struct layout *l, char *request, char *out, size_t size)
   struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 };
   if (clock_settime(CLOCK_REALTIME, &ts) < 0) { fail("clock_settime %s", ms_s); goto out; }
   if (reseed(entropy, (size_t)n) < 0) goto out;
-  if (!mount_it && prepare(l) < 0) goto out;
-  int m = mount_it ? mounted(l->ws) : 1;
+  if (!mount_it) {
+    if (prepare(l) < 0 || (seed_known = mounted(l->seed_dir)) < 0 || (ws_known = mounted(l->ws)) < 0) goto out;
+  }
+  int m = mount_it ? is_mounted(l->ws, ws_known) : 1;
   if (m < 0 || (!m && mount_workspace(l) < 0)) goto out;
   snprintf(out, size, "ok mounted=%d\n", !m);
   return;
@@ -215,7 +236,79 @@ out:
   snprintf(out, size, "error %s\n", err);
 }
 
-static int serve(const char *path, const struct layout *l) {
+/* One client of the unix socket (the agent's vm_setup): one request line, one reply. */
+static void serve_client(int s, const struct layout *l) {
+  int c = accept4(s, NULL, NULL, SOCK_CLOEXEC);
+  if (c < 0) return;
+  /* A client that never finishes its line does not hold the server for ever. */
+  struct timeval tv = { .tv_sec = 10 };
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char req[2048], reply[1200];
+  size_t have = 0;
+  while (have < sizeof req - 1 && !memchr(req, '\n', have)) {
+    ssize_t n = read(c, req + have, sizeof req - 1 - have);
+    if (n <= 0) break;
+    have += (size_t)n;
+  }
+  req[have] = 0;
+  if (memchr(req, '\n', have)) {
+    setup(l, req, reply, sizeof reply);
+    if (write(c, reply, strlen(reply)) < 0) { /* the client went away */ }
+  }
+  close(c);
+}
+
+/*
+ * The host's own port (virtio-serial, named PORT): the qemu backend sends a restored
+ * clone's request here itself, while the agent answers its handshake, so no Node code
+ * runs for it. While no host is connected the port reads as EOF and polls as readable
+ * and hung up, so it is polled only while a host is there; the kernel's SIGIO (O_ASYNC)
+ * says when one connects or sends.
+ */
+struct port { int fd, host; size_t have; char buf[2048]; };
+
+static void open_port(struct port *p, const char *name) {
+  DIR *d = opendir("/sys/class/virtio-ports");
+  struct dirent *e;
+  while (d && p->fd < 0 && (e = readdir(d))) {
+    char path[512], s[256];
+    snprintf(path, sizeof path, "/sys/class/virtio-ports/%s/name", e->d_name);
+    if (e->d_name[0] == '.' || read_small(path, s, sizeof s) < 0 || strcmp(s, name) != 0) continue;
+    snprintf(path, sizeof path, "/dev/%s", e->d_name);
+    p->fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (p->fd >= 0 && (fcntl(p->fd, F_SETOWN, getpid()) < 0 || fcntl(p->fd, F_SETFL, O_NONBLOCK | O_ASYNC) < 0)) {
+      close(p->fd);
+      p->fd = -1;
+    }
+  }
+  if (d) closedir(d);
+}
+
+/* Reads what the port holds: notes whether a host is there, answers a whole request line. */
+static void port_read(struct port *p, const struct layout *l) {
+  for (;;) {
+    if (p->have >= sizeof p->buf - 1) p->have = 0; /* an overlong line is dropped */
+    ssize_t n = read(p->fd, p->buf + p->have, sizeof p->buf - 1 - p->have);
+    if (n <= 0) {
+      p->host = n < 0 && errno == EAGAIN; /* EAGAIN: connected, nothing yet; 0: nobody */
+      if (!p->host) p->have = 0;
+      return;
+    }
+    p->host = 1;
+    p->have += (size_t)n;
+    p->buf[p->have] = 0;
+    if (!memchr(p->buf, '\n', p->have)) continue;
+    char reply[1200];
+    setup(l, p->buf, reply, sizeof reply);
+    /* Non-blocking: a host that has gone loses its reply. One request per line read. */
+    if (write(p->fd, reply, strlen(reply)) < 0) { /* the host went away */ }
+    p->have = 0;
+  }
+}
+
+static void on_sigio(int sig) { (void)sig; }
+
+static int serve(const char *path, const char *port_name, const struct layout *l) {
   int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un a = { .sun_family = AF_UNIX };
   if (s < 0 || strlen(path) >= sizeof a.sun_path) { perror("pyro-vmsetup: socket"); return 1; }
@@ -226,32 +319,30 @@ static int serve(const char *path, const struct layout *l) {
   int bound = bind(s, (struct sockaddr *)&a, sizeof a);
   umask(old);
   if (bound < 0 || listen(s, 4) < 0) { perror("pyro-vmsetup: bind"); return 1; }
+  /* SIGIO is blocked except inside ppoll: one sent between a read and the wait is not lost. */
+  sigset_t io, waiting;
+  sigemptyset(&io);
+  sigaddset(&io, SIGIO);
+  sigprocmask(SIG_BLOCK, &io, &waiting);
+  sigdelset(&waiting, SIGIO);
+  struct sigaction sa = { .sa_handler = on_sigio };
+  sigaction(SIGIO, &sa, NULL);
+  struct port p = { .fd = -1 };
   for (;;) {
-    int c = accept4(s, NULL, NULL, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    /* A client that never finishes its line does not hold the server for ever. */
-    struct timeval tv = { .tv_sec = 10 };
-    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char req[2048], reply[1200];
-    size_t have = 0;
-    while (have < sizeof req - 1 && !memchr(req, '\n', have)) {
-      ssize_t n = read(c, req + have, sizeof req - 1 - have);
-      if (n <= 0) break;
-      have += (size_t)n;
-    }
-    req[have] = 0;
-    if (memchr(req, '\n', have)) {
-      setup(l, req, reply, sizeof reply);
-      if (write(c, reply, strlen(reply)) < 0) { /* the client went away */ }
-    }
-    close(c);
+    if (port_name && p.fd < 0) open_port(&p, port_name);
+    if (p.fd >= 0) port_read(&p, l);
+    struct pollfd fds[2] = { { .fd = s, .events = POLLIN }, { .fd = p.fd, .events = POLLIN } };
+    /* Without a host on the port: SIGIO, or a look every second (the port not found yet, a lost signal). */
+    struct timespec second = { .tv_sec = 1 };
+    int n = ppoll(fds, p.host ? 2 : 1, port_name && !p.host ? &second : NULL, &waiting);
+    if (n > 0 && (fds[0].revents & POLLIN)) serve_client(s, l);
   }
 }
 
 int main(int argc, char **argv) {
-  if (argc == 8 && strcmp(argv[1], "--serve") == 0) {
+  if ((argc == 8 || argc == 9) && strcmp(argv[1], "--serve") == 0) {
     struct layout l = { argv[3], argv[4], argv[5], argv[6], argv[7] };
-    return serve(argv[2], &l);
+    return serve(argv[2], argc == 9 ? argv[8] : NULL, &l);
   }
   if ((argc == 10 || argc == 11) && strcmp(argv[1], "--once") == 0) {
     struct layout l = { argv[2], argv[3], argv[4], argv[5], argv[6] };
@@ -261,7 +352,7 @@ int main(int argc, char **argv) {
     fputs(reply, stdout);
     return strncmp(reply, "ok ", 3) == 0 ? 0 : 1;
   }
-  fprintf(stderr, "usage: pyro-vmsetup --serve SOCKET SEED_SERIAL SEED_DIR UPPER WORK WORKSPACE\n"
+  fprintf(stderr, "usage: pyro-vmsetup --serve SOCKET SEED_SERIAL SEED_DIR UPPER WORK WORKSPACE [PORT]\n"
                   "       pyro-vmsetup --once SEED_SERIAL SEED_DIR UPPER WORK WORKSPACE HOSTNAME UNIX_MS ENTROPY_HEX\n");
   return 2;
 }

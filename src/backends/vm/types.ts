@@ -44,4 +44,6 @@ export interface VmArtifacts {
   cmdline: string[];
   /** Added under emulation (TCG) only: the host's TSC rate, so the kernel skips calibration. */
   tcgCmdline: string[];
+  /** The agent disk has the setup helper (setup-helper.ts); absent: it has not (no C compiler here). */
+  setupHelper?: boolean;
 }

@@ -4,7 +4,7 @@ import { mkdir, readdir, symlink, writeFile } from "node:fs/promises";
 import { release } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AGENT_ENTRY } from "../../../src/backends/guest.js";
+import { AGENT_ENTRY, sandboxHostname } from "../../../src/backends/guest.js";
 import type { QemuBackend } from "../../../src/backends/qemu/backend.js";
 import { pyro, REPO_ROOT } from "../../helpers/cli.js";
 import {
@@ -221,6 +221,64 @@ describe.skipIf(skip !== "")(suiteTitle("qemu backend (microVM)", skip), () => {
       expect((await h.pyro.diffWorkspace(w.workspace_id)).entries).toEqual([
         { path: "f.txt", status: "added" },
       ]);
+    },
+  );
+
+  it(
+    "reset: a new VM from the template, set up through the helper's port (files, processes gone; hostname, clock, RNG, limits, no network; usable)",
+    SLOW,
+    async () => {
+      const backend = (await h.pyro.engine.loadBackend("qemu")) as QemuBackend;
+      const seed = await h.tempDir("qemu-reset-seed");
+      execFileSync("sh", ["-c", `echo seeded > "${seed}/s.txt"`]);
+      const id = (await h.create({ seedPath: seed, memoryMib: 1024, vcpus: 1 })).workspace_id;
+      await h.pyro.execWorkspace(
+        id,
+        "echo junk > junk.txt; rm s.txt; echo x > /etc/pyro-reset; hostname changed; setsid -f sleep 1000 >/dev/null 2>&1",
+      );
+      // setsid: a plain `&` job ends with its exec; this one outlives it until the reset.
+      expect((await h.pyro.execWorkspace(id, "grep -lx sleep /proc/[0-9]*/comm | wc -l")).stdout).toBe("1\n");
+      const [before] = qemuProcessesOf(id);
+      const random = "head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'";
+      const probe = [
+        random,
+        "echo",
+        "ls -A /workspace | grep -vx lost+found | tr '\\n' ' '",
+        "echo",
+        "cat /workspace/s.txt",
+        "test -e /etc/pyro-reset; echo rootfs=$?",
+        "grep -lx sleep /proc/[0-9]*/comm 2>/dev/null | wc -l",
+        "hostname",
+        "date +%s",
+        "nproc",
+        "awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo",
+        "ls /sys/class/net",
+        "echo fine > new.txt && cat new.txt",
+      ].join("; ");
+      const outputs: string[][] = [];
+      for (let i = 0; i < 2; i++) {
+        await h.pyro.resetWorkspace(id);
+        // Set up by the helper's own port, beside the agent's handshake (qemu/setup-port.ts).
+        expect(backend.lastStart).toMatchObject({ mode: "restore", setup_via: "port" });
+        outputs.push((await h.pyro.execWorkspace(id, probe)).stdout.trim().split("\n"));
+        await h.pyro.execWorkspace(id, "rm new.txt");
+      }
+      expect(processAlive(before!.pid)).toBe(false);
+      for (const [, files, content, rootfs, sleeps, hostname, date, cpus, memMib, net, usable] of outputs) {
+        expect(files?.trim()).toBe("s.txt");
+        expect(content).toBe("seeded");
+        expect(rootfs).toBe("rootfs=1");
+        expect(sleeps).toBe("0");
+        expect(hostname).toBe(sandboxHostname(id));
+        expect(Math.abs(Number(date) - Date.now() / 1000)).toBeLessThan(30);
+        expect(cpus).toBe("1");
+        expect(Number(memMib)).toBeLessThanOrEqual(1024);
+        expect(net).toBe("lo");
+        expect(usable).toBe("fine");
+      }
+      // Each reset's CRNG was reseeded with the host's entropy: not the template's stream.
+      expect(outputs[0]![0]).toMatch(/^[0-9a-f]{32}$/);
+      expect(outputs[0]![0]).not.toBe(outputs[1]![0]);
     },
   );
 

@@ -7,6 +7,7 @@ import {
   NET_PORT_NAME,
   packageClosure,
   SERIAL_PORT_PREFIX,
+  SETUP_PORT_NAME,
   setupServerArgs,
   stage2Script,
 } from "../../../src/backends/vm/agent-disk.js";
@@ -142,7 +143,11 @@ describe("stage2Script", () => {
       title("with the setup helper: its server starts before the agent, on either channel"),
       async () => {
         const helper = `${GUEST.agentDir}/bin/pyro-vmsetup`;
-        for (const cmdline of ["quiet\n", "pyro.channel=vsock\n"]) {
+        // On the serial channel (qemu) it also serves its own port; vsock guests have none.
+        for (const [cmdline, port] of [
+          ["quiet\n", [SETUP_PORT_NAME]],
+          ["pyro.channel=vsock\n", []],
+        ] as const) {
           const script = stage2Script(TRICKY, BRIDGE, helper);
           const log = await runStage2(script, cmdline, shell);
           const keeps = log.filter((l) => l.startsWith("<keep>"));
@@ -156,6 +161,7 @@ describe("stage2Script", () => {
               GUEST.workspaceUpper,
               GUEST.workspaceWork,
               GUEST.workspace,
+              ...port,
             ),
           );
           expect(keeps.some((k) => k.startsWith(kept(...TRICKY)))).toBe(true);

@@ -6,8 +6,9 @@ import {
   qemuArgv,
   qemuOpt,
   qmpSocket,
+  setupSocket,
 } from "../../../src/backends/qemu/machine.js";
-import { SERIAL_PORT_PREFIX } from "../../../src/backends/vm/agent-disk.js";
+import { SERIAL_PORT_PREFIX, SETUP_PORT_NAME } from "../../../src/backends/vm/agent-disk.js";
 import { DISK_SERIAL, SERIAL_PORTS } from "../../../src/backends/vm/types.js";
 
 const SOCKETS = "/var/lib/pyro/ws/ws-1/vm/sock";
@@ -135,10 +136,22 @@ describe("qemuArgv", () => {
     const chardevs = values(argv, "-chardev")
       .map(opts)
       .filter((c) => c.get("id")?.startsWith("p"));
+    // The setup helper's own port (qemu/setup-port.ts), on its socket.
+    const setup = values(argv, "-device")
+      .filter((d) => d.startsWith("virtserialport,"))
+      .map(opts)
+      .find((d) => d.get("chardev") === "setup");
+    expect(setup?.get("name")).toBe(SETUP_PORT_NAME);
+    const setupChar = values(argv, "-chardev")
+      .map(opts)
+      .find((c) => c.get("id") === "setup");
+    expect(setupChar?.get("path")).toBe("setup");
+    expect(setupSocket(SOCKETS)).toBe(`${SOCKETS}/setup`);
+    expect(Number(opts(bus!).get("max_ports"))).toBeGreaterThan(SERIAL_PORTS + 2);
     const ports = values(argv, "-device")
       .filter((d) => d.startsWith("virtserialport,"))
       .map(opts)
-      .filter((d) => d.get("chardev") !== "net");
+      .filter((d) => d.get("chardev") !== "net" && d.get("chardev") !== "setup");
     expect(chardevs).toHaveLength(SERIAL_PORTS);
     expect(ports).toHaveLength(SERIAL_PORTS);
     for (let i = 0; i < SERIAL_PORTS; i++) {
