@@ -120,25 +120,19 @@ export async function claimDiskImage(
 ): Promise<{ spare: boolean; refill: Promise<void> }> {
   const dir = join(templateDir, SPARE_DIR);
   const prefix = `ext4-${mib}m.`;
-  const names = await readdir(dir).catch(() => [] as string[]);
+  const names = (await readdir(dir).catch(() => [] as string[])).filter(
+    (n) => n.startsWith(prefix) && n.endsWith(".img"),
+  );
   let spare = false;
   for (const n of names) {
-    if (!n.startsWith(prefix) || !n.endsWith(".img")) continue;
-    if (
-      await rename(join(dir, n), path).then(
-        () => true,
-        () => false,
-      )
-    ) {
-      spare = true;
-      break;
-    }
+    spare = await rename(join(dir, n), path).then(
+      () => true,
+      () => false, // taken by another run meanwhile
+    );
+    if (spare) break;
   }
   if (!spare) await ensureDiskImage(path, mib, templateDir);
-  return {
-    spare,
-    refill: refillSpare(dir, prefix, mib, templateDir, spare ? names.length - 1 : names.length),
-  };
+  return { spare, refill: refillSpare(dir, prefix, mib, templateDir, names.length - (spare ? 1 : 0)) };
 }
 
 async function refillSpare(dir: string, prefix: string, mib: number, templateDir: string, have: number) {

@@ -1,11 +1,11 @@
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { LAUNCH_ENV } from "../../../src/backends/common.js";
-import { ensureDiskImage, MIN_DISK_MIB } from "../../../src/backends/disk-image.js";
+import { claimDiskImage, ensureDiskImage, MIN_DISK_MIB } from "../../../src/backends/disk-image.js";
 
 const mkfs = ["/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"].some((p) => existsSync(p));
 
@@ -33,6 +33,33 @@ describe.skipIf(!mkfs)("disk images (needs mkfs.ext4 from e2fsprogs)", () => {
     dirs.push(d);
     return d;
   };
+
+  it("takes a spare copied ahead by rename, copies the next one, and removes a dead process's partial copy", async () => {
+    const dir = await temp();
+    const templates = join(dir, "templates");
+    const spares = join(templates, "spare");
+    // No spare yet: the image is copied from the template, and a spare is copied after.
+    const first = await claimDiskImage(join(dir, "a.img"), 128, templates);
+    expect(first.spare).toBe(false);
+    await first.refill;
+    const [spare] = await readdir(spares);
+    expect(spare).toMatch(/^ext4-128m\.\d+\.[0-9a-f]+\.img$/);
+    const spareIno = (await stat(join(spares, spare!))).ino;
+    // A partial copy of a process that is gone (pid 2^22 + 1 is above pid_max's ceiling).
+    await mkdir(spares, { recursive: true });
+    await writeFile(join(spares, "ext4-128m.4194305.abcd.img.partial"), "");
+    const second = await claimDiskImage(join(dir, "b.img"), 128, templates);
+    expect(second.spare).toBe(true);
+    expect((await stat(join(dir, "b.img"))).ino).toBe(spareIno);
+    await second.refill;
+    const now = await readdir(spares);
+    expect(now).toHaveLength(1);
+    expect(now[0]).toMatch(/^ext4-128m\.\d+\.[0-9a-f]+\.img$/);
+    expect(now[0]).not.toBe(spare);
+    expect(superblock(join(dir, "b.img")).blockCount * superblock(join(dir, "b.img")).blockSize).toBe(
+      128 * 1024 * 1024,
+    );
+  });
 
   it("copies a blank image of the size from the template directory, made once per size, sparse", async () => {
     const dir = await temp();
