@@ -30,22 +30,19 @@ const END_TIMEOUT_MS = 10_000;
  */
 export class PreparedRun {
   private used = false;
-  private exited = false;
-  private readonly exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 
   private constructor(
     private readonly child: ChildProcess,
+    /** Resolves when the launch step has exited (listened to from its spawn on). */
+    private readonly exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>,
     private cgroups: CgroupLimits,
     private readonly dir: string,
     private readonly argsFile: string,
     private readonly limits: PrepareSpec["limits"],
-  ) {
-    this.exit = new Promise((resolve) =>
-      child.on("exit", (code, signal) => {
-        this.exited = true;
-        resolve({ code, signal });
-      }),
-    );
+  ) {}
+
+  private get exited(): boolean {
+    return this.child.exitCode !== null || this.child.signalCode !== null;
   }
 
   /** The launch step's pid (tests check what it leaves behind). */
@@ -90,11 +87,15 @@ export class PreparedRun {
       } finally {
         closeSync(fd);
       }
+      const launched = child;
+      const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+        launched.on("exit", (code, signal) => resolve({ code, signal })),
+      );
       child.stdin!.on("error", () => {});
       await cgroups.addProcess(child.pid!);
       child.stdin!.write("go\n");
       await readyLine(child);
-      const p = new PreparedRun(child, cgroups, dir, paths.argsFile, spec.limits);
+      const p = new PreparedRun(child, exit, cgroups, dir, paths.argsFile, spec.limits);
       p.idle(true);
       return p;
     } catch (err) {
