@@ -105,9 +105,12 @@ export function preparedLaunchArgv(
 
 /**
  * The arguments file of a prepared run: the command, then bwrap's `--setenv` options for
- * `env`, each NUL-terminated. A NUL inside a value would split it: refused by the caller.
+ * `env`, each NUL-terminated. A NUL inside a value would split it and start a bwrap option
+ * of the command's author (`--ro-bind / /hostroot`): refused by the caller, and here again.
  */
 export function preparedRunArgs(command: string, env: Record<string, string>): Buffer {
   const parts = [command, ...Object.entries(env).flatMap(([k, v]) => ["--setenv", k, v])];
+  if (parts.some((s) => s.includes("\0")))
+    throw new Error("a prepared run's arguments cannot contain NUL bytes");
   return Buffer.from(parts.map((s) => `${s}\0`).join(""), "utf8");
 }
