@@ -75,9 +75,12 @@ export function preparedLaunchArgv(
     "trap '' PIPE",
     "exec 5>&- 1>/dev/null 2>/dev/null",
     `${tools.umount} "$target" && ${tools.umount} "$mnt" && rm -rf "$dir"`,
-    '[ -z "$cg1" ] || { echo $$ >"$r1"; rmdir "$cg1"; }',
-    '[ -z "$cg2" ] || { echo $$ >"$r2"; rmdir "$cg2"; }',
-    '[ -z "$cg3" ] || { echo $$ >"$r3"; rmdir "$cg3"; }',
+    // Out of its cgroup, then the group removed. Right after a run the kernel may still
+    // count the sandbox's exited tasks in it for a moment (EBUSY, seen here after the
+    // owner was killed mid-run): retried for up to ~1 s.
+    'rmcg() { [ -n "$1" ] || return 0; echo $$ >"$2"; i=0',
+    '  until rmdir "$1" 2>/dev/null || [ $i -ge 50 ]; do i=$((i + 1)); sleep 0.02; done; }',
+    'rmcg "$cg1" "$r1"; rmcg "$cg2" "$r2"; rmcg "$cg3" "$r3"',
     "exit 0",
   ].join("\n");
   return [

@@ -216,4 +216,32 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs in prepared launches on b
     expect(await leftovers(home, b!.id)).toEqual([]);
     expect(await readdir(join(home, "oneshot"))).toEqual([]);
   });
+
+  it("leaves nothing when its owner is killed while the command runs: the launch step cleans up after it", async () => {
+    const home = await h.tempDir("prepared-owner-run");
+    const env = String(h.cliEnv.PYRO_ENV_CACHE);
+    const script = [
+      `import { Pyro } from ${JSON.stringify(join(REPO_ROOT, "dist", "sdk", "pyro.js"))};`,
+      `const pyro = new Pyro({ home: ${JSON.stringify(home)}, environmentsDir: ${JSON.stringify(env)}, pool: 1 });`,
+      "await pyro.run('debian:12', 'true', { backend: 'bwrap' });",
+      "await pyro.engine.launches.ready();",
+      "console.log('ready');",
+      "await pyro.run('debian:12', 'echo started; sleep 2', { backend: 'bwrap', onOutput: () => console.log('running') });",
+    ].join("\n");
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: "pipe" });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => {
+      out += d.toString();
+    });
+    await waitUntil(() => out.includes("ready") || child.exitCode !== null, 60_000);
+    const [launch] = preparedLaunches(home);
+    expect(launch).toBeDefined();
+    await waitUntil(() => out.includes("running") || child.exitCode !== null, 30_000);
+    expect(out).toContain("running");
+    child.kill("SIGKILL");
+    await exited(child);
+    // The command finishes (nothing kills it), then the step unmounts and removes its cgroup.
+    expect(await waitUntil(() => !processAlive(launch!.pid), 15_000)).toBe(true);
+    expect(await leftovers(home, launch!.id)).toEqual([]);
+  });
 });
