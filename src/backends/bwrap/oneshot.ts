@@ -60,7 +60,13 @@ async function coldRun(spec: OneShotSpec, tools: LaunchTools): Promise<OneShotRe
   const [files, made] = await Promise.allSettled([
     (async () => {
       await Promise.all([diskMount, merged].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
-      await claimDiskImage(disk, spec.limits.disk_mib ?? DEFAULT_DISK_MIB, diskTemplates(spec));
+      const { refill } = await claimDiskImage(
+        disk,
+        spec.limits.disk_mib ?? DEFAULT_DISK_MIB,
+        diskTemplates(spec),
+      );
+      // The next spare is copied while this run goes on; an owner waits for it in ready().
+      spec.keep?.track(refill);
       return seccompFile(spec.runtimeCacheDir);
     })(),
     cgroupLayout().then((layout) => limitedCgroup(layout, id, spec.limits)),

@@ -69,7 +69,7 @@ export class PreparedRun {
     try {
       await Promise.all([diskMount, paths.merged].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
       const disk = spec.limits.disk_mib ?? DEFAULT_DISK_MIB;
-      await claimDiskImage(paths.image, disk, diskTemplates(spec));
+      const { refill } = await claimDiskImage(paths.image, disk, diskTemplates(spec));
       const layout = await cgroupLayout();
       cgroups = await limitedCgroup(layout, id, spec.limits);
       const cg = [...cgroups.dirs].map(([c, d]) => ({
@@ -95,6 +95,8 @@ export class PreparedRun {
       await cgroups.addProcess(child.pid!);
       child.stdin!.write("go\n");
       await readyLine(child);
+      // Part of the preparation (background work the keeper waits for), not of the next run.
+      await refill;
       const p = new PreparedRun(child, exit, cgroups, dir, paths.argsFile, spec.limits);
       p.idle(true);
       return p;
