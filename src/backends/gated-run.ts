@@ -79,6 +79,14 @@ export function runGatedOneShot(
     options.cgroups
       .addProcess(child.pid!)
       .then(() => {
+        // An abort before the listener above was added (while the caller made the disk
+        // and the cgroup) fired nothing: the gate stays shut and nothing runs.
+        if (options.signal?.aborted) {
+          child.kill("SIGKILL");
+          return reject(
+            new PyroError("cancelled", `the ${options.what} run was cancelled before it started`),
+          );
+        }
         // The launch step reads exactly the gate line; the command inherits the rest.
         if (!options.stdin) return child.stdin!.end("go\n");
         child.stdin!.write("go\n");

@@ -51,6 +51,8 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
       ...(options.signal ? { signal: options.signal } : {}),
       ...(options.on_progress ? { onProgress: options.on_progress } : {}),
     });
+    // A signal aborted before the run is not one the backend's listener will hear.
+    if (options.signal?.aborted) throw new PyroError("cancelled", "the run was cancelled before it started");
     const r = await backend.runOnce({
       rootfs: env.rootfs,
       scratchDir: join(engine.paths.home, "oneshot"),

@@ -244,4 +244,19 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs in prepared launches on b
     expect(await waitUntil(() => !processAlive(launch!.pid), 15_000)).toBe(true);
     expect(await leftovers(home, launch!.id)).toEqual([]);
   });
+
+  it("runs nothing for a run cancelled before it started, cold or prepared (red-team review)", async () => {
+    // The backends' abort listeners are added once the launch is set up: an abort that came
+    // earlier fired none, and the command ran to its end.
+    await pooled.run("debian:12", "true", { backend: "bwrap" });
+    await pooled.engine.launches.ready();
+    const before = preparedLaunches(h.home).map((l) => l.pid);
+    expect(before.length).toBeGreaterThan(0);
+    for (const pyro of [pooled, h.pyro]) {
+      const r = pyro.run("debian:12", "echo ran", { backend: "bwrap", signal: AbortSignal.abort() });
+      await expect(r).rejects.toMatchObject({ code: "cancelled" });
+    }
+    // The waiting launch was not taken.
+    expect(preparedLaunches(h.home).map((l) => l.pid)).toEqual(before);
+  });
 });
