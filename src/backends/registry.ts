@@ -84,7 +84,7 @@ const ENTRIES: { readonly [N in BackendName]: BackendEntry } = {
     optIn: false,
     isolating: true,
     executionMode: "guest_agent",
-    features: ["connectPort", "openDisk", "runOnce"],
+    features: ["connectPort", "openDisk", "runOnce", "adoptSpare"],
     load: async (c) => new (await import("./gvisor/backend.js")).GvisorBackend({ kvm: c.kvm }),
   },
   docker: {

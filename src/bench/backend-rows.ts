@@ -61,10 +61,10 @@ export async function backendRows(
     },
     0,
   );
-  if (backend === "bwrap") {
+  if (backend === "bwrap" || backend === "gvisor") {
     // Without a pool (a CLI call) the create starts a sandbox: shown, judged on the pool's row.
-    rows.push(row("bwrap: workspace create, no pool (CLI)", createMs, floorName, floor, {}));
-    rows.push(await pooledCreateRow(pyro, floorName, floor, quick ? 3 : 8, goal.create ?? {}));
+    rows.push(row(`${backend}: workspace create, no pool (CLI)`, createMs, floorName, floor, {}));
+    rows.push(await pooledCreateRow(pyro, backend, floorName, floor, quick ? 3 : 8, goal.create ?? {}));
   } else
     rows.push(row(`${backend}: workspace create (warm env)`, createMs, floorName, floor, goal.create ?? {}));
   const ws = await pyro.createWorkspace({ backend });
@@ -188,11 +188,13 @@ async function standbyResetRows(
 }
 
 /**
- * A bwrap create that takes a started sandbox from the pool, as `pyro mcp serve` does
- * (core/pool.ts): each sample after the pool has refilled, as between an agent's creates.
+ * A bwrap or gVisor create (unseeded, default limits: what a gVisor spare can take) that
+ * takes a started sandbox from the pool, as `pyro mcp serve` does (core/pool.ts): each
+ * sample after the pool has refilled, as between an agent's creates.
  */
 async function pooledCreateRow(
   pyro: Pyro,
+  backend: BackendName,
   floorName: string,
   floor: number[],
   n: number,
@@ -203,16 +205,16 @@ async function pooledCreateRow(
   const pooled = new PyroClass({ home, environmentsDir, env: pyro.engine.env, pool: 1 });
   try {
     const env = await pooled.engine.environments.pull("debian:12");
-    pooled.engine.pool.want(pooled.engine.backend("bwrap"), env.rootfs);
+    pooled.engine.pool.want(pooled.engine.backend(backend), env.rootfs);
     const ms: number[] = [];
     for (let i = 0; i < n; i++) {
       await pooled.engine.pool.ready();
       const t = performance.now();
-      const w = await pooled.createWorkspace({ backend: "bwrap" });
+      const w = await pooled.createWorkspace({ backend });
       ms.push(performance.now() - t);
       await pooled.deleteWorkspace(w.workspace_id);
     }
-    return row("bwrap: workspace create from the pool (mcp serve)", ms, floorName, floor, goal);
+    return row(`${backend}: workspace create from the pool (mcp serve)`, ms, floorName, floor, goal);
   } finally {
     await pooled.close();
   }

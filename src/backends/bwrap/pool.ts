@@ -50,7 +50,7 @@ export interface SpareState {
 }
 
 /** Moves what `from` holds into `into`, then puts `into` in `from`'s place. */
-async function takeOverDir(into: string, from: string): Promise<void> {
+export async function takeOverDir(into: string, from: string): Promise<void> {
   const entries = await readdir(from).catch(() => null);
   if (entries === null) throw new Error(`${from} is missing`);
   await chmod(into, (await stat(from)).mode & 0o7777);

@@ -25,11 +25,13 @@ import {
 import { LinuxSocketBackend } from "../linux/socket-backend.js";
 import { prepareNodeRuntime } from "../runtime.js";
 import { socketSandboxShape, stateReader } from "../sandbox-state.js";
+import { prepareHostnameHelper } from "./hostname-helper.js";
 import { GVISOR_IN_SANDBOX, workspaceConfig } from "./oci.js";
 import { gvisorRunOnce } from "./oneshot.js";
 import { type GvisorPlatform, platformFor } from "./platform.js";
+import { adoptGvisorSpare, SPARE_LOWER } from "./pool.js";
 import { cgroupsPath, containerId, hostPidsMax, type RunscGlobal, runArgv, sweepCgroups } from "./runsc.js";
-import { endCgroup, standbyNames } from "./standby.js";
+import { endCgroup, standbyNames, workspaceOfCgroup } from "./standby.js";
 import { GvisorStandbys } from "./standby-table.js";
 import { preparePreloadFile, prepareStatxShim } from "./statx-shim.js";
 
@@ -163,6 +165,7 @@ export class GvisorBackend
       cgroupsPath: cgroupsPath(cgroupBase, cg),
       limits: spec.limits,
       shim,
+      hostnameHelper: await prepareHostnameHelper(spec.runtimeCacheDir),
     });
   }
 
@@ -188,6 +191,7 @@ export class GvisorBackend
   ): Promise<GvisorState> {
     const { bin, platform } = await this.runtime();
     await prepareLayout(l, spec, [l.bundle]);
+    await rm(join(spec.dir, SPARE_LOWER), { recursive: true, force: true });
     // State of a sandbox that died without cleaning up (host reboot, SIGKILL) would make
     // `runsc run` refuse the id; nothing of it is alive (stop() ran or the host rebooted).
     await rm(l.runscRoot, { recursive: true, force: true });
@@ -331,6 +335,26 @@ export class GvisorBackend
       throw new PyroError("internal", `cannot remove the sandbox's cgroups: ${left.join(", ")}`);
   }
 
+  /** The recorded paths of the sandbox in `spec.dir` (a spare's or a standby's renamed there). */
+  private pathsOf(spec: SandboxSpec) {
+    const l = gvisorLayout(spec.dir);
+    return { socket: l.socket, log: join(l.logs, "sandbox.log"), runsc_root: l.runscRoot };
+  }
+
+  /** Hands a spare sandbox of the pool to a new workspace (pool.ts). */
+  async adoptSpare(
+    spare: SandboxSpec,
+    state: SandboxState,
+    spec: SandboxSpec,
+  ): Promise<SandboxState | { declined: string }> {
+    const s = GVISOR_STATE.read(state);
+    const { bin } = await this.runtime();
+    const alive = () => sameProcessAlive(s.pid, s.start_time);
+    const r = await adoptGvisorSpare(spare, s, spec, bin, alive);
+    if ("declined" in r) return r;
+    return { ...s, ...this.pathsOf(spec), backend: "gvisor", cgroup: r.cgroup };
+  }
+
   /**
    * A reset that hands the workspace over to its standby (standby.ts): every process of
    * the old sandbox killed, its directory renamed aside and the standby's onto the
@@ -358,13 +382,7 @@ export class GvisorBackend
     await rename(spec.dir, n.retired);
     await rename(n.dir, spec.dir);
     agent.close();
-    const l = gvisorLayout(spec.dir);
-    const handed: GvisorState = {
-      ...taken.standby,
-      socket: l.socket,
-      log: join(l.logs, "sandbox.log"),
-      runsc_root: l.runscRoot,
-    };
+    const handed: GvisorState = { ...taken.standby, ...this.pathsOf(spec) };
     this.standbys.cleanup(
       id,
       this.sweep(layout.root, layout.base, old.cgroup).then(() => removeTree(n.retired)),
@@ -372,10 +390,4 @@ export class GvisorBackend
     await this.standbys.schedule(spec).catch(() => {});
     return handed;
   }
-}
-
-/** The workspace id of a sandbox's cgroup: its own, or a standby's (`<id>-s<token>`). */
-function workspaceOfCgroup(cg: string): string {
-  const m = /^(.+)-s[0-9a-f]{8}$/.exec(cg);
-  return m ? m[1]! : cg;
 }

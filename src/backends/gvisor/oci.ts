@@ -14,6 +14,9 @@ export const GVISOR_IN_SANDBOX = {
   net: "/run/pyro/net",
 } as const;
 
+/** Where the hostname helper (hostname-helper.ts) appears inside a workspace sandbox. */
+export const HOSTNAME_HELPER_IN_SANDBOX = "/run/pyro/set-hostname";
+
 export interface OciMount {
   destination: string;
   type: string;
@@ -157,6 +160,8 @@ export interface WorkspaceConfigInput {
   limits: Limits;
   /** The statx shim (statx-shim.ts) and its preload file, for the guest's /etc/ld.so.preload. */
   shim?: { so: string; preload: string } | null;
+  /** The hostname helper (hostname-helper.ts), bound read-only at HOSTNAME_HELPER_IN_SANDBOX. */
+  hostnameHelper?: string | null;
 }
 
 /** Read-only binds of the statx shim and of the preload entry that loads it. */
@@ -181,6 +186,7 @@ export function workspaceConfig(input: WorkspaceConfigInput): OciConfig {
       bind(input.sockDir, GVISOR_IN_SANDBOX.sock, false),
       ...(input.netDir ? [bind(input.netDir, GVISOR_IN_SANDBOX.net, true)] : []),
       ...shimMounts(input.shim),
+      ...(input.hostnameHelper ? [bind(input.hostnameHelper, HOSTNAME_HELPER_IN_SANDBOX, true)] : []),
     ],
   });
 }

@@ -67,6 +67,12 @@ export function isStandbyCgroup(workspaceId: string, name: string): boolean {
   return name.startsWith(`${workspaceId}-s`) && STANDBY_TOKEN.test(name.slice(workspaceId.length + 2));
 }
 
+/** The workspace id of a sandbox's cgroup: its own, or a standby's (`<id>-s<token>`). */
+export function workspaceOfCgroup(cg: string): string {
+  const m = /^(.+)-s[0-9a-f]{8}$/.exec(cg);
+  return m ? m[1]! : cg;
+}
+
 /**
  * What a standby must have been made for to serve a reset: the same spec and snapshot tree
  * (its directory's identity: a snapshot deleted and made again under the same name is

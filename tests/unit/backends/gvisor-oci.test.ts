@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import {
   GVISOR_IN_SANDBOX,
+  HOSTNAME_HELPER_IN_SANDBOX,
   INIT_SCRIPT,
   oneShotConfig,
   workspaceConfig,
@@ -14,8 +15,8 @@ const AGENT = [
   "/run/pyro/sock/agent.sock",
 ];
 
-function config() {
-  return workspaceConfig({
+function configInput() {
+  return {
     rootfs: "/w/mnt/root",
     workspace: "/w/mnt/ws",
     runtimeDir: "/cache/runtime/node-1",
@@ -27,7 +28,11 @@ function config() {
     agentArgv: AGENT,
     cgroupsPath: "/pyro/ws_abc",
     limits: LIMITS,
-  });
+  };
+}
+
+function config() {
+  return workspaceConfig(configInput());
 }
 
 describe("gVisor OCI config of a workspace", () => {
@@ -76,6 +81,17 @@ describe("gVisor OCI config of a workspace", () => {
     expect(c.mounts.map((m) => m.destination).slice(0, 4)).toEqual(["/proc", "/dev", "/dev/shm", "/sys"]);
     expect(c.mounts.find((m) => m.destination === "/sys")?.options).toContain("ro");
     expect(Object.values(GVISOR_IN_SANDBOX)).toEqual(binds.map((m) => m.destination));
+  });
+
+  it("binds the hostname helper read-only when there is one, and nothing for it otherwise", () => {
+    const withHelper = workspaceConfig({ ...configInput(), hostnameHelper: "/cache/pyro-gvisor-hostname-x" });
+    expect(withHelper.mounts.find((m) => m.destination === HOSTNAME_HELPER_IN_SANDBOX)).toEqual({
+      destination: "/run/pyro/set-hostname",
+      type: "bind",
+      source: "/cache/pyro-gvisor-hostname-x",
+      options: ["rbind", "ro"],
+    });
+    expect(config().mounts.some((m) => m.destination === HOSTNAME_HELPER_IN_SANDBOX)).toBe(false);
   });
 
   it("isolates namespaces and never names a network namespace path (runsc --network=none)", () => {
