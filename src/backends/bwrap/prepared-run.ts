@@ -5,6 +5,7 @@ import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { Readable, type Writable } from "node:stream";
 import { HeadTailCapture } from "../../agent/capture.js";
+import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { LAUNCH_ENV } from "../common.js";
@@ -142,6 +143,10 @@ export class PreparedRun {
       return null; // the caller closes it
     }
     if (this.exited) return null;
+    // Aborted while the limits were written (the core checked before): the gate stays
+    // shut, and the caller's close ends the launch. From here to the gate it is synchronous.
+    if (spec.signal?.aborted)
+      throw new PyroError("cancelled", "the bwrap run was cancelled before it started");
     this.idle(false);
     return this.released(spec);
   }

@@ -259,4 +259,32 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs in prepared launches on b
     // The waiting launch was not taken.
     expect(preparedLaunches(h.home).map((l) => l.pid)).toEqual(before);
   });
+
+  it("releases nothing when a prepared run is aborted after the core's check (during its limit writes)", async () => {
+    await pooled.run("debian:12", "true", { backend: "bwrap" });
+    await pooled.engine.launches.ready();
+    const before = preparedLaunches(h.home);
+    // The backend directly, as the core calls it once its own check has passed.
+    const backend = await pooled.engine.loadBackend("bwrap");
+    const env = await pooled.engine.environments.pull("debian:12");
+    const run = backend.runOnce!({
+      rootfs: env.rootfs,
+      scratchDir: join(h.home, "oneshot"),
+      runtimeCacheDir: join(h.home, "runtime"),
+      command: "echo ran",
+      env: {},
+      // Limits other than the prepared ones: the run writes them before its gate.
+      limits: { vcpus: 1, memory_mib: 512, pids_max: 256, disk_mib: 10 * 1024 },
+      timeoutMs: 10_000,
+      maxOutputBytes: 1024,
+      signal: AbortSignal.abort(),
+      keep: pooled.engine.launches,
+    });
+    await expect(run).rejects.toMatchObject({ code: "cancelled" });
+    await pooled.engine.launches.ready();
+    const after = preparedLaunches(h.home).map((l) => l.pid);
+    const taken = before.filter((l) => !after.includes(l.pid));
+    expect(taken).toHaveLength(1);
+    expect(await leftovers(h.home, taken[0]!.id)).toEqual([]);
+  });
 });
