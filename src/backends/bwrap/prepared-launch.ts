@@ -63,7 +63,8 @@ export function preparedLaunchArgv(
     // and the clean-up must still run): an ignored signal is inherited by what it starts.
     `trap '' PIPE; echo ${READY_LINE}; trap - PIPE`,
     "set +e",
-    'if IFS= read -r go && [ "$go" = run ] && exec 4<"$args" && IFS= read -r -d "" cmd <&4; then',
+    // (A failed redirection of `exec` would end the shell before its clean-up: checked first.)
+    'if IFS= read -r go && [ "$go" = run ] && [ -f "$args" ] && exec 4<"$args" && IFS= read -r -d "" cmd <&4; then',
     // A foreground child, not `&`: an asynchronous list would start with SIGINT and
     // SIGQUIT ignored (busybox), which the command would inherit.
     '  "$@" --args 4 -- /bin/sh -c "$cmd" 5>&-',
