@@ -226,6 +226,61 @@ setInterval(() => {}, 1000);
     expect((await h.pyro.execWorkspace(id, "echo alive")).stdout).toBe("alive\n");
   });
 
+  it("an owner killed at any moment of a hand-out leaves the workspace usable and no stray sandbox", {
+    timeout: 300_000,
+  }, async () => {
+    const script = join(await h.tempDir("gvisor-standby-killed"), "owner.mjs");
+    await writeFile(
+      script,
+      `import { Pyro } from ${JSON.stringify(SDK)};
+const pyro = new Pyro({ home: process.env.PYRO_HOME, environmentsDir: process.env.PYRO_ENV_CACHE });
+const id = ${JSON.stringify(id)};
+await pyro.resetWorkspace(id);
+await pyro.execWorkspace(id, "echo mess > mess.txt; nohup sleep 1000 >/dev/null 2>&1 &");
+process.stdout.write("ready\\n");
+process.stdin.once("data", () => void pyro.resetWorkspace(id));
+setInterval(() => {}, 1000);
+`,
+    );
+    for (const delayMs of [0, 10, 40, 120]) {
+      const owner = spawn(process.execPath, [script], {
+        env: { ...process.env, ...h.cliEnv },
+        stdio: ["pipe", "pipe", "inherit"],
+      });
+      let out = "";
+      owner.stdout?.on("data", (c: Buffer) => {
+        out += String(c);
+      });
+      try {
+        expect(await waitUntil(() => out.includes("ready"), 60_000)).toBe(true);
+        await standbyReady();
+        owner.stdin?.write("go\n");
+        await new Promise((r) => setTimeout(r, delayMs));
+      } finally {
+        owner.kill("SIGKILL");
+        await exited(owner);
+      }
+      // Whatever the moment: the workspace answers from this process, on its own identity,
+      // its files either as before the reset or reset (a reset killed after it ended the
+      // old sandbox's processes but before the hand-out leaves a restart on the kept files).
+      const seen = await h.pyro.execWorkspace(
+        id,
+        "hostname; ls; cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^sleep$' || true",
+      );
+      expect(seen.stdout, `killed ${delayMs} ms into the reset`).toMatch(
+        new RegExp(`^pyro-${id.slice(3, 15)}\n(mess.txt\n[01]\n|0\n)$`),
+      );
+      // Every sandbox cgroup of the workspace is the one recorded (a standby it did not
+      // take is ended by its watchdog or by the next start).
+      const current = recorded().cgroup;
+      expect(
+        await waitUntil(() => standbyCgroups(id).every((d) => d.endsWith(`/${current}`)), 30_000),
+        `stray standby cgroups after a kill at ${delayMs} ms: ${standbyCgroups(id)}`,
+      ).toBe(true);
+      await h.pyro.resetWorkspace(id);
+    }
+  });
+
   it("is deleted leaving no standby, watchdog, cgroup, mount or directory", async () => {
     await h.pyro.resetWorkspace(id);
     await standbyReady();
