@@ -5,10 +5,12 @@
  * "Pool of started sandboxes".
  *
  * - Spares are kept per backend and environment (root filesystem), `size` of each, for
- *   the MAX_KEYS pairs created on most recently; only backends with `adoptSpare` (bwrap).
+ *   the MAX_KEYS pairs created on most recently; only backends with `adoptSpare` (bwrap,
+ *   gVisor).
  * - A spare is started on directories of its own under `<home>/pool/<id>/` with the
  *   default limits and disk size; a create whose disk size differs starts its own
- *   sandbox. Other limits are written at hand-out.
+ *   sandbox. Other limits are written at hand-out (gVisor's spares decline other limits
+ *   and seeds: backends/gvisor/pool.ts).
  * - Off unless asked for: `pyro mcp serve` keeps one per pair by default (PYRO_POOL), a
  *   CLI call or an SDK object none (a spare would outlive a CLI call for nothing).
  * - Each spare's record (pool-records.ts: its owner process, backend, spec and state) is
