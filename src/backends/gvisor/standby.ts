@@ -6,7 +6,7 @@
  * agent (runsc's boot, then Node under the ptrace platform): 0.9-1.2 s against a
  * `runsc do true` of 0.2-0.37 s. Nothing of that can be done in place: runsc's gofer
  * serves /workspace from directories it opened at start (a new overlay stacked on the
- * mount point would not be seen), and the sandbox's hostname is fixed by its OCI config.
+ * mount point would not be seen) and gVisor's sentry caches what it has walked.
  *
  * A standby is what a restart would start, started earlier: the same OCI config (the
  * workspace's hostname, mounts, limits, agent), a fresh disk image and so fresh root and
