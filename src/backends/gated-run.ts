@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { Readable } from "node:stream";
 import { HeadTailCapture } from "../agent/capture.js";
 import { PyroError } from "../errors.js";
@@ -35,16 +35,7 @@ export function runGatedOneShot(
       cwd: "/",
       stdio: ["pipe", "pipe", "pipe", ...(options.extraFds ?? [])],
     });
-    const out = new HeadTailCapture(options.maxOutputBytes);
-    const err = new HeadTailCapture(options.maxOutputBytes);
-    child.stdout!.on("data", (c: Buffer) => {
-      out.push(c);
-      options.onOutput?.("stdout", c);
-    });
-    child.stderr!.on("data", (c: Buffer) => {
-      err.push(c);
-      options.onOutput?.("stderr", c);
-    });
+    const { out, err } = captureOutput(child, options.maxOutputBytes, options.onOutput);
     let timedOut = false;
     // Every process of the sandbox is in the cgroup: killing it kills them all.
     const killAll = () => {
@@ -76,29 +67,57 @@ export function runGatedOneShot(
         truncated: out.truncated || err.truncated,
       });
     });
-    options.cgroups
-      .addProcess(child.pid!)
-      .then(() => {
-        // An abort before the listener above was added (while the caller made the disk
-        // and the cgroup) fired nothing: the gate stays shut and nothing runs.
-        if (options.signal?.aborted) {
-          child.kill("SIGKILL");
-          return reject(
-            new PyroError("cancelled", `the ${options.what} run was cancelled before it started`),
-          );
-        }
-        // The launch step reads exactly the gate line; the command inherits the rest.
-        if (!options.stdin) return child.stdin!.end("go\n");
-        child.stdin!.write("go\n");
-        // What the command does not read (it exited first) is discarded.
-        child.stdin!.on("error", () => {});
-        Readable.from(options.stdin).pipe(child.stdin!);
-      })
-      .catch((e: Error) => {
-        child.kill("SIGKILL");
-        reject(new PyroError("backend_unavailable", `cannot place the sandbox in its cgroup: ${e.message}`));
-      });
+    placeAndRelease(child, options).catch(reject);
   });
+}
+
+/** Both streams captured (head and tail past the cap), each chunk also handed to `onOutput`. */
+function captureOutput(child: ChildProcess, cap: number, onOutput: OneShotSpec["onOutput"]) {
+  const out = new HeadTailCapture(cap);
+  const err = new HeadTailCapture(cap);
+  child.stdout!.on("data", (c: Buffer) => {
+    out.push(c);
+    onOutput?.("stdout", c);
+  });
+  child.stderr!.on("data", (c: Buffer) => {
+    err.push(c);
+    onOutput?.("stderr", c);
+  });
+  return { out, err };
+}
+
+/**
+ * Places the launch step in its cgroup, then opens its gate (and feeds stdin); rejects,
+ * with the step killed, when it cannot be placed or the run was cancelled meanwhile.
+ */
+async function placeAndRelease(
+  child: ChildProcess,
+  options: { cgroups: CgroupLimits; what: string; signal?: AbortSignal; stdin?: OneShotSpec["stdin"] },
+): Promise<void> {
+  try {
+    await options.cgroups.addProcess(child.pid!);
+  } catch (e) {
+    child.kill("SIGKILL");
+    throw new PyroError(
+      "backend_unavailable",
+      `cannot place the sandbox in its cgroup: ${(e as Error).message}`,
+    );
+  }
+  // An abort before the caller's listener was added (while it made the disk and the
+  // cgroup) fired nothing: the gate stays shut and nothing runs.
+  if (options.signal?.aborted) {
+    child.kill("SIGKILL");
+    throw new PyroError("cancelled", `the ${options.what} run was cancelled before it started`);
+  }
+  // The launch step reads exactly the gate line; the command inherits the rest.
+  if (!options.stdin) {
+    child.stdin!.end("go\n");
+    return;
+  }
+  child.stdin!.write("go\n");
+  // What the command does not read (it exited first) is discarded.
+  child.stdin!.on("error", () => {});
+  Readable.from(options.stdin).pipe(child.stdin!);
 }
 
 export function signalNumber(signal: NodeJS.Signals | null): number {

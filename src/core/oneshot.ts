@@ -1,6 +1,8 @@
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import type { BackendName } from "../backends/backend.js";
+import { detectCgroups } from "../backends/linux/cgroups.js";
+import { sweepOneShots } from "../backends/linux/oneshot-sweep.js";
 import { PyroError } from "../errors.js";
 import type { Engine } from "./engine.js";
 import { checkNetworkSupport, parseNetworkPolicy } from "./network.js";
@@ -53,27 +55,32 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
     });
     // A signal aborted before the run is not one the backend's listener will hear.
     if (options.signal?.aborted) throw new PyroError("cancelled", "the run was cancelled before it started");
-    const r = await backend.runOnce({
-      rootfs: env.rootfs,
-      scratchDir: join(engine.paths.home, "oneshot"),
-      runtimeCacheDir: join(engine.paths.home, "runtime"),
-      command,
-      // The image's own variables (its config's Env) first, as a workspace gets them.
-      env: { ...env.image_env, ...(options.env ?? {}) },
-      limits: {
-        vcpus: options.vcpus ?? DEFAULTS.vcpus,
-        memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
-        pids_max: DEFAULTS.pids_max,
-        disk_mib: checkDiskMib(options.disk_mib, backend.name),
-      },
-      timeoutMs: timeoutSeconds * 1000,
-      maxOutputBytes,
-      ...(options.signal ? { signal: options.signal } : {}),
-      ...(options.on_output ? { onOutput: options.on_output } : {}),
-      ...(options.stdin ? { stdin: options.stdin } : {}),
-      // With the pool on, the backend may run it in a launch prepared after the last run.
-      ...(engine.pool.enabled ? { keep: engine.launches } : {}),
-    });
+    const scratchDir = join(engine.paths.home, "oneshot");
+    // What runs of a killed owner left behind (their commands died with it), swept beside this run.
+    const sweep = sweepLeftovers(scratchDir);
+    const r = await backend
+      .runOnce({
+        rootfs: env.rootfs,
+        scratchDir,
+        runtimeCacheDir: join(engine.paths.home, "runtime"),
+        command,
+        // The image's own variables (its config's Env) first, as a workspace gets them.
+        env: { ...env.image_env, ...(options.env ?? {}) },
+        limits: {
+          vcpus: options.vcpus ?? DEFAULTS.vcpus,
+          memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
+          pids_max: DEFAULTS.pids_max,
+          disk_mib: checkDiskMib(options.disk_mib, backend.name),
+        },
+        timeoutMs: timeoutSeconds * 1000,
+        maxOutputBytes,
+        ...(options.signal ? { signal: options.signal } : {}),
+        ...(options.on_output ? { onOutput: options.on_output } : {}),
+        ...(options.stdin ? { stdin: options.stdin } : {}),
+        // With the pool on, the backend may run it in a launch prepared after the last run.
+        ...(engine.pool.enabled ? { keep: engine.launches } : {}),
+      })
+      .finally(() => sweep);
     return {
       environment,
       backend: backend.name,
@@ -89,6 +96,13 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
     maxOutputBytes,
     started,
   });
+}
+
+/** Sweeps `scratchDir` of one-shot leftovers (linux/oneshot-sweep.ts); never throws. */
+async function sweepLeftovers(scratchDir: string): Promise<void> {
+  // The namespace backends' one-shots need root (overlays, cgroups): nothing to sweep otherwise.
+  if (process.getuid?.() !== 0) return;
+  await sweepOneShots(scratchDir, await detectCgroups()).catch(() => {});
 }
 
 /**

@@ -10,10 +10,17 @@ import { buildSeccompProgram } from "./seccomp.js";
  * bwrap's argv of a one-shot up to its command: the merged root, the isolation flags of
  * every pyro sandbox (isolation.ts) and /workspace as the working directory. `env` lands
  * after `--clearenv`; a prepared launch passes it later, through `--args`.
+ *
+ * `--die-with-parent`: a one-shot's command lives no longer than what runs it. On the cold
+ * path bwrap's parent is the owner itself (the launch step execs bwrap), so an owner
+ * killed mid-run (whose timer can no longer fire) takes the command with it instead of
+ * leaving it running past its timeout; what it leaves on disk is swept
+ * (linux/oneshot-sweep.ts). A prepared launch's step is bwrap's parent there.
  */
 export function bwrapPrefix(merged: string, id: string, env: Record<string, string> = {}): string[] {
   return [
     "bwrap",
+    "--die-with-parent",
     "--bind",
     merged,
     "/",
