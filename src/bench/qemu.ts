@@ -103,43 +103,15 @@ export async function qemuRows(
   const coldMs = median(coldTimes);
   rows.push(row("qemu: cold boot to agent ready", coldMs, floorName, floor, {}));
 
-  // The restore alone: a backend whose setup waits for the agent's handshake (by default
-  // a restored VM's setup runs beside the handshake, on the one vCPU, slowing it).
-  // Alternated with ordinary creates, which give the restore to /workspace mounted.
-  const restoreBackend = new QemuBackend({ setupAfterHandshake: true });
-  const restorer = new Pyro({
-    home: join(home, "restore"),
-    environmentsDir: pyro.engine.paths.environmentsDir,
-    backends: { qemu: restoreBackend },
-  });
-  const restore: number[] = [];
   const ready: number[] = [];
   const creates: number[] = [];
-  try {
-    for (let i = 0; i < (quick ? 3 : 5); i++) {
-      const r = await restorer.createWorkspace({ backend: "qemu" });
-      restore.push(restoreBackend.lastStart!.answered_ms);
-      await restorer.deleteWorkspace(r.workspace_id);
-      const t = performance.now();
-      const w = await pyro.createWorkspace({ backend: "qemu" });
-      creates.push(performance.now() - t);
-      ready.push(backend.lastStart!.ready_ms);
-      await pyro.deleteWorkspace(w.workspace_id);
-    }
-  } finally {
-    await restorer.close();
+  for (let i = 0; i < (quick ? 2 : 3); i++) {
+    const t = performance.now();
+    const w = await pyro.createWorkspace({ backend: "qemu" });
+    creates.push(performance.now() - t);
+    ready.push(backend.lastStart!.ready_ms);
+    await pyro.deleteWorkspace(w.workspace_id);
   }
-  const restoreMs = median(restore);
-  rows.push(
-    row(
-      "qemu: restore from template to agent ready",
-      restore,
-      "cold boot to agent ready",
-      coldMs,
-      { max: 0.3 },
-      `target also ≤ 1500 ms: ${restoreMs <= 1500 ? "met" : "missed"}`,
-    ),
-  );
   rows.push(
     row(
       "qemu: restore to /workspace mounted (clock, entropy, seed)",
@@ -186,27 +158,76 @@ export async function qemuRows(
         `target ≤ 10 ms: ${exec <= 10 ? "met" : "missed"}`,
       ),
     );
-    // The reset alone (the exec that changes a file first is not timed).
-    const reset: number[] = [];
-    for (let i = 0; i < (quick ? 3 : 5); i++) {
-      await pyro.execWorkspace(ws.workspace_id, "echo x > changed.txt");
-      const t = performance.now();
-      await pyro.resetWorkspace(ws.workspace_id);
-      reset.push(performance.now() - t);
-    }
-    // Issue 18: a reset costs at most a restore to agent ready plus 0.2 s.
-    rows.push(
-      row(
-        "qemu: reset (new disk + restore)",
-        reset,
-        "restore from template to agent ready",
-        restore,
-        { maxOverFloor: 200 },
-        `reset − restore ${round(median(reset) - restoreMs)} ms; ${floorName} ${round(floor)} ms`,
-      ),
+    const [restoreRow, resetRow] = await resetRows(
+      pyro,
+      ws.workspace_id,
+      join(home, "restore"),
+      quick,
+      coldMs,
     );
+    // In the order of the rows before: the restore next to the cold boot.
+    rows.splice(1, 0, restoreRow);
+    rows.push(resetRow);
   } finally {
     await pyro.deleteWorkspace(ws.workspace_id);
   }
   return rows;
+}
+
+/**
+ * The restore from the template to agent ready, and the reset against it (issue 18: at
+ * most that plus 0.2 s). The restore is measured in resets too (a create does other
+ * work meanwhile, and its restores were slower and noisier), of a second workspace on a
+ * backend whose setup waits for the agent's handshake: its agent-ready time is then the
+ * restore alone, while a reset's setup runs beside the handshake. The two alternate.
+ */
+async function resetRows(
+  pyro: Pyro,
+  id: string,
+  home: string,
+  quick: boolean,
+  coldMs: number,
+): Promise<[BenchRow, BenchRow]> {
+  const restoreBackend = new QemuBackend({ setupAfterHandshake: true });
+  const restorer = new Pyro({
+    home,
+    environmentsDir: pyro.engine.paths.environmentsDir,
+    backends: { qemu: restoreBackend },
+  });
+  const restore: number[] = [];
+  const reset: number[] = [];
+  try {
+    const other = (await restorer.createWorkspace({ backend: "qemu" })).workspace_id;
+    for (let i = 0; i < (quick ? 5 : 9); i++) {
+      await restorer.resetWorkspace(other);
+      restore.push(restoreBackend.lastStart!.answered_ms);
+      // The reset alone (the exec that changes a file first is not timed).
+      await pyro.execWorkspace(id, "echo x > changed.txt");
+      const t = performance.now();
+      await pyro.resetWorkspace(id);
+      reset.push(performance.now() - t);
+    }
+    await restorer.deleteWorkspace(other);
+  } finally {
+    await restorer.close();
+  }
+  const restoreMs = median(restore);
+  return [
+    row(
+      "qemu: restore from template to agent ready",
+      restore,
+      "cold boot to agent ready",
+      coldMs,
+      { max: 0.3 },
+      `measured in resets; target also ≤ 1500 ms: ${restoreMs <= 1500 ? "met" : "missed"}`,
+    ),
+    row(
+      "qemu: reset (new disk + restore)",
+      reset,
+      "restore from template to agent ready",
+      restore,
+      { maxOverFloor: 200 },
+      `reset − restore ${round(median(reset) - restoreMs)} ms`,
+    ),
+  ];
 }
