@@ -64,18 +64,34 @@ export function preparedLaunchArgv(
     `trap '' PIPE; echo ${READY_LINE}; trap - PIPE`,
     "set +e",
     // (A failed redirection of `exec` would end the shell before its clean-up: checked first.)
-    'if IFS= read -r go && [ "$go" = run ] && [ -f "$args" ] && exec 4<"$args" && IFS= read -r -d "" cmd <&4; then',
+    // The gate line: `run SECONDS`, the run's deadline (digits only, checked here too).
+    'if IFS=" " read -r go secs && [ "$go" = run ] && case "$secs" in "" | *[!0-9]*) false ;; esac &&',
+    '  [ -f "$args" ] && exec 4<"$args" && IFS= read -r -d "" cmd <&4; then',
     // A foreground child, not `&`: an asynchronous list would start with SIGINT and
-    // SIGQUIT ignored (busybox), which the command would inherit.
-    '  "$@" --args 4 -- /bin/sh -c "$cmd" 5>&-',
+    // SIGQUIT ignored (busybox), which the command would inherit. Under `timeout`: the
+    // owner's own timer ends a run at its deadline, but an owner killed mid-run cannot,
+    // and the step outlives its owner; this ends it a little later (bwrap's
+    // --die-with-parent takes the sandbox along).
+    // The shell's own report of a killed child ("Killed") must not go to the owner's pipe:
+    // with the owner gone, that write would end the shell by SIGPIPE before its clean-up.
+    // The command gets the pipe itself (fd 2 again, fd 6 closed for it), set in a
+    // subshell: busybox applies a command's redirections in the shell while it waits.
+    "  exec 6>&2 2>/dev/null",
+    '  (exec timeout -s KILL "$secs" "$@" --args 4 -- /bin/sh -c "$cmd" 2>&6 5>&- 6>&-)',
     "  rc=$?",
     "  trap '' PIPE",
-    "  exec 0</dev/null 1>/dev/null 2>/dev/null 4<&-",
+    "  exec 0</dev/null 1>/dev/null 2>/dev/null 4<&- 6>&-",
     '  echo "$rc" >&5',
     "fi",
     "trap '' PIPE",
     "exec 5>&- 1>/dev/null 2>/dev/null",
-    `${tools.umount} "$target" && ${tools.umount} "$mnt" && rm -rf "$dir"`,
+    // The sandbox's processes may still be dying (its deadline killed bwrap, and the pid
+    // namespace goes after it) and keep the mounts busy for a moment: retried for up to
+    // ~1 s, then detached lazily (this namespace is the step's own; the loop device is
+    // released with the last user).
+    "unm() { i=0; until " + tools.umount + ' "$1" 2>/dev/null; do i=$((i + 1))',
+    "  if [ $i -ge 50 ]; then " + tools.umount + ' -l "$1" 2>/dev/null; return 0; fi; sleep 0.02; done; }',
+    'unm "$target"; unm "$mnt"; rm -rf "$dir"',
     // Out of its cgroup, then the group removed. Right after a run the kernel may still
     // count the sandbox's exited tasks in it for a moment (EBUSY, seen here after the
     // owner was killed mid-run): retried for up to ~1 s.

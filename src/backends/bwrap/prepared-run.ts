@@ -17,6 +17,9 @@ import { bwrapPrefix, cgroupLayout, seccompFile } from "./oneshot-argv.js";
 import { preparedLaunchArgv, preparedRunArgs, READY_LINE } from "./prepared-launch.js";
 
 /** What a prepared launch is made for: a run on this environment, disk size and cache. */
+/** Seconds a prepared launch's step waits past a run's timeout before it kills the run itself. */
+export const STEP_DEADLINE_SLACK_S = 2;
+
 export type PrepareSpec = Pick<OneShotSpec, "rootfs" | "scratchDir" | "runtimeCacheDir" | "limits">;
 
 const READY_TIMEOUT_MS = 10_000;
@@ -181,9 +184,11 @@ export class PreparedRun {
     }, spec.timeoutMs);
     spec.signal?.addEventListener("abort", killAll, { once: true });
     const stdin = child.stdin as Writable;
-    if (!spec.stdin) stdin.end("run\n");
+    // The step's own deadline, after the owner's: only an owner gone by then leaves it to the step.
+    const gate = `run ${Math.ceil(spec.timeoutMs / 1000) + STEP_DEADLINE_SLACK_S}\n`;
+    if (!spec.stdin) stdin.end(gate);
     else {
-      stdin.write("run\n");
+      stdin.write(gate);
       Readable.from(spec.stdin).pipe(stdin);
     }
     return Promise.all(streams).then(async () => {

@@ -4,6 +4,7 @@ import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { STEP_DEADLINE_SLACK_S } from "../../../src/backends/bwrap/prepared-run.js";
 import { CgroupLimits, detectCgroups } from "../../../src/backends/linux/cgroups.js";
 import type { Pyro } from "../../../src/sdk/pyro.js";
 import { REPO_ROOT } from "../../helpers/cli.js";
@@ -241,6 +242,42 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs in prepared launches on b
     child.kill("SIGKILL");
     await exited(child);
     // The command finishes (nothing kills it), then the step unmounts and removes its cgroup.
+    expect(await waitUntil(() => !processAlive(launch!.pid), 15_000)).toBe(true);
+    expect(await leftovers(home, launch!.id)).toEqual([]);
+  });
+
+  it("ends a command past its timeout when its owner was killed mid-run: the step's own deadline", async () => {
+    // The owner's timer would have ended it at 4 s; killed before that, only the step can
+    // (4 s + slack). (An owner killed after its own timer fired is the sweep's case.)
+    const home = await h.tempDir("prepared-owner-deadline");
+    const env = String(h.cliEnv.PYRO_ENV_CACHE);
+    const marker = `298.${process.pid}${Date.now() % 1000}`;
+    const script = [
+      `import { Pyro } from ${JSON.stringify(join(REPO_ROOT, "dist", "sdk", "pyro.js"))};`,
+      `const pyro = new Pyro({ home: ${JSON.stringify(home)}, environmentsDir: ${JSON.stringify(env)}, pool: 1 });`,
+      "await pyro.run('debian:12', 'true', { backend: 'bwrap' });",
+      "await pyro.engine.launches.ready();",
+      "console.log('ready');",
+      `await pyro.run('debian:12', 'echo started; exec sleep ${marker}', { backend: 'bwrap', timeoutSeconds: 4, onOutput: () => console.log('running') });`,
+    ].join("\n");
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: "pipe" });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => {
+      out += d.toString();
+    });
+    await waitUntil(() => out.includes("ready") || child.exitCode !== null, 60_000);
+    const [launch] = preparedLaunches(home);
+    expect(launch).toBeDefined();
+    const sleeper = () => hostProcesses((argv) => argv[0] === "sleep" && argv.includes(marker));
+    expect(await waitUntil(() => sleeper().length === 1, 30_000)).toBe(true);
+    child.kill("SIGKILL");
+    await exited(child);
+    const t = Date.now();
+    // Alive past the owner's death (nothing else ends it), then gone by the step's deadline.
+    await new Promise((ok) => setTimeout(ok, 500));
+    expect(sleeper()).toHaveLength(1);
+    expect(await waitUntil(() => sleeper().length === 0, 20_000)).toBe(true);
+    expect(Date.now() - t).toBeLessThan((4 + STEP_DEADLINE_SLACK_S) * 1000 + 5_000);
     expect(await waitUntil(() => !processAlive(launch!.pid), 15_000)).toBe(true);
     expect(await leftovers(home, launch!.id)).toEqual([]);
   });
