@@ -8,6 +8,7 @@ import {
   rmdirSync,
   writeFileSync,
 } from "node:fs";
+import { writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { PyroError } from "../../errors.js";
@@ -29,7 +30,8 @@ import { PyroError } from "../../errors.js";
  *
  * The file system calls are synchronous: each is a few microseconds in cgroupfs, where a
  * thread-pool round trip per call (~40 for a v1 create, limits read back, and removal)
- * cost 10-40 ms on a busy host, paid by every create, start, reset and one-shot.
+ * cost 10-40 ms on a busy host, paid by every create, start, reset and one-shot. Except
+ * moving a process in (`addProcess`), which can wait for an RCU grace period.
  *
  * Placement pattern for callers: a process only inherits a cgroup at fork, so the
  * workload must be started through a gate. Spawn
@@ -212,7 +214,15 @@ export class CgroupLimits {
   /** Moves a process (all its threads) into the group(s). Children forked later follow. */
   async addProcess(pid: number): Promise<void> {
     if (!Number.isInteger(pid) || pid <= 0) throw new Error(`cgroups: invalid pid ${pid}`);
-    for (const dir of this.dirs.values()) await writeControl(dir, "cgroup.procs", String(pid));
+    for (const dir of this.dirs.values()) {
+      // Off the event loop, unlike the other calls: a migration can wait for an RCU grace
+      // period (~20 ms here for the first one in a while, on v1), which would stall a server.
+      try {
+        await writeFile(join(dir, "cgroup.procs"), String(pid));
+      } catch (err) {
+        throw controlError(dir, "cgroup.procs", String(pid), err);
+      }
+    }
   }
 
   /** The processes in the group (any one of its directories lists them all). */
@@ -386,13 +396,17 @@ async function writeControl(dir: string, file: string, value: string): Promise<v
   try {
     writeFileSync(join(dir, file), value);
   } catch (err) {
-    const e = err as NodeJS.ErrnoException;
-    const wrapped = new Error(`cannot write ${value} to ${dir}/${file}: ${e.code ?? e.message}`, {
-      cause: err,
-    }) as NodeJS.ErrnoException;
-    if (e.code) wrapped.code = e.code;
-    throw wrapped;
+    throw controlError(dir, file, value, err);
   }
+}
+
+function controlError(dir: string, file: string, value: string, err: unknown): NodeJS.ErrnoException {
+  const e = err as NodeJS.ErrnoException;
+  const wrapped = new Error(`cannot write ${value} to ${dir}/${file}: ${e.code ?? e.message}`, {
+    cause: err,
+  }) as NodeJS.ErrnoException;
+  if (e.code) wrapped.code = e.code;
+  return wrapped;
 }
 
 function requestedControllers(limits: CgroupLimitSpec): CgroupController[] {
