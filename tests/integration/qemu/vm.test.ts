@@ -342,10 +342,14 @@ describe.skipIf(skip !== "")(suiteTitle("qemu backend (microVM)", skip), () => {
     async () => {
       const backend = (await h.pyro.engine.loadBackend("qemu")) as QemuBackend;
       const w = await h.create();
-      expect(backend.lastStart?.mode).toBe("restore");
+      expect(backend.lastStart).toMatchObject({ mode: "restore", setup_via: "port" });
       await h.pyro.stopWorkspace(w.workspace_id);
       await h.pyro.startWorkspace(w.workspace_id);
-      expect(backend.lastStart?.mode).toBe("cold");
+      // A cold boot is set up by the agent's vm_setup, once it answers (setup-port.ts).
+      expect(backend.lastStart).toMatchObject({ mode: "cold", setup_via: "agent" });
+      expect((await h.pyro.execWorkspace(w.workspace_id, "hostname")).stdout).toBe(
+        `${sandboxHostname(w.workspace_id)}\n`,
+      );
     },
   );
 });
