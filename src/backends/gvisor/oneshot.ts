@@ -68,18 +68,7 @@ export async function gvisorRunOnce(
   });
   const argv = launchArgv(
     [{ lower: spec.rootfs, upper, work, target: merged }],
-    // The launch step execs runsc, whose parent is then the owner: killed mid-run, it
-    // takes runsc along (and runsc its sandbox and gofer), as bwrap's --die-with-parent
-    // does for bwrap one-shots; the sweep (linux/oneshot-sweep.ts) removes the rest.
-    // util-linux's by path: busybox's (which a busybox launch shell prefers) has no
-    // --pdeathsig.
-    [
-      "/usr/bin/setpriv",
-      "--pdeathsig",
-      "KILL",
-      "--",
-      ...runArgv({ bin: rt.bin, root }, rt.platform, bundle, id),
-    ],
+    dieWithOwner(runArgv({ bin: rt.bin, root }, rt.platform, bundle, id)),
     rt.tools,
     // /workspace is the command's cwd: it must exist in the root, so it is made in the layer.
     { disk: { image: disk, mount: diskMount, mkdirs: [join(upper, "workspace"), work] } },
@@ -99,4 +88,15 @@ export async function gvisorRunOnce(
     await sweepCgroups(layout.root, layout.base, id).catch(() => []);
     await removeTree(dir);
   }
+}
+
+/**
+ * `argv` (runsc) ended when the owner dies: the launch step execs it, so its parent is the
+ * owner, and an owner killed mid-run takes runsc along (and runsc its sandbox and gofer),
+ * as bwrap's --die-with-parent does for bwrap one-shots; the sweep
+ * (linux/oneshot-sweep.ts) removes the rest. util-linux's setpriv, by path: busybox's
+ * (which a busybox launch shell prefers) has no --pdeathsig.
+ */
+function dieWithOwner(argv: readonly string[]): string[] {
+  return ["/usr/bin/setpriv", "--pdeathsig", "KILL", "--", ...argv];
 }
