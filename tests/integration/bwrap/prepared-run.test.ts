@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
@@ -7,10 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { STEP_DEADLINE_SLACK_S } from "../../../src/backends/bwrap/prepared-run.js";
 import { CgroupLimits, detectCgroups } from "../../../src/backends/linux/cgroups.js";
 import type { Pyro } from "../../../src/sdk/pyro.js";
-import { REPO_ROOT } from "../../helpers/cli.js";
+import { type Owner, startOwner } from "../../helpers/owner.js";
 import {
   bwrapSkipReason,
-  exited,
   type Harness,
   hostProcesses,
   mountsMentioning,
@@ -53,6 +51,22 @@ async function leftovers(home: string, id: string): Promise<string[] | null> {
   out.push(...mountsMentioning(id));
   if (existsSync(join(home, "oneshot", id))) out.push(`directory ${id}`);
   return out;
+}
+
+/**
+ * An owner process (an SDK script with the pool on) that made one run, so that a launch is
+ * prepared and waiting for the next, then runs `then`.
+ */
+async function ownerWithLaunch(home: string, env: string, then: string[]): Promise<Owner> {
+  const owner = startOwner([
+    `const pyro = new Pyro({ home: ${JSON.stringify(home)}, environmentsDir: ${JSON.stringify(env)}, pool: 1 });`,
+    "await pyro.run('debian:12', 'true', { backend: 'bwrap' });",
+    "await pyro.engine.launches.ready();",
+    "console.log('ready');",
+    ...then,
+  ]);
+  expect(await owner.printed("ready", 60_000), owner.output()).toBe(true);
+  return owner;
 }
 
 describe.skipIf(skip !== "")(suiteTitle("one-shot runs in prepared launches on bwrap", skip), () => {
@@ -194,25 +208,10 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs in prepared launches on b
     expect(processAlive(a!.pid)).toBe(false);
     expect(await leftovers(home, a!.id)).toEqual([]);
     // Killed: its launch sees its gate close and removes what it made.
-    const script = [
-      `import { Pyro } from ${JSON.stringify(join(REPO_ROOT, "dist", "sdk", "pyro.js"))};`,
-      `const pyro = new Pyro({ home: ${JSON.stringify(home)}, environmentsDir: ${JSON.stringify(env)}, pool: 1 });`,
-      "await pyro.run('debian:12', 'true', { backend: 'bwrap' });",
-      "await pyro.engine.launches.ready();",
-      "console.log('ready');",
-      "setInterval(() => {}, 1000);",
-    ].join("\n");
-    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: "pipe" });
-    let out = "";
-    child.stdout.on("data", (d: Buffer) => {
-      out += d.toString();
-    });
-    await waitUntil(() => out.includes("ready") || child.exitCode !== null, 60_000);
-    expect(out).toContain("ready");
+    const owner = await ownerWithLaunch(home, env, ["setInterval(() => {}, 1000);"]);
     const [b] = preparedLaunches(home);
     expect(b).toBeDefined();
-    child.kill("SIGKILL");
-    await exited(child);
+    await owner.kill();
     expect(await waitUntil(() => !processAlive(b!.pid), 10_000)).toBe(true);
     expect(await leftovers(home, b!.id)).toEqual([]);
     expect(await readdir(join(home, "oneshot"))).toEqual([]);
@@ -221,26 +220,13 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs in prepared launches on b
   it("leaves nothing when its owner is killed while the command runs: the launch step cleans up after it", async () => {
     const home = await h.tempDir("prepared-owner-run");
     const env = String(h.cliEnv.PYRO_ENV_CACHE);
-    const script = [
-      `import { Pyro } from ${JSON.stringify(join(REPO_ROOT, "dist", "sdk", "pyro.js"))};`,
-      `const pyro = new Pyro({ home: ${JSON.stringify(home)}, environmentsDir: ${JSON.stringify(env)}, pool: 1 });`,
-      "await pyro.run('debian:12', 'true', { backend: 'bwrap' });",
-      "await pyro.engine.launches.ready();",
-      "console.log('ready');",
+    const owner = await ownerWithLaunch(home, env, [
       "await pyro.run('debian:12', 'echo started; sleep 2', { backend: 'bwrap', onOutput: () => console.log('running') });",
-    ].join("\n");
-    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: "pipe" });
-    let out = "";
-    child.stdout.on("data", (d: Buffer) => {
-      out += d.toString();
-    });
-    await waitUntil(() => out.includes("ready") || child.exitCode !== null, 60_000);
+    ]);
     const [launch] = preparedLaunches(home);
     expect(launch).toBeDefined();
-    await waitUntil(() => out.includes("running") || child.exitCode !== null, 30_000);
-    expect(out).toContain("running");
-    child.kill("SIGKILL");
-    await exited(child);
+    expect(await owner.printed("running", 30_000), owner.output()).toBe(true);
+    await owner.kill();
     // The command finishes (nothing kills it), then the step unmounts and removes its cgroup.
     expect(await waitUntil(() => !processAlive(launch!.pid), 15_000)).toBe(true);
     expect(await leftovers(home, launch!.id)).toEqual([]);
@@ -252,26 +238,14 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs in prepared launches on b
     const home = await h.tempDir("prepared-owner-deadline");
     const env = String(h.cliEnv.PYRO_ENV_CACHE);
     const marker = `298.${process.pid}${Date.now() % 1000}`;
-    const script = [
-      `import { Pyro } from ${JSON.stringify(join(REPO_ROOT, "dist", "sdk", "pyro.js"))};`,
-      `const pyro = new Pyro({ home: ${JSON.stringify(home)}, environmentsDir: ${JSON.stringify(env)}, pool: 1 });`,
-      "await pyro.run('debian:12', 'true', { backend: 'bwrap' });",
-      "await pyro.engine.launches.ready();",
-      "console.log('ready');",
-      `await pyro.run('debian:12', 'echo started; exec sleep ${marker}', { backend: 'bwrap', timeoutSeconds: 4, onOutput: () => console.log('running') });`,
-    ].join("\n");
-    const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: "pipe" });
-    let out = "";
-    child.stdout.on("data", (d: Buffer) => {
-      out += d.toString();
-    });
-    await waitUntil(() => out.includes("ready") || child.exitCode !== null, 60_000);
+    const owner = await ownerWithLaunch(home, env, [
+      `await pyro.run('debian:12', 'echo started; exec sleep ${marker}', { backend: 'bwrap', timeoutSeconds: 4 });`,
+    ]);
     const [launch] = preparedLaunches(home);
     expect(launch).toBeDefined();
     const sleeper = () => hostProcesses((argv) => argv[0] === "sleep" && argv.includes(marker));
     expect(await waitUntil(() => sleeper().length === 1, 30_000)).toBe(true);
-    child.kill("SIGKILL");
-    await exited(child);
+    await owner.kill();
     const t = Date.now();
     // Alive past the owner's death (nothing else ends it), then gone by the step's deadline.
     await new Promise((ok) => setTimeout(ok, 500));
