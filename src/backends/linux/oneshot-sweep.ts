@@ -1,4 +1,4 @@
-import { lstatSync, readdirSync } from "node:fs";
+import { lstatSync, readdirSync, rmdirSync } from "node:fs";
 import { join } from "node:path";
 import { removeTree } from "../../util/mounts.js";
 import { type CgroupLayout, CgroupLimits } from "./cgroups.js";
@@ -43,6 +43,7 @@ export async function sweepOneShots(
       const cg = await CgroupLimits.attach(layout, name);
       if (cg && (await cg.pids()).length > 0) continue;
       await cg?.destroy();
+      removeOtherGroups(layout, name);
       await removeTree(dir);
       removed.push(name);
     } catch {
@@ -50,4 +51,25 @@ export async function sweepOneShots(
     }
   }
   return removed;
+}
+
+/**
+ * The groups of `name` in the hierarchies pyro does not limit with (runsc makes its
+ * container's group in every controller: blkio, devices, freezer, ...; a runsc killed
+ * with its owner leaves them). Only empty ones can go (rmdir refuses the others).
+ */
+function removeOtherGroups(layout: CgroupLayout, name: string): void {
+  let hierarchies: string[];
+  try {
+    hierarchies = readdirSync(layout.root);
+  } catch {
+    return;
+  }
+  for (const h of hierarchies) {
+    try {
+      rmdirSync(join(layout.root, h, layout.base, name));
+    } catch {
+      // Not there, already removed, or not empty.
+    }
+  }
 }

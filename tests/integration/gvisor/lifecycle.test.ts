@@ -2,6 +2,7 @@ import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pyro as cli } from "../../helpers/cli.js";
+import { expectSweptOnceStale, startOwner } from "../../helpers/owner.js";
 import {
   entriesOf,
   errorOf,
@@ -141,6 +142,28 @@ describe.skipIf(skip !== "")(suiteTitle("gvisor one-shots and a workspace across
     expect(mountsMentioning(h.home)).toEqual([]);
     expect(cgroupsOf(id)).toEqual([]);
     expect(existsSync(dir)).toBe(false);
+  });
+
+  // In this file, after the one-shot checks above: runsc's own groups of a run in flight
+  // would be in their way (they look at every run_ group of the host).
+  it("ends a one-shot's runsc, sandbox and gofer with its owner; a later sweep removes what is left", async () => {
+    const home = await h.tempDir("gvisor-cold-owner");
+    const owner = startOwner([
+      `const pyro = new Pyro({ home: ${JSON.stringify(home)}, environmentsDir: ${JSON.stringify(String(h.cliEnv.PYRO_ENV_CACHE))}, pool: 0 });`,
+      "await pyro.run('debian:12', 'echo started; exec sleep 300', { backend: 'gvisor', timeoutSeconds: 600, onOutput: () => console.log('running') });",
+    ]);
+    expect(await owner.printed("running", 90_000), owner.output()).toBe(true);
+    const scratch = join(home, "oneshot");
+    const [run] = readdirSync(scratch).filter((n) => n.startsWith("run_"));
+    expect(run).toBeDefined();
+    // The command runs inside the sentry: what the host sees of the run is runsc's processes.
+    const runsc = () => runscOf(join(scratch, run!));
+    expect(runsc().length).toBeGreaterThanOrEqual(2);
+    await owner.kill();
+    expect(await waitUntil(() => runsc().length === 0, 15_000)).toBe(true);
+    await expectSweptOnceStale(scratch, run!);
+    // runsc's own groups of the run (blkio, devices, freezer, ...) went with the sweep too.
+    expect(cgroupsOf(run!)).toEqual([]);
   });
 });
 
