@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import type { BackendName } from "../backends/backend.js";
-import { detectCgroups } from "../backends/linux/cgroups.js";
+import { hostCgroups } from "../backends/linux/cgroups.js";
 import { sweepOneShots } from "../backends/linux/oneshot-sweep.js";
 import { PyroError } from "../errors.js";
 import type { Engine } from "./engine.js";
@@ -102,7 +102,11 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
 async function sweepLeftovers(scratchDir: string): Promise<void> {
   // The namespace backends' one-shots need root (overlays, cgroups): nothing to sweep otherwise.
   if (process.getuid?.() !== 0) return;
-  await sweepOneShots(scratchDir, await detectCgroups()).catch(() => {});
+  try {
+    await sweepOneShots(scratchDir, await hostCgroups());
+  } catch {
+    // Nothing swept now; the next run tries again.
+  }
 }
 
 /**

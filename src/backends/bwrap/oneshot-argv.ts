@@ -2,7 +2,6 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdir, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { sandboxHostname } from "../guest.js";
-import { type CgroupLayout, detectCgroups } from "../linux/cgroups.js";
 import { isolationArgs } from "./isolation.js";
 import { buildSeccompProgram } from "./seccomp.js";
 
@@ -59,15 +58,4 @@ export function seccompFile(runtimeCacheDir: string): Promise<string> {
     seccompFiles.set(runtimeCacheDir, p);
   }
   return p;
-}
-
-let layout: Promise<CgroupLayout> | undefined;
-
-/** The host's cgroup layout, detected once per process (a one-shot used to read it per run). */
-export function cgroupLayout(): Promise<CgroupLayout> {
-  layout ??= detectCgroups();
-  layout.catch(() => {
-    layout = undefined;
-  });
-  return layout;
 }

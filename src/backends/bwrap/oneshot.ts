@@ -7,9 +7,9 @@ import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { claimDiskImage, DEFAULT_DISK_MIB, diskTemplates } from "../disk-image.js";
 import { runGatedOneShot } from "../gated-run.js";
-import { limitedCgroup } from "../linux/cgroups.js";
+import { hostCgroups, limitedCgroup } from "../linux/cgroups.js";
 import { type LaunchTools, launchArgv } from "../linux/launch.js";
-import { bwrapPrefix, cgroupLayout, seccompFile } from "./oneshot-argv.js";
+import { bwrapPrefix, seccompFile } from "./oneshot-argv.js";
 import { PreparedRun } from "./prepared-run.js";
 
 /**
@@ -69,7 +69,7 @@ async function coldRun(spec: OneShotSpec, tools: LaunchTools): Promise<OneShotRe
       spec.keep?.track(refill);
       return seccompFile(spec.runtimeCacheDir);
     })(),
-    cgroupLayout().then((layout) => limitedCgroup(layout, id, spec.limits)),
+    hostCgroups().then((layout) => limitedCgroup(layout, id, spec.limits)),
   ]);
   if (files.status === "rejected" || made.status === "rejected") {
     if (made.status === "fulfilled") await made.value.destroy().catch(() => {});

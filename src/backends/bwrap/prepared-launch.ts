@@ -1,4 +1,4 @@
-import { type LaunchTools, OVERLAY_OPTIONS } from "../linux/launch.js";
+import { type LaunchTools, OVERLAY_OPTIONS, privateMountShell } from "../linux/launch.js";
 
 /** The line a prepared launch prints on stdout once its mounts are done. */
 export const READY_LINE = "pyro-ready";
@@ -101,15 +101,7 @@ export function preparedLaunchArgv(
     "exit 0",
   ].join("\n");
   return [
-    "unshare",
-    "--mount",
-    "--propagation",
-    "private",
-    "--",
-    ...tools.shell,
-    "-c",
-    script,
-    "pyro-prepared-launch",
+    ...privateMountShell(tools, script, "pyro-prepared-launch"),
     p.image,
     p.diskMount,
     p.upper,

@@ -11,9 +11,9 @@ import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { LAUNCH_ENV } from "../common.js";
 import { claimDiskImage, DEFAULT_DISK_MIB, diskTemplates } from "../disk-image.js";
 import { signalNumber } from "../gated-run.js";
-import { type CgroupLimits, limitedCgroup } from "../linux/cgroups.js";
+import { type CgroupLimits, hostCgroups, limitedCgroup } from "../linux/cgroups.js";
 import type { LaunchTools } from "../linux/launch.js";
-import { bwrapPrefix, cgroupLayout, seccompFile } from "./oneshot-argv.js";
+import { bwrapPrefix, seccompFile } from "./oneshot-argv.js";
 import { preparedLaunchArgv, preparedRunArgs, READY_LINE } from "./prepared-launch.js";
 
 /** What a prepared launch is made for: a run on this environment, disk size and cache. */
@@ -74,7 +74,7 @@ export class PreparedRun {
       await Promise.all([diskMount, paths.merged].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
       const disk = spec.limits.disk_mib ?? DEFAULT_DISK_MIB;
       const { refill } = await claimDiskImage(paths.image, disk, diskTemplates(spec));
-      const layout = await cgroupLayout();
+      const layout = await hostCgroups();
       cgroups = await limitedCgroup(layout, id, spec.limits);
       const cg = [...cgroups.dirs].map(([c, d]) => ({
         dir: d,

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { setImmediate as yieldToLoop } from "node:timers/promises";
 import { run } from "../../util/run.js";
 import { statFields } from "../common.js";
-import { CgroupLimits, detectCgroups } from "../linux/cgroups.js";
+import { CgroupLimits, hostCgroups } from "../linux/cgroups.js";
 import type { SandboxLayout } from "../linux/layout.js";
 
 /** The agent's spool directory inside the sandbox: emptied by the agent, its contents signed (none). */
@@ -49,15 +49,8 @@ export async function procInfo(pid: number): Promise<ProcInfo | null> {
   }
 }
 
-/** The host's cgroup layout, found once per process (it does not change while pyro runs). */
-let layout: ReturnType<typeof detectCgroups> | null = null;
-
 export async function sandboxCgroup(cgroupId: string): Promise<CgroupLimits | null> {
-  layout ??= detectCgroups().catch((err: unknown) => {
-    layout = null;
-    throw err;
-  });
-  return CgroupLimits.attach(await layout, cgroupId);
+  return CgroupLimits.attach(await hostCgroups(), cgroupId);
 }
 
 /**

@@ -82,6 +82,20 @@ export interface DetectOptions {
 const CPU_PERIOD_US = 100_000;
 const DESTROY_TIMEOUT_MS = 5_000;
 
+let hostLayout: Promise<CgroupLayout> | undefined;
+
+/**
+ * The host's layout (default root and base), detected once per process: it does not
+ * change while pyro runs. A failed detection is tried again next time.
+ */
+export function hostCgroups(): Promise<CgroupLayout> {
+  hostLayout ??= detectCgroups().catch((err: unknown) => {
+    hostLayout = undefined;
+    throw err;
+  });
+  return hostLayout;
+}
+
 /** Finds the cgroup layout and which controllers pyro can use, with reasons when not. */
 export async function detectCgroups(options: DetectOptions = {}): Promise<CgroupLayout> {
   const root = options.root ?? "/sys/fs/cgroup";

@@ -127,19 +127,20 @@ export function launchArgv(
       : 'exec "$@"',
   ].join("\n");
   return [
-    "unshare",
-    "--mount",
-    "--propagation",
-    "private",
-    "--",
-    ...tools.shell,
-    "-c",
-    script,
-    "pyro-launch",
+    ...privateMountShell(tools, script, "pyro-launch"),
     ...(disk ? [disk.image, disk.mount, String(disk.mkdirs.length), ...disk.mkdirs] : []),
     ...overlays.flatMap((o) => [o.lower, o.upper, o.work, o.target]),
     ...command,
   ];
+}
+
+/**
+ * argv of `script` run by the launch shell in a private mount namespace of its own
+ * (`unshare --mount --propagation private`): what it mounts is seen by nothing outside
+ * and goes with it. `name` is the script's $0; its positional arguments follow.
+ */
+export function privateMountShell(tools: LaunchTools, script: string, name: string): string[] {
+  return ["unshare", "--mount", "--propagation", "private", "--", ...tools.shell, "-c", script, name];
 }
 
 export const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
