@@ -54,21 +54,36 @@ export function runGatedOneShot(
     child.on("close", (code, signal) => {
       clearTimeout(timer);
       options.signal?.removeEventListener("abort", onAbort);
-      const stdout = out.render();
-      const stderr = err.render();
-      resolve({
-        exit_code: timedOut ? 124 : (code ?? 128 + signalNumber(signal)),
-        stdout: stdout.text,
-        stderr: stderr.text,
-        stdout_bytes: stdout.bytes,
-        stderr_bytes: stderr.bytes,
-        duration_ms: Math.round(performance.now() - started),
-        timed_out: timedOut,
-        truncated: out.truncated || err.truncated,
-      });
+      resolve(
+        oneShotResult(out, err, {
+          exitCode: code ?? 128 + signalNumber(signal),
+          timedOut,
+          durationMs: performance.now() - started,
+        }),
+      );
     });
     placeAndRelease(child, options).catch(reject);
   });
+}
+
+/** A one-shot's result from its two captures; a run that timed out exits 124, whatever killed it. */
+export function oneShotResult(
+  out: HeadTailCapture,
+  err: HeadTailCapture,
+  r: { exitCode: number; timedOut: boolean; durationMs: number },
+): OneShotResult {
+  const stdout = out.render();
+  const stderr = err.render();
+  return {
+    exit_code: r.timedOut ? 124 : r.exitCode,
+    stdout: stdout.text,
+    stderr: stderr.text,
+    stdout_bytes: stdout.bytes,
+    stderr_bytes: stderr.bytes,
+    duration_ms: Math.round(r.durationMs),
+    timed_out: r.timedOut,
+    truncated: out.truncated || err.truncated,
+  };
 }
 
 /** Both streams captured (head and tail past the cap), each chunk also handed to `onOutput`. */

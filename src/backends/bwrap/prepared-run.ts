@@ -10,7 +10,7 @@ import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { LAUNCH_ENV } from "../common.js";
 import { claimDiskImage, DEFAULT_DISK_MIB, diskTemplates } from "../disk-image.js";
-import { signalNumber } from "../gated-run.js";
+import { oneShotResult, signalNumber } from "../gated-run.js";
 import { type CgroupLimits, hostCgroups, limitedCgroup } from "../linux/cgroups.js";
 import type { LaunchTools } from "../linux/launch.js";
 import { bwrapPrefix, seccompFile } from "./oneshot-argv.js";
@@ -199,18 +199,7 @@ export class PreparedRun {
         const e = await this.exit;
         code = e.code ?? 128 + signalNumber(e.signal);
       }
-      const o = out.render();
-      const e = err.render();
-      return {
-        exit_code: timedOut ? 124 : code,
-        stdout: o.text,
-        stderr: e.text,
-        stdout_bytes: o.bytes,
-        stderr_bytes: e.bytes,
-        duration_ms: Math.round(performance.now() - started),
-        timed_out: timedOut,
-        truncated: out.truncated || err.truncated,
-      };
+      return oneShotResult(out, err, { exitCode: code, timedOut, durationMs: performance.now() - started });
     });
   }
 

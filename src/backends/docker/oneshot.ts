@@ -4,6 +4,7 @@ import type Docker from "dockerode";
 import { HeadTailCapture } from "../../agent/capture.js";
 import { PyroError } from "../../errors.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
+import { oneShotResult } from "../gated-run.js";
 import { CALL_MS, deadline, engineError, ignoreGone, withTimeout } from "./client.js";
 import { type InspectedHostConfig, oneShotContainerBody, unappliedSettings } from "./container.js";
 import { ensureImage } from "./image.js";
@@ -109,18 +110,7 @@ async function runAttached(
     await Promise.race([drained, new Promise((r) => setTimeout(r, DRAIN_MS).unref())]);
     if (spec.signal?.aborted)
       throw new PyroError("cancelled", "the run was cancelled; its container was killed");
-    const stdout = out.render();
-    const stderr = err.render();
-    return {
-      exit_code: timedOut ? 124 : StatusCode,
-      stdout: stdout.text,
-      stderr: stderr.text,
-      stdout_bytes: stdout.bytes,
-      stderr_bytes: stderr.bytes,
-      duration_ms: duration,
-      timed_out: timedOut,
-      truncated: out.truncated || err.truncated,
-    };
+    return oneShotResult(out, err, { exitCode: StatusCode, timedOut, durationMs: duration });
   } finally {
     clearTimeout(timer);
     spec.signal?.removeEventListener("abort", kill);
