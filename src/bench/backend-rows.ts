@@ -1,9 +1,7 @@
-import { readFile } from "node:fs/promises";
-import { join } from "node:path";
 import type { BackendName } from "../backends/backend.js";
 import type { Pyro } from "../sdk/pyro.js";
-import { idleNodeRssKib } from "./cli.js";
-import { type BenchRow, median, pairedSampleMs, row, sampleMs, type Target } from "./stats.js";
+import { idleMemoryRows } from "./idle-memory.js";
+import { type BenchRow, pairedSampleMs, row, sampleMs, type Target } from "./stats.js";
 
 /** A bare bwrap spawn of /bin/true over `rootfs`: the floor of the bwrap rows. */
 export function bareBwrap(rootfs: string): string[] {
@@ -35,8 +33,6 @@ export const GOALS = {
   } as Partial<Record<BackendName, Partial<Record<"create" | "reset" | "exec" | "run", Target>>>>,
   reset10k: { max: 0.1 } as Target,
   sync: { min: 0.8, inverse: true } as Target,
-  /** Idle workspace RSS (issue 18: 50 idle workspaces in 1.5 GiB). */
-  idleRssMib: { maxAbs: 30, unit: "MiB" } as Target,
 };
 
 /** Create, warm exec, one-shot run and reset on one backend, against its floor. */
@@ -95,10 +91,10 @@ export async function backendRows(
       const resetMs = await sampleMs(quick ? 2 : 5, () => pyro.resetWorkspace(ws.workspace_id), 0);
       rows.push(row(`${backend}: reset (small workspace)`, resetMs, floorName, floor, goal.reset ?? {}));
     }
-    if (backend === "bwrap") rows.push(await idleRssRow(ws.workspace_id, extra));
   } finally {
     await pyro.deleteWorkspace(ws.workspace_id);
   }
+  if (backend === "bwrap") rows.push(...(await idleMemoryRows(pyro, quick ? 20 : 50, extra)));
   const runMs = await sampleMs(quick ? 3 : 10, async () => {
     const r = await pyro.run("debian:12", "true", { backend });
     if (r.exit_code !== 0) throw new Error("run failed");
@@ -218,47 +214,4 @@ async function pooledCreateRow(
   } finally {
     await pooled.close();
   }
-}
-
-/**
- * The idle workspace's memory: its sandbox processes' RSS (the agent, mostly), read a
- * few times after it settled, against an idle `node` process (what any Node agent costs).
- */
-async function idleRssRow(id: string, extra: Record<string, unknown>): Promise<BenchRow> {
-  await new Promise((r) => setTimeout(r, 1000));
-  const readings: number[] = [];
-  for (let i = 0; i < 5; i++) {
-    const kib = await sandboxRssKib(id);
-    if (kib !== null) readings.push(kib / 1024);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  extra.agent_rss_kib = readings.length ? Math.round(median(readings) * 1024) : null;
-  const nodeMib = (await idleNodeRssKib()) / 1024;
-  return row(
-    "bwrap: idle workspace RSS (agent and sandbox processes)",
-    readings.length ? readings : [Number.NaN],
-    "idle node process",
-    nodeMib,
-    // Without a reading there is nothing to judge: no goal rather than a miss.
-    readings.length ? GOALS.idleRssMib : { unit: "MiB" },
-    readings.length ? undefined : "no cgroup to read the sandbox's processes from",
-  );
-}
-
-/** Sum of VmRSS of the processes in a workspace's cgroup (v1 pids controller or v2). */
-async function sandboxRssKib(id: string): Promise<number | null> {
-  for (const dir of [`/sys/fs/cgroup/pids/pyro/${id}`, `/sys/fs/cgroup/pyro/${id}`]) {
-    try {
-      const pids = (await readFile(join(dir, "cgroup.procs"), "utf8")).split("\n").filter(Boolean);
-      let total = 0;
-      for (const pid of pids) {
-        const status = await readFile(`/proc/${pid}/status`, "utf8").catch(() => "");
-        total += Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
-      }
-      return total;
-    } catch {
-      // try the next layout
-    }
-  }
-  return null;
 }
