@@ -29,6 +29,7 @@ import {
 import { openDockerDisk } from "./disk.js";
 import { imageRef } from "./image.js";
 import { dockerRunOnce } from "./oneshot.js";
+import { adoptDockerSpare, removeAdopted, removeRootImage, settleAdopted } from "./pool.js";
 import {
   baseName,
   otherSlot,
@@ -82,21 +83,27 @@ export class DockerBackend implements WorkspaceBackend {
   }
 
   async start(spec: SandboxSpec, options: { signal?: AbortSignal } = {}): Promise<SandboxState> {
-    const record = await readRecord(spec.dir);
+    let record = await readRecord(spec.dir);
     const endpoint = record?.endpoint ?? this.clients.defaultEndpoint();
     const slot = record?.slot ?? "a";
     await mkdir(spec.dir, { recursive: true, mode: 0o700 });
     await atomicWriteFile(
       join(spec.dir, RECORD),
-      JSON.stringify({ endpoint, slot } satisfies EngineRecord),
+      JSON.stringify({ ...record, endpoint, slot } satisfies EngineRecord),
       0o600,
     );
     const docker = await this.clients.get(endpoint);
     const base = containerName(spec.workspace_id);
+    // A pool's spare container cannot start again: replaced first (pool.ts).
+    if (record?.adopted) record = await settleAdopted(docker, spec, record);
     // The other slot's container (a standby, or an old container a hand-out left paused in
     // a process that ended): not this start's to keep.
     if (record) await this.dropStandby(docker, base, otherSlot(slot)).catch(() => {});
-    const parts = await containerParts(docker, endpoint, spec, slot, slotName(base, slot), options);
+    const image = slot === "a" ? record?.root_image : undefined;
+    const parts = await containerParts(docker, endpoint, spec, slot, slotName(base, slot), {
+      ...options,
+      ...(image ? { image } : {}),
+    });
     // A workspace never started before (no record) has no container to keep: no lookups.
     const state = await this.launch(docker, endpoint, spec, parts, record !== null, options);
     if (this.wantStandby.delete(base))
@@ -205,8 +212,10 @@ export class DockerBackend implements WorkspaceBackend {
 
   /** A stopped workspace's files, read by a throwaway read-only container (disk.ts). */
   async openDisk(spec: SandboxSpec): Promise<Duplex> {
-    const record = await readRecord(spec.dir);
+    let record = await readRecord(spec.dir);
     const endpoint = record?.endpoint ?? this.clients.defaultEndpoint();
+    // A pool's spare container's volume names the spare's paths: replaced first (pool.ts).
+    if (record?.adopted) record = await settleAdopted(await this.clients.get(endpoint), spec, record);
     return openDockerDisk(
       await this.clients.get(endpoint),
       endpoint,
@@ -219,6 +228,14 @@ export class DockerBackend implements WorkspaceBackend {
   async discardChanges(spec: SandboxSpec): Promise<void> {
     await this.removeEngineObjects(spec, null);
     for (const slot of ["a", "b"] as const) await removeTree(slotPaths(spec.dir, slot).ws);
+    // An adopted spare's root layer (pool.ts) is discarded with the rest.
+    const r = await readRecord(spec.dir);
+    if (r?.adopted || r?.root_image)
+      await atomicWriteFile(
+        join(spec.dir, RECORD),
+        JSON.stringify({ endpoint: r.endpoint, slot: r.slot }),
+        0o600,
+      );
   }
 
   async destroy(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
@@ -228,8 +245,8 @@ export class DockerBackend implements WorkspaceBackend {
 
   /** Removes both slots' containers and volumes, checking by label that they are ours. */
   private async removeEngineObjects(spec: SandboxSpec, state: SandboxState | null): Promise<void> {
-    const recorded =
-      typeof state?.endpoint === "string" ? state.endpoint : (await readRecord(spec.dir))?.endpoint;
+    const record = await readRecord(spec.dir);
+    const recorded = typeof state?.endpoint === "string" ? state.endpoint : record?.endpoint;
     // Never started on an engine: nothing there to remove.
     if (!recorded) return;
     const docker = await this.clients.get(recorded);
@@ -246,9 +263,18 @@ export class DockerBackend implements WorkspaceBackend {
           await removeVolume(docker, slotVolume(spec.workspace_id, slot), spec.dir);
         }),
       );
+      // A pool's spare this workspace was handed (pool.ts): its container, volume, root layer.
+      if (record?.adopted) await removeAdopted(docker, record.adopted);
+      await removeRootImage(docker, spec);
     } catch (err) {
       throw engineError(err, `removing the container of ${spec.workspace_id}`, recorded);
     }
+  }
+
+  /** Hands a started spare container to `spec`'s workspace (pool.ts). */
+  async adoptSpare(spare: SandboxSpec, state: SandboxState, spec: SandboxSpec) {
+    const s = asDockerState(state);
+    return adoptDockerSpare(await this.clients.get(s.endpoint), spare, s, spec);
   }
 
   /** Ends this process's standby of the workspace and removes the container in `slot`. */

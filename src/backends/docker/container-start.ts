@@ -38,6 +38,18 @@ export interface EngineRecord {
   endpoint: string;
   /** The slot of the workspace's container (standby.ts); absent: "a". */
   slot?: Slot;
+  /** The pool's spare container this workspace was handed and still runs in (pool.ts). */
+  adopted?: AdoptedSpare;
+  /** Slot a's image: the adopted container's root layer, committed when it was replaced (pool.ts). */
+  root_image?: string;
+}
+
+/** A handed-out spare, named by what the engine knows it by (its container and volume keep the spare's labels). */
+export interface AdoptedSpare {
+  container_id: string;
+  volume: string;
+  /** The spare's sandbox directory: its container's and volume's `dev.pyro.dir` label. */
+  label_dir: string;
 }
 
 export interface DockerState extends SandboxState {
@@ -67,6 +79,12 @@ export function asDockerState(state: SandboxState): DockerState {
   return s as DockerState;
 }
 
+export interface ContainerOptions {
+  signal?: AbortSignal;
+  /** Instead of the environment's image: an adopted spare's committed root layer (pool.ts). */
+  image?: string;
+}
+
 /** The bodies of a container of `spec` in `slot`, its directories made and its sockets gone. */
 export async function containerParts(
   docker: Docker,
@@ -74,11 +92,11 @@ export async function containerParts(
   spec: SandboxSpec,
   slot: Slot,
   name: string,
-  options: { signal?: AbortSignal },
+  options: ContainerOptions,
 ) {
   const l = slotPaths(spec.dir, slot);
   const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
-  const image = await ensureImage(docker, endpoint, spec.rootfs, options);
+  const image = options.image ?? (await ensureImage(docker, endpoint, spec.rootfs, options));
   // The socket directory is the container's /run/pyro/sock: nothing a command left there
   // outlives the container's start (a reset's restart kept it before).
   await rm(l.sock, { recursive: true, force: true });
@@ -202,7 +220,15 @@ export async function readRecord(dir: string): Promise<EngineRecord | null> {
   try {
     const r = JSON.parse(await readFile(join(dir, RECORD), "utf8")) as Partial<EngineRecord>;
     if (typeof r.endpoint !== "string") return null;
-    return { endpoint: r.endpoint, slot: r.slot === "b" ? "b" : "a" };
+    const a = r.adopted;
+    const adopted =
+      a && [a.container_id, a.volume, a.label_dir].every((x) => typeof x === "string") ? a : undefined;
+    return {
+      endpoint: r.endpoint,
+      slot: r.slot === "b" ? "b" : "a",
+      ...(adopted ? { adopted } : {}),
+      ...(typeof r.root_image === "string" ? { root_image: r.root_image } : {}),
+    };
   } catch {
     return null;
   }
