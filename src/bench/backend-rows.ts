@@ -57,7 +57,7 @@ export async function backendRows(
     },
     0,
   );
-  if (backend === "bwrap" || backend === "gvisor") {
+  if (backend === "bwrap" || backend === "gvisor" || backend === "docker") {
     // Without a pool (a CLI call) the create starts a sandbox: shown, judged on the pool's row.
     rows.push(row(`${backend}: workspace create, no pool (CLI)`, createMs, floorName, floor, {}));
     rows.push(await pooledCreateRow(pyro, backend, floorName, floor, quick ? 3 : 8, goal.create ?? {}));
