@@ -91,7 +91,7 @@ export const CONFIG_VARS = {
       return v.trim() !== "" && Number.isInteger(n) && n >= 0 ? Math.min(n, MAX_POOL) : undefined;
     },
     description:
-      "Started sandboxes (bwrap, gVisor) kept ready per environment for new workspaces, and a bwrap one-shot launch prepared after each run for the next (docs/backends.md, pool and prepared launch); 0 turns both off, at most 4, anything else is ignored. SDK option `pool`.",
+      "Started sandboxes (bwrap, gVisor, docker) kept ready per environment for new workspaces, and a bwrap one-shot launch prepared after each run for the next (docs/backends.md, pool and prepared launch); 0 turns both off, at most 4, anything else is ignored. SDK option `pool`.",
     default: "1 for `pyro mcp serve`, else 0",
   }),
   PYRO_CLAUDE_BIN: declare({

@@ -29,7 +29,7 @@ import {
 import { openDockerDisk } from "./disk.js";
 import { imageRef } from "./image.js";
 import { dockerRunOnce } from "./oneshot.js";
-import { adoptDockerSpare, removeAdopted, removeRootImage, settleAdopted } from "./pool.js";
+import { adoptDockerSpare, removeAdopted, removeRootImage, SPARE_LOWER, settleAdopted } from "./pool.js";
 import {
   baseName,
   otherSlot,
@@ -228,7 +228,8 @@ export class DockerBackend implements WorkspaceBackend {
   async discardChanges(spec: SandboxSpec): Promise<void> {
     await this.removeEngineObjects(spec, null);
     for (const slot of ["a", "b"] as const) await removeTree(slotPaths(spec.dir, slot).ws);
-    // An adopted spare's root layer (pool.ts) is discarded with the rest.
+    // An adopted spare's root layer and lower layer (pool.ts) are discarded with the rest.
+    await removeTree(join(spec.dir, SPARE_LOWER));
     const r = await readRecord(spec.dir);
     if (r?.adopted || r?.root_image)
       await atomicWriteFile(

@@ -130,6 +130,20 @@ async function setHostname(c: Docker.ContainerInspectInfo, name: string): Promis
   return wrote;
 }
 
+/** The spare's container given the workspace's limits and hostname: its inspection, or why not. */
+async function identify(
+  c: Docker.Container,
+  spare: SandboxSpec,
+  spec: SandboxSpec,
+): Promise<Docker.ContainerInspectInfo | string> {
+  const seen = await ignoreGone(c.inspect(deadline()));
+  if (!seen?.State.Running || seen.State.Paused || seen.Config.Labels?.[LABELS.dir] !== spare.dir)
+    return "the spare's container is gone";
+  const got = await applyLimits(c, spare, spec);
+  if (typeof got === "string") return got;
+  return (await setHostname(got, sandboxHostname(spec.workspace_id))) ?? got;
+}
+
 /**
  * Hands the spare to `spec`'s workspace (see the top of this file). Returns the state to
  * record, or `declined` with why (the pool then ends the spare, whose record names its
@@ -145,13 +159,8 @@ export async function adoptDockerSpare(
   const why = await unfit(spec);
   if (why) return { declined: why };
   const c = docker.getContainer(state.container_id);
-  const seen = await ignoreGone(c.inspect(deadline()));
-  if (!seen?.State.Running || seen.State.Paused || seen.Config.Labels?.[LABELS.dir] !== spare.dir)
-    return { declined: "the spare's container is gone" };
-  const got = await applyLimits(c, spare, spec);
+  const got = await identify(c, spare, spec).catch((err: Error) => `the engine failed: ${err.message}`);
   if (typeof got === "string") return { declined: got };
-  const named = await setHostname(got, sandboxHostname(spec.workspace_id));
-  if (named) return { declined: named };
   // From here on the spare's record names the container and volume by what they keep.
   const adopted = { container_id: got.Id, volume: slotVolume(spare.workspace_id, "a"), label_dir: spare.dir };
   const record: EngineRecord = { endpoint: state.endpoint, slot: "a", adopted };
