@@ -106,13 +106,18 @@ describe.skipIf(skip !== "")(suiteTitle("docker pool of started containers", ski
     // A stop and start: the spare's container cannot start again (its binds name the
     // spare's paths), so it is replaced by the workspace's own, on its committed root layer.
     await h.pyro.stopWorkspace(id);
-    expect((await h.pyro.readWorkspaceDisk(id, "two.txt")).content).toBe("two\n");
     await h.pyro.startWorkspace(id);
     expect(recorded(id).container_id).not.toBe(before.container_id);
     expect(await sh(id, "cat one.txt two.txt /root/kept; hostname")).toBe(`one\ntwo\nroot-layer\n${host}`);
     expect(await containersLabelled(engine.docker, "dev.pyro.workspace", spare!)).toEqual([]);
     expect(await volumesNamed(spare!)).toEqual([]);
     expect(await rootImages()).toContain(`pyro-root:${id}`);
+    // From then on a stop and start keeps the workspace's own container, as for any.
+    const own = recorded(id).container_id;
+    await h.pyro.stopWorkspace(id);
+    await h.pyro.startWorkspace(id);
+    expect(recorded(id).container_id).toBe(own);
+    expect(await sh(id, "cat /root/kept")).toBe("root-layer");
     await h.pyro.resetWorkspace(id, { snapshot: "first" });
     expect(await sh(id, "ls | tr '\\n' ' '; cat /root/kept 2>/dev/null || echo no-root")).toBe(
       "one.txt no-root",
@@ -137,6 +142,15 @@ describe.skipIf(skip !== "")(suiteTitle("docker pool of started containers", ski
       MemorySwap: 768 * 1024 * 1024,
       NanoCpus: 2e9,
     });
+    // A disk read of the stopped workspace replaces the spare's container too (its volume
+    // names the spare's paths), then a start keeps its root layer and its limits.
+    await sh(big, "echo disk > disk.txt && echo root-layer > /root/kept");
+    await h.pyro.stopWorkspace(big);
+    expect((await h.pyro.readWorkspaceDisk(big, "disk.txt")).content).toBe("disk\n");
+    await h.pyro.startWorkspace(big);
+    expect(await sh(big, `cat /root/kept; ${CG("memory/memory.limit_in_bytes", "memory.max")}`)).toBe(
+      `root-layer\n${768 * 1024 * 1024}`,
+    );
     await h.pyro.engine.pool.ready();
     const seeded = (await h.create({ seedPath: seed })).workspace_id;
     expect(createEvent(seeded)?.sandbox).toBe("started");
