@@ -38,6 +38,9 @@ import { runNetcheck } from "../parity/network.js";
 
 type Where = "sandbox" | "gvisor-contained" | "guest-contained";
 
+/** Backends that bind the agent's package from the host (src/backends/agent-app.ts). */
+const AGENT_APP_BACKENDS = new Set<BackendName>(["bwrap", "gvisor"]);
+
 /** In-sandbox attempts (probe.py's names) and where each one is a boundary question. */
 const PROBES: Record<string, Where> = {
   "sysctl kernel.core_pattern written": "guest-contained",
@@ -274,6 +277,26 @@ export function escapeSuite(backend: BackendName): void {
         expect(ctx.connections).toBe(0);
         expect(existsSync(ctx.writeTarget)).toBe(false);
         expect(readFileSync(ctx.canary, "utf8")).toBe(ctx.canaryContent);
+      },
+    );
+
+    it.skipIf(!AGENT_APP_BACKENDS.has(backend))(
+      `${backend}: the agent's package in the sandbox holds only what the agent runs (no sources, .git or host modules)`,
+      async () => {
+        const r = await ctx.pyro.execWorkspace(ctx.a, "cd /run/pyro/app && find . -maxdepth 3 | sort");
+        expect(r.exit_code, r.stderr).toBe(0);
+        expect(r.stdout.trim().split("\n")).toEqual([
+          ".",
+          "./dist",
+          "./dist/agent",
+          "./dist/agent/bundle",
+          "./node_modules",
+          "./node_modules/node-pty",
+          "./node_modules/node-pty/build",
+          "./node_modules/node-pty/lib",
+          "./node_modules/node-pty/package.json",
+          "./package.json",
+        ]);
       },
     );
 

@@ -5,6 +5,7 @@ import * as z from "zod/mini";
 import type { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
+import { agentApp } from "../agent-app.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { sameProcessAlive, waitForSocket } from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
@@ -74,7 +75,12 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
   }
 
   /** The bwrap argv (without the launch wrapper), separate so tests can pin it. */
-  bwrapArgv(spec: SandboxSpec, l: SandboxLayout, runtimeDir: string, agentArgv: string[]): string[] {
+  bwrapArgv(
+    spec: SandboxSpec,
+    l: SandboxLayout,
+    dirs: { runtime: string; app: string },
+    agentArgv: string[],
+  ): string[] {
     return [
       "bwrap",
       // Binds come first: /proc and /dev from isolationArgs must land on the new root.
@@ -86,10 +92,11 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
       IN_SANDBOX.workspace,
       ...isolationArgs(sandboxHostname(spec.workspace_id)),
       "--ro-bind",
-      runtimeDir,
+      dirs.runtime,
       IN_SANDBOX.runtime,
+      // Only what the agent runs, not the package beside it (agent-app.ts).
       "--ro-bind",
-      spec.appDir,
+      dirs.app,
       IN_SANDBOX.app,
       "--ro-bind",
       spec.snapshotsDir,
@@ -143,7 +150,7 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
     const [root, ws] = layoutOverlays(l, spec);
     const argv = launchArgv(
       [root!, { ...ws!, shared: true }],
-      this.bwrapArgv(spec, l, runtime.dir, argvOfAgent),
+      this.bwrapArgv(spec, l, { runtime: runtime.dir, app: await agentApp(spec) }, argvOfAgent),
       await this.launchTools(),
       { cappedLog: true, ...layoutDisk(l) },
     );

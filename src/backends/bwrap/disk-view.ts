@@ -6,6 +6,7 @@ import type { Duplex } from "node:stream";
 import { PyroError } from "../../errors.js";
 import { exists } from "../../util/fs.js";
 import { which } from "../../util/run.js";
+import { agentApp } from "../agent-app.js";
 import type { SandboxSpec } from "../backend.js";
 import { spawnReader, sweepStale } from "../disk-reader.js";
 import { agentArgv, sandboxHostname } from "../guest.js";
@@ -123,7 +124,13 @@ export async function openDiskView(spec: SandboxSpec, view: DiskView): Promise<D
         view.upper ?? "",
         view.lower,
         "--",
-        ...readerBwrapArgv(bwrap, spec, join(mnt, "ws"), runtime.dir, agent),
+        ...readerBwrapArgv(
+          bwrap,
+          spec,
+          join(mnt, "ws"),
+          { runtime: runtime.dir, app: await agentApp(spec) },
+          agent,
+        ),
       ],
       { extraFds: [fd], cleanup },
     );
@@ -138,9 +145,9 @@ export async function openDiskView(spec: SandboxSpec, view: DiskView): Promise<D
 /** The reader's bwrap argv: the workspace's isolation, plus only three read-only binds. */
 export function readerBwrapArgv(
   bwrap: string,
-  spec: Pick<SandboxSpec, "workspace_id" | "appDir">,
+  spec: Pick<SandboxSpec, "workspace_id">,
   merged: string,
-  runtimeDir: string,
+  dirs: { runtime: string; app: string },
   agent: string[],
 ): string[] {
   return [
@@ -151,10 +158,10 @@ export function readerBwrapArgv(
     merged,
     IN_READER.workspace,
     "--ro-bind",
-    runtimeDir,
+    dirs.runtime,
     IN_READER.runtime,
     "--ro-bind",
-    spec.appDir,
+    dirs.app,
     IN_READER.app,
     "--tmpfs",
     "/tmp",

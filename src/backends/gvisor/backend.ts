@@ -6,6 +6,7 @@ import type { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import { which } from "../../util/run.js";
+import { agentApp } from "../agent-app.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
 import { linuxDiskView, openDiskView } from "../bwrap/disk-view.js";
 import { connectSandboxSocket, sameProcessAlive, waitForSocket } from "../common.js";
@@ -150,7 +151,7 @@ export class GvisorBackend
       rootfs: l.rootMerged,
       workspace: l.wsMerged,
       runtimeDir: runtime.dir,
-      appDir: spec.appDir,
+      appDir: await agentApp(spec),
       snapshotsDir: spec.snapshotsDir,
       sockDir: l.sock,
       ...(spec.netDir ? { netDir: spec.netDir } : {}),

@@ -133,7 +133,12 @@ describe("a workspace's bwrap argv (pinned)", () => {
       appDir: "/app",
       snapshotsDir: "/w/snapshots",
     } as Parameters<InstanceType<typeof BwrapBackend>["bwrapArgv"]>[0];
-    const argv = new BwrapBackend().bwrapArgv(spec, sandboxLayout("/w/sandbox"), "/rt", ["node", "agent"]);
+    const argv = new BwrapBackend().bwrapArgv(
+      spec,
+      sandboxLayout("/w/sandbox"),
+      { runtime: "/rt", app: "/app" },
+      ["node", "agent"],
+    );
     expect(argv).toEqual([
       "bwrap",
       "--bind",
