@@ -68,7 +68,7 @@ async function callJournaled<T>(
     return inner.ws.journal(id, write);
   };
   const result = await fn(client, w, journal);
-  if (!journaled) inner.deps.store().touch(id);
+  if (!journaled) inner.deps.store().recordActivity(id);
   return result;
 }
 

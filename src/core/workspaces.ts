@@ -234,7 +234,7 @@ export class Workspaces {
   journal<R>(id: string, write: (store: JournalWriter) => R): R {
     return this.store.atomically(() => {
       const r = write(this.store);
-      this.store.touch(id);
+      this.store.recordActivity(id);
       return r;
     });
   }

@@ -110,6 +110,7 @@ export class StateStore {
   private readonly now: () => Date;
   private readonly statements = new Map<string, Database.Statement>();
   private redactors: RedactorSource | null = null;
+  private transaction: Database.Transaction<(inner: () => unknown) => unknown> | null = null;
 
   private constructor(path: string, db: Database.Database, now: () => Date) {
     this.path = path;
@@ -271,6 +272,28 @@ export class StateStore {
         id,
       );
       return { ...cur, last_activity_at: last, expires_at };
+    });
+  }
+
+  /**
+   * `touch` for the journal of an operation, which needs no row back: reads the two
+   * columns the new times depend on rather than decoding the whole row (its spec, runtime
+   * and labels are JSON), on every exec.
+   */
+  recordActivity(id: string, at?: string | Date): void {
+    const when = iso(at ?? this.now(), "at");
+    this.write(() => {
+      const cur = this.sql("SELECT last_activity_at, ttl_seconds FROM workspaces WHERE workspace_id = ?").get(
+        id,
+      ) as { last_activity_at: string; ttl_seconds: number | null } | undefined;
+      if (!cur) throw notFound(id);
+      // biome-ignore lint/complexity/useMathMinMax: these are ISO strings, compared as text
+      const last = when > cur.last_activity_at ? when : cur.last_activity_at;
+      this.sql("UPDATE workspaces SET last_activity_at = ?, expires_at = ? WHERE workspace_id = ?").run(
+        last,
+        expiry(last, cur.ttl_seconds),
+        id,
+      );
     });
   }
 
@@ -525,10 +548,15 @@ export class StateStore {
     if (this.db.open) this.db.close();
   }
 
-  /** Runs `fn` under the write lock; maps a taken name to `conflict`, a lock wait that ran out to `timeout`. */
+  /**
+   * Runs `fn` under the write lock; maps a taken name to `conflict`, a lock wait that ran out to `timeout`.
+   * One transaction function for the store's life: `db.transaction()` builds five wrappers
+   * per call, paid by every write of every exec's journal.
+   */
   private write<T>(fn: () => T, attempted?: { name?: string | null }): T {
     try {
-      return this.db.transaction(fn).immediate();
+      this.transaction ??= this.db.transaction((inner: () => unknown) => inner());
+      return this.transaction.immediate(fn) as T;
     } catch (err) {
       throw mapWriteError(err, attempted?.name ?? null);
     }

@@ -154,6 +154,34 @@ describe("workspaces", () => {
     expect(late.expires_at).toBe("2030-01-01T01:01:00.000Z");
   });
 
+  it("recordActivity moves activity and expiry like touch, never backwards, without a row back", () => {
+    const store = open(undefined, () => new Date("2030-01-01T02:00:00.000Z"));
+    const ws = store.createWorkspace(
+      sampleWorkspace({ created_at: "2030-01-01T00:00:00Z", ttl_seconds: 60 }),
+    );
+    const forever = store.createWorkspace(
+      sampleWorkspace({ created_at: "2030-01-01T00:00:00Z", ttl_seconds: null }),
+    );
+    store.recordActivity(ws.workspace_id, "2030-01-01T01:00:00Z");
+    expect(store.getWorkspace(ws.workspace_id)).toMatchObject({
+      last_activity_at: "2030-01-01T01:00:00.000Z",
+      expires_at: "2030-01-01T01:01:00.000Z",
+    });
+    store.recordActivity(ws.workspace_id, "2030-01-01T00:30:00Z");
+    expect(store.getWorkspace(ws.workspace_id)?.last_activity_at).toBe("2030-01-01T01:00:00.000Z");
+    // The store clock when no time is given; no TTL, no expiry.
+    store.recordActivity(ws.workspace_id);
+    store.recordActivity(forever.workspace_id);
+    expect(store.getWorkspace(ws.workspace_id)?.expires_at).toBe("2030-01-01T02:01:00.000Z");
+    expect(store.getWorkspace(forever.workspace_id)).toMatchObject({
+      last_activity_at: "2030-01-01T02:00:00.000Z",
+      expires_at: null,
+    });
+    expect(thrown(() => store.recordActivity("ws_000000000000"))).toMatchObject({
+      code: "workspace_not_found",
+    });
+  });
+
   it("touch uses the store clock when no time is given", () => {
     const store = open(undefined, () => new Date("2031-05-05T05:05:05.000Z"));
     const ws = store.createWorkspace(sampleWorkspace({ ttl_seconds: 10 }));
