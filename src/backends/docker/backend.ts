@@ -255,6 +255,8 @@ export class DockerBackend implements WorkspaceBackend {
     try {
       await this.standbys.drop(base);
       await this.standbys.cleanedUp(base);
+      // A pool's spare this workspace was handed (pool.ts) first: it may hold a slot's volume.
+      if (record?.adopted) await removeAdopted(docker, record.adopted);
       // The two slots side by side (each a chain of engine calls).
       await Promise.all(
         (["a", "b"] as const).map(async (slot) => {
@@ -264,8 +266,6 @@ export class DockerBackend implements WorkspaceBackend {
           await removeVolume(docker, slotVolume(spec.workspace_id, slot), spec.dir);
         }),
       );
-      // A pool's spare this workspace was handed (pool.ts): its container, volume, root layer.
-      if (record?.adopted) await removeAdopted(docker, record.adopted);
       await removeRootImage(docker, spec);
     } catch (err) {
       throw engineError(err, `removing the container of ${spec.workspace_id}`, recorded);

@@ -1,7 +1,8 @@
 import { spawn } from "node:child_process";
-import { readdir, readFile } from "node:fs/promises";
+import { readdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ignoreGone } from "../../../src/backends/docker/client.js";
 import { REPO_ROOT } from "../../helpers/cli.js";
 import {
   containersLabelled,
@@ -164,7 +165,7 @@ describe.skipIf(skip !== "")(suiteTitle("docker pool of started containers", ski
     expect(await sh(other, "ls /workspace /tmp | grep -c a- || true")).toBe("0");
   });
 
-  it("a spare whose owner was killed is removed by the next pool: container and volume", {
+  it("a spare whose owner was killed, even mid hand-out, is removed by the next pool: container and volume", {
     timeout: 120_000,
   }, async () => {
     const script = [
@@ -198,11 +199,20 @@ describe.skipIf(skip !== "")(suiteTitle("docker pool of started containers", ski
     expect((await engine.docker.getContainer(container_id).inspect()).State.Running).toBe(true);
     child.kill("SIGKILL");
     await new Promise((r) => child.once("exit", r));
+    // As if the owner died in a hand-out after the container was renamed (backends/docker/
+    // pool.ts: the spare's record names it first): the reaper must still find it by id.
+    const sandbox = join(home, "pool", spare!, "sandbox");
+    const record = JSON.parse(await readFile(join(sandbox, "docker.json"), "utf8"));
+    const adopted = { container_id, volume: `pyro-${spare}-workspace`, label_dir: sandbox };
+    await writeFile(join(sandbox, "docker.json"), JSON.stringify({ ...record, adopted }));
+    await engine.docker.getContainer(container_id).rename({ name: "pyro-ws_handedout00" });
+    await rename(join(home, "pool", `${spare}.json`), join(home, "pool", `${spare}.taken.json`));
     const { Pyro } = await import("../../../src/sdk/pyro.js");
     const next = new Pyro({ home, environmentsDir: String(h.cliEnv.PYRO_ENV_CACHE), env });
     try {
       await next.engine.warmPool();
       await next.engine.pool.ready();
+      expect(await ignoreGone(engine.docker.getContainer(container_id).inspect())).toBeUndefined();
       expect(await containersLabelled(engine.docker, "dev.pyro.workspace", spare!)).toEqual([]);
       expect(await volumesNamed(spare!)).toEqual([]);
       expect(await sparesOf(home)).not.toContain(spare);
