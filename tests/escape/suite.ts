@@ -39,7 +39,7 @@ import { runNetcheck } from "../parity/network.js";
 type Where = "sandbox" | "gvisor-contained" | "guest-contained";
 
 /** Backends that bind the agent's package from the host (src/backends/agent-app.ts). */
-const AGENT_APP_BACKENDS = new Set<BackendName>(["bwrap", "gvisor"]);
+const AGENT_APP_BACKENDS = new Set<BackendName>(["bwrap", "gvisor", "docker"]);
 
 /** In-sandbox attempts (probe.py's names) and where each one is a boundary question. */
 const PROBES: Record<string, Where> = {

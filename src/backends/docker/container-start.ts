@@ -10,6 +10,7 @@ import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
 import { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../errors.js";
+import { agentApp } from "../agent-app.js";
 import type { SandboxSpec, SandboxState } from "../backend.js";
 import { AGENT_SOCKET, agentArgv, guestNet } from "../guest.js";
 import { prepareNodeRuntime } from "../runtime.js";
@@ -120,6 +121,7 @@ export async function containerParts(
     spec,
     image,
     runtimeDir: runtime.dir,
+    appDir: await agentApp(spec),
     // The agent is the container's main process where the container has a socket
     // directory (every workspace container now): one agent for the container's life,
     // reached through its socket like bwrap's (warm connections, and processes such as

@@ -152,6 +152,8 @@ export function workspaceContainerBody(p: {
   spec: SandboxSpec;
   image: string;
   runtimeDir: string;
+  /** The agent's copy of the package (agent-app.ts), bound at /run/pyro/app. */
+  appDir: string;
   /** The container's main process: the agent (listen mode) or an idle command. */
   mainCmd: string[];
   /** `uid:gid` the workspace runs as (see {@link workspaceUser}). */
@@ -179,7 +181,7 @@ export function workspaceContainerBody(p: {
     Tty: false,
     HostConfig: hostConfig(spec.limits, [
       { Type: "bind", Source: p.runtimeDir, Target: IN_CONTAINER.runtime, ReadOnly: true },
-      { Type: "bind", Source: spec.appDir, Target: IN_CONTAINER.app, ReadOnly: true },
+      { Type: "bind", Source: p.appDir, Target: IN_CONTAINER.app, ReadOnly: true },
       { Type: "bind", Source: spec.snapshotsDir, Target: IN_CONTAINER.snapshots, ReadOnly: true },
       {
         Type: "volume",

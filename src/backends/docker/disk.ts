@@ -3,6 +3,7 @@ import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
 import { PyroError } from "../../errors.js";
+import { agentApp } from "../agent-app.js";
 import type { SandboxSpec } from "../backend.js";
 import { agentArgv } from "../guest.js";
 import { prepareNodeRuntime } from "../runtime.js";
@@ -66,7 +67,7 @@ export async function openDockerDisk(
     const body = diskReaderBody(
       spec,
       image,
-      runtime.dir,
+      { runtime: runtime.dir, app: await agentApp(spec) },
       workspace,
       agentArgv(runtime, IN_CONTAINER, IN_CONTAINER.workspace, { stdio: true }, { readOnly: true }),
     );
@@ -112,14 +113,14 @@ export type ReaderBody = Omit<ContainerBody, "HostConfig"> & {
 export function diskReaderBody(
   spec: SandboxSpec,
   image: string,
-  runtimeDir: string,
+  dirs: { runtime: string; app: string },
   workspace: MountBody,
   cmd: string[],
 ): ReaderBody {
   const ids = process.getuid && process.getgid ? { uid: process.getuid(), gid: process.getgid() } : null;
   const host = hostConfig(spec.limits, [
-    { Type: "bind", Source: runtimeDir, Target: IN_CONTAINER.runtime, ReadOnly: true },
-    { Type: "bind", Source: spec.appDir, Target: IN_CONTAINER.app, ReadOnly: true },
+    { Type: "bind", Source: dirs.runtime, Target: IN_CONTAINER.runtime, ReadOnly: true },
+    { Type: "bind", Source: dirs.app, Target: IN_CONTAINER.app, ReadOnly: true },
     workspace,
   ]);
   return {

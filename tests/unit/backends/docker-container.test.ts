@@ -34,6 +34,7 @@ describe("docker container bodies", () => {
       spec: SPEC,
       image: "pyro-env:0123",
       runtimeDir: "/home/u/.pyro/runtime/node-aa",
+      appDir: "/opt/pyro",
       mainCmd: ["/usr/bin/sleep", "2147483647"],
       user: "0:0",
     });
@@ -161,6 +162,7 @@ describe("docker limits check (fail closed)", () => {
     spec: SPEC,
     image: "i",
     runtimeDir: "/r",
+    appDir: "/opt/pyro",
     mainCmd: ["x"],
   }).HostConfig;
   const applied: InspectedHostConfig = {
