@@ -31,12 +31,12 @@
  * the workspace's own container made on it (so what commands wrote outside /workspace is
  * kept, as a stop/start keeps it), the spare's container and volume removed.
  */
-import { mkdir, readdir, rename, writeFile } from "node:fs/promises";
+import { spawn } from "node:child_process";
+import { mkdir, open, readdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type Docker from "dockerode";
 import { atomicWriteFile } from "../../util/fs.js";
 import { removeTree } from "../../util/mounts.js";
-import { run } from "../../util/run.js";
 import type { SandboxSpec } from "../backend.js";
 import { takeOverDir } from "../bwrap/pool.js";
 import { AGENT_SOCKET, sandboxHostname } from "../guest.js";
@@ -108,26 +108,54 @@ async function applyLimits(
 }
 
 /**
- * Sets the hostname in the container's UTS namespace (the host's `hostname`, entered into
- * that namespace only) and in the engine's /etc/hostname file of the container. The
- * container's init is the pid: it cannot be another process while the container runs,
- * which the caller checks after. Why it failed, or null.
+ * Runs the host's `hostname` in the UTS namespace of the container's init, and nothing
+ * else of it (not its mount namespace: no file of the container is used). The namespace
+ * is opened first and the pid checked to be in the container's cgroup after: a pid the
+ * container's init no longer holds (the container died, the pid was reused) is refused,
+ * and the opened namespace cannot change under us (nsenter enters it through fd 3).
+ */
+async function enterUtsHostname(pid: number, containerId: string, name: string): Promise<string | null> {
+  const ns = await open(`/proc/${pid}/ns/uts`, "r").catch(() => null);
+  if (!ns) return "the container's namespace cannot be opened here (needs root on the engine's host)";
+  try {
+    const cgroups = await readFile(`/proc/${pid}/cgroup`, "utf8").catch(() => "");
+    if (!cgroups.includes(containerId)) return "the container's process is not where the engine said";
+    const child = spawn("nsenter", ["--uts=/proc/self/fd/3", "--", "hostname", name], {
+      stdio: ["ignore", "ignore", "pipe", ns.fd],
+    });
+    let err = "";
+    child.stderr?.on("data", (d: Buffer) => {
+      err += d.toString();
+    });
+    const code = await new Promise<number | null>((resolve) => {
+      child.once("error", (e) => {
+        err += e.message;
+        resolve(null);
+      });
+      child.once("close", resolve);
+    });
+    return code === 0 ? null : `setting the hostname failed: ${err.trim().slice(0, 200)}`;
+  } finally {
+    await ns.close();
+  }
+}
+
+/**
+ * Sets the hostname in the container's UTS namespace (enterUtsHostname) and in the
+ * engine's /etc/hostname file of the container. Why it failed, or null.
  */
 async function setHostname(c: Docker.ContainerInspectInfo, name: string): Promise<string | null> {
   const pid = c.State.Pid;
   if (!Number.isInteger(pid) || pid <= 0) return "the spare's container has no process";
-  const r = await run(["nsenter", `--uts=/proc/${pid}/ns/uts`, "--", "hostname", name], {
-    timeoutMs: 10_000,
-  });
-  if (r.exitCode !== 0) return `setting the hostname failed: ${r.stderr.trim().slice(0, 200)}`;
+  const entered = await enterUtsHostname(pid, c.Id, name);
+  if (entered) return entered;
   const file = (c as { HostnamePath?: string }).HostnamePath;
   if (!file) return "the engine names no /etc/hostname file";
   // In place (the file is bound into the container by its inode).
-  const wrote = await writeFile(file, `${name}\n`).then(
+  return writeFile(file, `${name}\n`).then(
     () => null,
     (err: Error) => `writing the container's /etc/hostname failed: ${err.message}`,
   );
-  return wrote;
 }
 
 /** The spare's container given the workspace's limits and hostname: its inspection, or why not. */
