@@ -165,6 +165,23 @@ describe.skipIf(skip !== "")(suiteTitle("docker pool of started containers", ski
     expect(await sh(other, "ls /workspace /tmp | grep -c a- || true")).toBe("0");
   });
 
+  it("a spare whose container died is not handed out: the create starts its own and the spare is gone", {
+    timeout: 120_000,
+  }, async () => {
+    await h.pyro.engine.pool.ready();
+    const [spare] = await sparesOf(h.home);
+    const { container_id } = await spareState(h.home, spare!);
+    await engine.docker.getContainer(container_id).kill();
+    await engine.docker.getContainer(container_id).wait({ condition: "not-running" });
+    const id = (await h.create()).workspace_id;
+    expect(createEvent(id)?.sandbox).toBe("started");
+    expect(declined.at(-1)).toMatch(/gone/);
+    expect(await sh(id, "hostname")).toBe(`pyro-${id.slice(3, 15)}`);
+    expect(await sparesOf(h.home)).not.toContain(spare);
+    expect(await containersLabelled(engine.docker, "dev.pyro.workspace", spare!)).toEqual([]);
+    expect(await volumesNamed(spare!)).toEqual([]);
+  });
+
   it("a spare whose owner was killed, even mid hand-out, is removed by the next pool: container and volume", {
     timeout: 120_000,
   }, async () => {
