@@ -1,5 +1,6 @@
 import type { BackendName } from "../backends/backend.js";
 import type { Pyro } from "../sdk/pyro.js";
+import { execCpuRows } from "./exec-cpu.js";
 import { idleMemoryRows } from "./idle-memory.js";
 import { type BenchRow, pairedSampleMs, row, sampleMs, type Target } from "./stats.js";
 
@@ -75,6 +76,9 @@ export async function backendRows(
     rows.push(
       row(`${backend}: workspace exec true (warm)`, exec.value, floorName, exec.floor, goal.exec ?? {}),
     );
+    // Where the warm exec's time goes, in CPU, which other sessions' load moves far less.
+    if (backend === "bwrap" && floorRun)
+      rows.push(...(await execCpuRows(ws.workspace_id, execTrue, floorRun, quick ? 3 : 6)));
     // The hangup of a command's leftovers (a background job, ended when the call returns).
     const leftoverMs = await sampleMs(
       n,

@@ -110,7 +110,7 @@ async function workspaceMemory(id: string): Promise<WorkspaceMemory> {
 }
 
 /** The processes of a workspace's cgroup (v1 pids controller or v2). */
-async function sandboxPids(id: string): Promise<string[]> {
+export async function sandboxPids(id: string): Promise<string[]> {
   for (const file of [
     `/sys/fs/cgroup/pids/pyro/${id}/cgroup.procs`,
     `/sys/fs/cgroup/pyro/${id}/cgroup.procs`,
