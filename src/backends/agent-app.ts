@@ -22,7 +22,7 @@
  * (vm/agent-disk.ts); host-compat runs the package where it is.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { cp, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
 
 /** What the copy holds, relative to the package. */
@@ -51,11 +51,10 @@ export function agentApp(spec: { appDir: string; runtimeCacheDir: string }): Pro
 }
 
 async function makeAgentApp(appDir: string, cacheDir: string): Promise<string> {
-  const files = await partFiles(appDir);
-  if (!files.some((f) => f.startsWith("dist/agent/bundle/")))
-    throw new Error(`the agent bundle is missing from ${appDir}/dist/agent/bundle (run npm run build)`);
+  const contents = await readParts(appDir);
+  // The name is the hash of exactly the bytes the copy is written from.
   const h = createHash("sha256").update(PACKAGE_JSON);
-  for (const f of files) h.update(`${f}\0`).update(await readFile(join(appDir, f)));
+  for (const [f, { bytes, mode }] of contents) h.update(`${f}\0${mode}\0`).update(bytes);
   const out = join(cacheDir, `agent-app-${h.digest("hex").slice(0, 16)}`);
   if (await stat(out).catch(() => null)) return out;
   await mkdir(cacheDir, { recursive: true, mode: 0o700 });
@@ -63,9 +62,9 @@ async function makeAgentApp(appDir: string, cacheDir: string): Promise<string> {
   try {
     await mkdir(stage, { mode: 0o755 });
     await writeFile(join(stage, "package.json"), PACKAGE_JSON, { mode: 0o644 });
-    for (const f of files) {
+    for (const [f, { bytes, mode }] of contents) {
       await mkdir(dirname(join(stage, f)), { recursive: true, mode: 0o755 });
-      await cp(join(appDir, f), join(stage, f), { dereference: true });
+      await writeFile(join(stage, f), bytes, { mode });
     }
     await rename(stage, out).catch(async (err: NodeJS.ErrnoException) => {
       // Made by another process meanwhile: theirs is the same bytes.
@@ -78,21 +77,50 @@ async function makeAgentApp(appDir: string, cacheDir: string): Promise<string> {
   return out;
 }
 
-/** The files of PARTS that exist, relative to `appDir`, sorted. */
-async function partFiles(appDir: string): Promise<string[]> {
-  const files: string[] = [];
+/**
+ * The files of PARTS and their bytes, read while nothing rewrote them: a build writing
+ * the bundle meanwhile (a checkout rebuilt while pyro runs) would otherwise give a copy
+ * of mixed chunks, found broken only when a lazily loaded one is imported. The listing
+ * and each file's size and modification time are taken again after reading; a change
+ * reads again, a few times, then fails.
+ */
+async function readParts(appDir: string): Promise<Map<string, { bytes: Buffer; mode: number }>> {
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const before = await partFiles(appDir);
+    if (!before.some((f) => f.path.startsWith("dist/agent/bundle/")))
+      throw new Error(`the agent bundle is missing from ${appDir}/dist/agent/bundle (run npm run build)`);
+    const contents = new Map<string, { bytes: Buffer; mode: number }>();
+    for (const f of before)
+      contents.set(f.path, { bytes: await readFile(join(appDir, f.path)), mode: f.mode & 0o755 });
+    const after = await partFiles(appDir);
+    if (JSON.stringify(after) === JSON.stringify(before)) return contents;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`the agent bundle in ${appDir} kept changing while it was copied (a build running?)`);
+}
+
+interface PartFile {
+  path: string;
+  size: number;
+  mtime: number;
+  mode: number;
+}
+
+/** The files of PARTS that exist, relative to `appDir`, sorted, with what tells a rewrite. */
+async function partFiles(appDir: string): Promise<PartFile[]> {
+  const files: PartFile[] = [];
   const walk = async (abs: string): Promise<void> => {
     const st = await stat(abs).catch(() => null);
     if (!st) return;
     if (st.isFile()) {
-      files.push(relative(appDir, abs));
+      files.push({ path: relative(appDir, abs), size: st.size, mtime: st.mtimeMs, mode: st.mode });
       return;
     }
     if (!st.isDirectory()) return;
     for (const name of await readdir(abs)) await walk(join(abs, name));
   };
   for (const part of PARTS) await walk(join(appDir, part));
-  return files.sort();
+  return files.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
 }
 
 /** Leftovers of makes that were killed (an hour old: no make takes that long). */
