@@ -152,7 +152,7 @@ export type ContainerParts = Awaited<ReturnType<typeof containerParts>>;
 
 /**
  * The kept container of a stopped workspace, if it is ours and still what `body` asks
- * for (image, user, mounts, limits) with /workspace on the same snapshot. A container
+ * for (image, user, mounts, limits) with /workspace on the same snapshot, stopped. A container
  * that differs (pyro or node upgraded, a volume removed by hand) is removed, to be
  * recreated: its root layer is lost, /workspace's upper directory is kept.
  */
@@ -180,9 +180,15 @@ export async function reusable(
     v?.Options?.o === volume.DriverOpts.o &&
     mounts((c.HostConfig as { Mounts?: MountBody[] }).Mounts) === mounts(body.HostConfig.Mounts) &&
     unappliedSettings(body.HostConfig, c.HostConfig as InspectedHostConfig).length === 0;
-  if (same) return c.Id;
-  await ignoreGone(docker.getContainer(c.Id).remove({ force: true, ...deadline() }));
-  return null;
+  if (!same) {
+    await ignoreGone(docker.getContainer(c.Id).remove({ force: true, ...deadline() }));
+    return null;
+  }
+  // Running while its workspace is recorded stopped: a starter killed after the engine
+  // started it. Its agent listens in the socket directory this start just remade, so it
+  // is unreachable: stopped here, and started again with the new directory bound.
+  if (c.State.Running || c.State.Paused) await killContainer(docker, c.Id);
+  return c.Id;
 }
 
 export async function createContainer(

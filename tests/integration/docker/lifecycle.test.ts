@@ -183,6 +183,18 @@ describe.skipIf(skip !== "")(
       expect(containerIdOf(h.pyro, id)).toBe(container);
     });
 
+    it("starts a stopped workspace whose container a killed starter left running", async () => {
+      // A start killed after the engine started the container leaves it running while the
+      // workspace is recorded stopped; the next start removes and remakes its socket
+      // directory, so that container's agent is unreachable: it must be restarted, not
+      // waited for (it timed out after 20 s and only the start after that worked).
+      const container = containerIdOf(h.pyro, id)!;
+      expect(await h.pyro.stopWorkspace(id)).toMatchObject({ state: "stopped" });
+      await engine.docker.getContainer(container).start();
+      expect(await h.pyro.startWorkspace(id)).toMatchObject({ state: "running" });
+      expect((await h.pyro.execWorkspace(id, "cat keep.txt")).stdout).toBe("kept\n");
+    });
+
     it("restarts a container that died while no process was attached, on its kept files", async () => {
       await h.pyro.writeWorkspaceFile(id, "survivor.txt", "on the upper layer\n");
       await h.pyro.close();
