@@ -169,7 +169,10 @@ export function workspaceContainerBody(p: {
     name: p.name ?? containerName(spec.workspace_id),
     Image: p.image,
     Cmd: p.mainCmd,
-    Env: containerEnv(),
+    // Docker would put the container's hostname in its first process's environment
+    // (the agent's, /proc/1/environ): a pool's spare keeps its own name there when handed
+    // out, so every workspace container gets the same fixed value instead.
+    Env: containerEnv({ HOSTNAME: "pyro" }),
     WorkingDir: IN_CONTAINER.workspace,
     User: p.user,
     Hostname: hostnameFor(spec.workspace_id),

@@ -94,6 +94,8 @@ describe.skipIf(skip !== "")(suiteTitle("docker pool of started containers", ski
     expect(await sh(id, "ls -A /workspace; pwd; ls -A /run/pyro/snapshots")).toBe("/workspace\nbaseline");
     // Nothing of the spare: its name in no variable, file of /tmp or process.
     expect(await sh(id, "env | grep -ci spare || true")).toBe("0");
+    // Nor in the agent's (the container's first process's) environment.
+    expect(await sh(id, "tr '\\0' '\\n' </proc/1/environ | grep -ci spare || true")).toBe("0");
     expect(await sh(id, "ls -A /tmp | wc -l")).toBe("0");
     expect(await sh(id, "cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -ci 'spar[e]' || true")).toBe("0");
     expect(await sparesOf(h.home)).not.toContain(spare);

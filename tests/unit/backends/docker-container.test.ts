@@ -46,6 +46,7 @@ describe("docker container bodies", () => {
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME=/root",
         "LANG=C.UTF-8",
+        "HOSTNAME=pyro",
       ],
       WorkingDir: "/workspace",
       User: "0:0",
