@@ -15,7 +15,8 @@
  *   CLI call or an SDK object none (a spare would outlive a CLI call for nothing).
  * - Each spare's record (pool-records.ts: its owner process, backend, spec and state) is
  *   written before it starts, so spares of a killed owner are found and ended by the next
- *   pool (`reapSpares`) and shown by `pyro doctor` (`poolReport`).
+ *   pool or any process's reap (`reapSpares`, from workspace-removal.ts reapExpired) and
+ *   shown by `pyro doctor` (`poolReport`).
  */
 import { randomBytes } from "node:crypto";
 import { mkdir, rename, rm } from "node:fs/promises";

@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import type { WorkspaceRow } from "../state/types.js";
 import { removeTree } from "../util/mounts.js";
+import { poolDirOf, reapSpares } from "./pool-records.js";
 import { currentOwner, recoverInterrupted } from "./recovery.js";
 import { label, sandboxState, type WorkspaceInternals } from "./workspace-deps.js";
 
@@ -36,7 +37,7 @@ export async function destroyWorkspace(inner: WorkspaceInternals, w: WorkspaceRo
 
 /**
  * Deletes workspaces whose TTL ran out, and cleans up after clients that died mid-create
- * or mid-delete (recovery.ts). Errors on one do not block the others.
+ * or mid-delete (recovery.ts) and pools whose process died (pool-records.ts). Errors on one do not block the others.
  */
 export async function reapExpired(inner: WorkspaceInternals): Promise<string[]> {
   const { ws } = inner;
@@ -47,6 +48,11 @@ export async function reapExpired(inner: WorkspaceInternals): Promise<string[]> 
     workspacesDir: join(inner.deps.paths.home, "workspaces"),
     destroy: (w) => destroyWorkspace(inner, w),
   });
+  // A pool's spares whose owner died (a killed `mcp serve`): any process that reaps
+  // ends them, not only the next one with a pool on, which a CLI-only user never runs.
+  await reapSpares({ dir: poolDirOf(inner.deps.paths.home), backend: (n) => inner.deps.backend(n) }).catch(
+    () => 0,
+  );
   for (const id of reaped)
     ws.emit({
       level: "notice",

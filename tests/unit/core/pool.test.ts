@@ -9,6 +9,7 @@ import { procStartTime } from "../../../src/backends/common.js";
 import { FakeBackend } from "../../../src/backends/fake/backend.js";
 import { Engine } from "../../../src/core/engine.js";
 import { reapSpares, SandboxPool, spareRootfsSync } from "../../../src/core/pool.js";
+import { fakePyro } from "../../helpers/engine.js";
 
 /**
  * What the pool's records tell the rest of the engine (core/pool.ts); the pool itself
@@ -126,6 +127,24 @@ describe("pool reaper", () => {
     expect(calls[0]!.state).toBeNull();
     expect(existsSync(join(pool, "spare_0000000000aa.json"))).toBe(false);
     expect(existsSync(join(pool, "ws_other.json"))).toBe(false);
+  });
+
+  it("is run by any process that reaps, not only one with a pool on", async () => {
+    // A killed `mcp serve` left a spare; a CLI-only user's next listing ends it.
+    const f = await fakePyro();
+    try {
+      const dir = join(f.home, "pool");
+      await mkdir(join(dir, "spare_00000000dead", "sandbox"), { recursive: true });
+      const spec = { ...specOf("spare_00000000dead"), dir: join(dir, "spare_00000000dead", "sandbox") };
+      await writeFile(
+        join(dir, "spare_00000000dead.json"),
+        JSON.stringify({ owner: dead, backend: "bwrap", spec }),
+      );
+      await f.pyro.listWorkspaces();
+      expect(readdirSync(dir)).toEqual([]);
+    } finally {
+      await f.cleanup();
+    }
   });
 
   it("removes a link planted as a spare's directory without following it", async () => {
