@@ -1,11 +1,12 @@
 import { spawn } from "node:child_process";
-import { readdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SandboxState } from "../../../src/backends/backend.js";
 import { CgroupLimits, detectCgroups } from "../../../src/backends/linux/cgroups.js";
 import { reapSpares } from "../../../src/core/pool.js";
-import { PYRO_BIN, pyro, REPO_ROOT } from "../../helpers/cli.js";
+import { PYRO_BIN, pyro } from "../../helpers/cli.js";
+import { poolOwnerScript, poolProbe, spareState as spareStateOf, sparesOf } from "../../helpers/pool.js";
 import {
   bwrapSkipReason,
   exited,
@@ -28,12 +29,6 @@ import {
 const skip = bwrapSkipReason();
 const POOL_ENV = { PYRO_POOL: "1", PYRO_BACKEND: "bwrap" };
 
-/** The spares on disk under `home`: every id with a record (`<id>.json`) or a directory. */
-const sparesOf = async (home: string) => {
-  const names = await readdir(join(home, "pool")).catch(() => [] as string[]);
-  return [...new Set(names.map((n) => n.replace(/(\.taken)?\.json$/, "")))].sort();
-};
-
 /** The memory limit of a sandbox's cgroup in bytes, or null without one. */
 async function cgroupMemoryLimit(id: string): Promise<number | null> {
   const cg = await CgroupLimits.attach(await detectCgroups(), id);
@@ -43,33 +38,16 @@ async function cgroupMemoryLimit(id: string): Promise<number | null> {
   return Number((await readFile(join(dir, file), "utf8")).trim());
 }
 
-/** The recorded sandbox state of a spare (its record in the pool directory). */
-async function spareState(home: string, id: string): Promise<SandboxState & { pid: number }> {
-  const r = JSON.parse(await readFile(join(home, "pool", `${id}.json`), "utf8"));
-  return r.state;
-}
+const spareState = (home: string, id: string) => spareStateOf<SandboxState & { pid: number }>(home, id);
 
 describe.skipIf(skip !== "")(suiteTitle("bwrap pool of started sandboxes", skip), () => {
   let h: Harness;
   let seed: string;
-  const sh = async (id: string, command: string) => {
-    const r = await h.pyro.execWorkspace(id, command);
-    expect(r.exit_code, `\`${command}\` failed: ${r.stderr}`).toBe(0);
-    return r.stdout.trim();
-  };
-  const createEvent = (id: string) =>
-    h.pyro.engine
-      .store()
-      .listEvents(id)
-      .find((e) => e.kind === "create")?.detail as { sandbox?: string } | undefined;
+  const { sh, createEvent, declined, watchDeclines } = poolProbe(() => h);
 
-  /** Why spares declined workspaces (engine warnings): the message of a failed expectation. */
-  const declined: string[] = [];
   beforeAll(async () => {
     h = await openHarness("pool", { backend: "bwrap" }, { env: POOL_ENV });
-    h.pyro.engine.events.on((e) => {
-      if (e.level === "warning" && e.kind === "sandbox") declined.push(e.message);
-    });
+    watchDeclines();
     seed = join(await h.tempDir("pool-seed"), "seed");
     await writeTree(seed, { "hello.txt": "hello\n", "src/a.txt": "a\n" });
     await h.pyro.engine.warmPool();
@@ -195,14 +173,7 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap pool of started sandboxes", skip)
 
   it("ends its spares when closed, and spares whose owner was killed are ended by the next pool", async () => {
     // An owner process that keeps one spare, then is SIGKILLed (a killed `mcp serve`).
-    const script = [
-      `import { Pyro } from ${JSON.stringify(join(REPO_ROOT, "dist", "sdk", "pyro.js"))};`,
-      "const pyro = new Pyro();",
-      "await pyro.engine.warmPool();",
-      "await pyro.engine.pool.ready();",
-      "console.log('ready ' + pyro.engine.pool.readyCount);",
-      "setInterval(() => {}, 1000);",
-    ].join("\n");
+    const script = poolOwnerScript();
     const home = await h.tempDir("pool-owner");
     const env = { ...process.env, ...POOL_ENV, PYRO_HOME: home, PYRO_ENV_CACHE: h.cliEnv.PYRO_ENV_CACHE };
     const child = spawn(process.execPath, ["--input-type=module", "-e", script], { env, stdio: "pipe" });
@@ -245,16 +216,11 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap pool of started sandboxes", skip)
   }, async () => {
     const home = await h.tempDir("pool-chaos");
     const env = { ...process.env, ...POOL_ENV, PYRO_HOME: home, PYRO_ENV_CACHE: h.cliEnv.PYRO_ENV_CACHE };
-    const script = [
-      `import { Pyro } from ${JSON.stringify(join(REPO_ROOT, "dist", "sdk", "pyro.js"))};`,
-      "const pyro = new Pyro();",
-      "await pyro.engine.warmPool();",
-      "await pyro.engine.pool.ready();",
+    const script = poolOwnerScript([
       "console.log('creating');",
       "const w = await pyro.createWorkspace({ backend: 'bwrap' });",
       "console.log('created ' + w.workspace_id);",
-      "setInterval(() => {}, 1000);",
-    ].join("\n");
+    ]);
     const seen = new Set<string>();
     for (const [i, delayMs] of [0, 5, 15, 30, 60, 120].entries()) {
       const where = `iteration ${i} (killed ${delayMs} ms into the create)`;

@@ -1,15 +1,15 @@
 import { spawn } from "node:child_process";
-import { readdir, readFile, rename, writeFile } from "node:fs/promises";
+import { readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ignoreGone } from "../../../src/backends/docker/client.js";
-import { REPO_ROOT } from "../../helpers/cli.js";
 import {
   containersLabelled,
   dockerSkipReason,
   type TestEngine,
   useTestEngine,
 } from "../../helpers/docker.js";
+import { poolOwnerScript, poolProbe, spareState as spareStateOf, sparesOf } from "../../helpers/pool.js";
 import { type Harness, openHarness, suiteTitle, waitUntil, writeTree } from "../../helpers/sandbox.js";
 
 /**
@@ -22,14 +22,8 @@ import { type Harness, openHarness, suiteTitle, waitUntil, writeTree } from "../
 const skip = dockerSkipReason();
 const POOL_ENV = { PYRO_POOL: "1", PYRO_BACKEND: "docker" };
 
-const sparesOf = async (home: string) => {
-  const names = await readdir(join(home, "pool")).catch(() => [] as string[]);
-  return [...new Set(names.map((n) => n.replace(/(\.taken)?\.json$/, "")))].sort();
-};
-
-async function spareState(home: string, id: string): Promise<{ container_id: string; container: string }> {
-  return JSON.parse(await readFile(join(home, "pool", `${id}.json`), "utf8")).state;
-}
+const spareState = (home: string, id: string) =>
+  spareStateOf<{ container_id: string; container: string }>(home, id);
 
 /** A cgroup v1 or v2 limit file as the container sees it. */
 const CG = (v1: string, v2: string) => `cat /sys/fs/cgroup/${v1} 2>/dev/null || cat /sys/fs/cgroup/${v2}`;
@@ -38,19 +32,8 @@ describe.skipIf(skip !== "")(suiteTitle("docker pool of started containers", ski
   let engine: TestEngine;
   let h: Harness;
   let seed: string;
-  const declined: string[] = [];
-  const sh = async (id: string, command: string) => {
-    const r = await h.pyro.execWorkspace(id, command);
-    expect(r.exit_code, `\`${command}\` failed: ${r.stderr}`).toBe(0);
-    return r.stdout.trim();
-  };
-  const createEvent = (id: string) =>
-    h.pyro.engine
-      .store()
-      .listEvents(id)
-      .find((e) => e.kind === "create")?.detail as { sandbox?: string } | undefined;
-  const recorded = (id: string) =>
-    h.pyro.engine.store().getWorkspace(id)?.runtime.sandbox as { container_id: string; container: string };
+  const { sh, createEvent, declined, watchDeclines, ...probe } = poolProbe(() => h);
+  const recorded = (id: string) => probe.recorded<{ container_id: string; container: string }>(id);
   const volumesNamed = async (part: string) =>
     ((await engine.docker.listVolumes()).Volumes ?? []).map((v) => v.Name).filter((n) => n.includes(part));
   const rootImages = async () =>
@@ -61,9 +44,7 @@ describe.skipIf(skip !== "")(suiteTitle("docker pool of started containers", ski
   beforeAll(async () => {
     engine = await useTestEngine();
     h = await openHarness("docker-pool", { backend: "docker" }, { env: { ...engine.env, ...POOL_ENV } });
-    h.pyro.engine.events.on((e) => {
-      if (e.level === "warning" && e.kind === "sandbox") declined.push(e.message);
-    });
+    watchDeclines();
     seed = join(await h.tempDir("docker-pool-seed"), "seed");
     await writeTree(seed, { "hello.txt": "hello\n" });
     await h.pyro.engine.warmPool();
@@ -187,14 +168,7 @@ describe.skipIf(skip !== "")(suiteTitle("docker pool of started containers", ski
   it("a spare whose owner was killed, even mid hand-out, is removed by the next pool: container and volume", {
     timeout: 120_000,
   }, async () => {
-    const script = [
-      `import { Pyro } from ${JSON.stringify(join(REPO_ROOT, "dist", "sdk", "pyro.js"))};`,
-      "const pyro = new Pyro();",
-      "await pyro.engine.warmPool();",
-      "await pyro.engine.pool.ready();",
-      "console.log('ready ' + pyro.engine.pool.readyCount);",
-      "setInterval(() => {}, 1000);",
-    ].join("\n");
+    const script = poolOwnerScript();
     const home = await h.tempDir("docker-pool-owner");
     const env = {
       ...process.env,

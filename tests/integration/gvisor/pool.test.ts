@@ -1,9 +1,9 @@
 import { spawn } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
-import { readdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { REPO_ROOT } from "../../helpers/cli.js";
+import { poolOwnerScript, poolProbe, spareState as spareStateOf, sparesOf } from "../../helpers/pool.js";
 import {
   gvisorSkipReason,
   type Harness,
@@ -25,16 +25,7 @@ const skip = gvisorSkipReason();
 const POOL_ENV = { PYRO_POOL: "1", PYRO_BACKEND: "gvisor" };
 const CGROUP_ROOT = "/sys/fs/cgroup";
 
-/** The spares on disk under `home`: every id with a record (`<id>.json`) or a directory. */
-const sparesOf = async (home: string) => {
-  const names = await readdir(join(home, "pool")).catch(() => [] as string[]);
-  return [...new Set(names.map((n) => n.replace(/(\.taken)?\.json$/, "")))].sort();
-};
-
-/** The recorded sandbox state of a spare (its record in the pool directory). */
-async function spareState(home: string, id: string): Promise<{ pid: number; cgroup: string }> {
-  return JSON.parse(await readFile(join(home, "pool", `${id}.json`), "utf8")).state;
-}
+const spareState = (home: string, id: string) => spareStateOf<{ pid: number; cgroup: string }>(home, id);
 
 /** The cgroup directories named `name` in every hierarchy (pyro's and runsc's). */
 function cgroupsNamed(name: string): string[] {
@@ -46,26 +37,12 @@ function cgroupsNamed(name: string): string[] {
 describe.skipIf(skip !== "")(suiteTitle("gvisor pool of started sandboxes", skip), () => {
   let h: Harness;
   let seed: string;
-  const sh = async (id: string, command: string) => {
-    const r = await h.pyro.execWorkspace(id, command);
-    expect(r.exit_code, `\`${command}\` failed: ${r.stderr}`).toBe(0);
-    return r.stdout.trim();
-  };
-  const createEvent = (id: string) =>
-    h.pyro.engine
-      .store()
-      .listEvents(id)
-      .find((e) => e.kind === "create")?.detail as { sandbox?: string } | undefined;
-  const recorded = (id: string) =>
-    h.pyro.engine.store().getWorkspace(id)?.runtime.sandbox as { pid: number; cgroup: string };
-  /** Why spares declined workspaces (engine warnings). */
-  const declined: string[] = [];
+  const { sh, createEvent, declined, watchDeclines, ...probe } = poolProbe(() => h);
+  const recorded = (id: string) => probe.recorded<{ pid: number; cgroup: string }>(id);
 
   beforeAll(async () => {
     h = await openHarness("gvisor-pool", { backend: "gvisor" }, { env: POOL_ENV });
-    h.pyro.engine.events.on((e) => {
-      if (e.level === "warning" && e.kind === "sandbox") declined.push(e.message);
-    });
+    watchDeclines();
     seed = join(await h.tempDir("gvisor-pool-seed"), "seed");
     await writeTree(seed, { "hello.txt": "hello\n" });
     await h.pyro.engine.warmPool();
@@ -153,14 +130,7 @@ describe.skipIf(skip !== "")(suiteTitle("gvisor pool of started sandboxes", skip
   });
 
   it("spares whose owner was killed are ended by the next pool, leaving nothing", async () => {
-    const script = [
-      `import { Pyro } from ${JSON.stringify(join(REPO_ROOT, "dist", "sdk", "pyro.js"))};`,
-      "const pyro = new Pyro();",
-      "await pyro.engine.warmPool();",
-      "await pyro.engine.pool.ready();",
-      "console.log('ready ' + pyro.engine.pool.readyCount);",
-      "setInterval(() => {}, 1000);",
-    ].join("\n");
+    const script = poolOwnerScript();
     const home = await h.tempDir("gvisor-pool-owner");
     const env = { ...process.env, ...POOL_ENV, PYRO_HOME: home, PYRO_ENV_CACHE: h.cliEnv.PYRO_ENV_CACHE };
     const child = spawn(process.execPath, ["--input-type=module", "-e", script], { env, stdio: "pipe" });
