@@ -11,7 +11,9 @@
  * - node-pty's loader (`lib/`, `package.json`) and the addon built on this host
  *   (`build/Release/pty.node`): the one package the bundle leaves external, loaded by PTY
  *   shells only. Without a built addon the copy has none, and shells report it as they
- *   did before.
+ *   did before;
+ * - `bin/pyro-spawn`, the agent's command starter (spawn-helper.ts), built with the
+ *   host's `cc`; without one the agent starts commands itself.
  *
  * The copy lives in the runtime cache (`agent-app-<hash>/`), keyed by a hash of those
  * files, made once in a private directory and renamed into place (two processes making
@@ -24,6 +26,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
+import { prepareSpawnHelper } from "./spawn-helper.js";
 
 /** What the copy holds, relative to the package. */
 const PARTS = [
@@ -34,6 +37,8 @@ const PARTS = [
 ] as const;
 
 const PACKAGE_JSON = '{"type":"module"}\n';
+/** Where the agent looks for its command starter (agent/guest/spawner.ts HELPER_PATH). */
+const SPAWN_HELPER_IN_APP = "bin/pyro-spawn";
 const STALE_MS = 3600 * 1000;
 
 const made = new Map<string, Promise<string>>();
@@ -52,6 +57,9 @@ export function agentApp(spec: { appDir: string; runtimeCacheDir: string }): Pro
 
 async function makeAgentApp(appDir: string, cacheDir: string): Promise<string> {
   const contents = await readParts(appDir);
+  // The agent's command starter, built here; without a C compiler the agent spawns itself.
+  const helper = await prepareSpawnHelper(join(cacheDir, "helpers"));
+  if (helper) contents.set(SPAWN_HELPER_IN_APP, { bytes: await readFile(helper), mode: 0o755 });
   // The name is the hash of exactly the bytes the copy is written from.
   const h = createHash("sha256").update(PACKAGE_JSON);
   for (const [f, { bytes, mode }] of contents) h.update(`${f}\0${mode}\0`).update(bytes);

@@ -1,8 +1,9 @@
-import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { agentApp } from "../../../src/backends/agent-app.js";
+import { prepareSpawnHelper } from "../../../src/backends/spawn-helper.js";
 
 /** Every file below `dir`, relative, sorted. */
 async function listing(dir: string): Promise<string[]> {
@@ -58,7 +59,10 @@ describe("the agent's copy of the package (what a namespace sandbox sees at /run
   it("holds the bundle, node-pty's loader and addon, and a module package.json: nothing else", async () => {
     const dir = await agentApp({ appDir: app, runtimeCacheDir: cache });
     expect(dirname(dir)).toBe(cache);
+    // The command starter, built with the host's cc where there is one (spawn-helper.ts).
+    const starter = (await prepareSpawnHelper(join(cache, "helpers"))) ? ["bin/pyro-spawn"] : [];
     expect(await listing(dir)).toEqual([
+      ...starter,
       "dist/agent/bundle/chunk-A.js",
       "dist/agent/bundle/main.js",
       "node_modules/node-pty/build/Release/pty.node",
@@ -68,6 +72,7 @@ describe("the agent's copy of the package (what a namespace sandbox sees at /run
     ]);
     // No stage directory is left beside it.
     expect((await readdir(cache)).filter((n) => n.startsWith("."))).toEqual([]);
+    if (starter.length > 0) expect((await stat(join(dir, "bin/pyro-spawn"))).mode & 0o777).toBe(0o755);
   });
 
   it("is one copy per content: the same bundle reuses it, a rebuilt one gets its own", async () => {

@@ -13,6 +13,7 @@ import { HeadTailCapture } from "../../capture.js";
 import { AgentError } from "../../errors.js";
 import { EXEC_STREAM_TAG } from "../../op-schemas.js";
 import { hangUpSession, killTree, TREE_MARKER_VAR } from "../proctree.js";
+import { Spawner, type StartedCommand } from "../spawner.js";
 import type { OpHandler } from "./context.js";
 
 /** The environment every command starts from; `args.env` is merged over it. */
@@ -98,17 +99,51 @@ export function startCommand(
     detached: true,
   });
   if (args.stdin && ctx.upload && child.stdin) feedStdin(ctx.upload, child.stdin);
-  if (ctx.idleCommands && child.pid !== undefined) {
-    try {
-      os.setPriority(child.pid, COMMAND_NICE);
-      // At the memory limit the OOM killer takes commands before the agent (raising the
-      // value needs no privilege; children inherit it like the nice value).
-      writeFileSync(`/proc/${child.pid}/oom_score_adj`, String(COMMAND_OOM_SCORE_ADJ));
-    } catch {
-      // Exited already.
-    }
-  }
+  if (ctx.idleCommands && child.pid !== undefined) lowerPriority(child.pid);
   return child;
+}
+
+/** Below the agent in CPU and OOM priority (see COMMAND_NICE). */
+function lowerPriority(pid: number): void {
+  try {
+    os.setPriority(pid, COMMAND_NICE);
+    // At the memory limit the OOM killer takes commands before the agent (raising the
+    // value needs no privilege; children inherit it like the nice value).
+    writeFileSync(`/proc/${pid}/oom_score_adj`, String(COMMAND_OOM_SCORE_ADJ));
+  } catch {
+    // Exited already.
+  }
+}
+
+/** Commands without stdin go through the spawn helper where there is one (spawner.ts). */
+const spawner = new Spawner();
+
+/** Starts the exec's command: through the spawn helper when it can, else as startCommand does. */
+async function startExecCommand(
+  args: ExecArgs,
+  cwd: string,
+  marker: string,
+  ctx: ExecContext,
+): Promise<StartedCommand> {
+  // The helper's own priority is the commands' (lowered once where the agent lowers
+  // commands: they inherit it): nothing to set per command.
+  if (
+    !args.stdin &&
+    !args.command.includes("\0") &&
+    (await spawner.usable(ctx.idleCommands ? lowerPriority : undefined))
+  )
+    return spawner.start(args.command, cwd, { ...BASE_ENV, ...args.env, [TREE_MARKER_VAR]: marker });
+  const child = startCommand(args, cwd, marker, ctx);
+  return {
+    pid: child.pid,
+    // Both pipes exist: stdio[1] and stdio[2] are "pipe".
+    stdout: child.stdout!,
+    stderr: child.stderr!,
+    exited: new Promise((resolve, reject) => {
+      child.once("error", reject);
+      child.once("exit", (code, sig) => resolve({ code, sig }));
+    }),
+  };
 }
 
 /** Captures a stream's head and tail; with `stream`, also sends it live, tagged, with backpressure. */
@@ -146,10 +181,11 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
 
   const marker = randomBytes(12).toString("hex");
   const started = performance.now();
-  const child = startCommand(args, cwd, marker, ctx);
-  // Both pipes exist: stdio[1] and stdio[2] are "pipe".
-  const out = child.stdout!;
-  const err = child.stderr!;
+  const child = await startExecCommand(args, cwd, marker, ctx).catch((err: Error) => {
+    throw new AgentError("internal", `could not run the command: ${err.message}`, undefined, { cause: err });
+  });
+  const out = child.stdout;
+  const err = child.stderr;
   // One capture per stream at the larger of the two cuts; each cut is rendered from it.
   const keep = Math.max(args.max_output_bytes, args.log_output_bytes ?? 0);
   const stdout = capture(out, keep, EXEC_STREAM_TAG.stdout, args, ctx);
@@ -172,12 +208,12 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
   signal.addEventListener("abort", onAbort, { once: true });
 
   try {
-    const { code, sig } = await new Promise<{ code: number | null; sig: NodeJS.Signals | null }>(
-      (resolve, reject) => {
-        child.once("error", reject);
-        child.once("exit", (c, s) => resolve({ code: c, sig: s }));
-      },
-    );
+    const { code, sig } = await child.exited.catch(async (e: unknown) => {
+      // The command starter died: nobody will report this command's exit. Its processes
+      // are ended rather than left running behind a failed call.
+      if (child.pid !== undefined) await killTree(child.pid, marker);
+      throw e;
+    });
     clearTimeout(timer);
     if (killing) await killing;
     // What the command left running in its session ends with it (see hangUpSession):

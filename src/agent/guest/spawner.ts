@@ -1,0 +1,187 @@
+/**
+ * Commands started by the spawn helper (`bin/pyro-spawn` beside the agent's dist/; its
+ * source and protocol: src/backends/spawn-helper.ts) instead of Node's `spawn`, which
+ * forks the whole agent for every command (~1.7 ms of the agent blocked here, more with
+ * more memory held; docs/architecture.md "Warm exec"). The helper starts `/bin/sh -c`
+ * with posix_spawn as a session leader, every signal at its default, stdin /dev/null and
+ * two pipes, which the agent opens through /proc/<helper>/fd (the commands run in the
+ * same sandbox as the helper, so this gives no one more than they had); it reports each
+ * command's raw wait status.
+ *
+ * Used where it can be: the helper exists (namespace backends: agent-app.ts builds it
+ * with the host's `cc`) and passed a self-test (a `true` started, its pipes opened, its
+ * exit seen) at first use. Otherwise, after the helper died, for commands with stdin or
+ * a NUL, the agent starts commands itself as before. Same semantics either way: the
+ * tests of exec run on both.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { accessSync, constants, openSync } from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import type { Readable } from "node:stream";
+import { fileURLToPath } from "node:url";
+
+/** A started command, as exec uses it. */
+export interface StartedCommand {
+  pid: number | undefined;
+  stdout: Readable;
+  stderr: Readable;
+  /** Its exit, as Node reports one: a code, or the signal that ended it. */
+  exited: Promise<{ code: number | null; sig: NodeJS.Signals | null }>;
+}
+
+/** The helper's path in the agent's copy of the package: <app>/bin/pyro-spawn. */
+export const HELPER_PATH = fileURLToPath(new URL("../../../bin/pyro-spawn", import.meta.url));
+
+type Exit = { code: number | null; sig: NodeJS.Signals | null };
+
+const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(
+  Object.entries(os.constants.signals).map(([name, n]) => [n, name as NodeJS.Signals]),
+);
+
+/** A raw wait status as Node reports an exit. */
+export function exitOfStatus(status: number): Exit {
+  const sig = status & 0x7f;
+  if (sig === 0) return { code: (status >> 8) & 0xff, sig: null };
+  return { code: null, sig: SIGNAL_NAMES.get(sig) ?? "SIGKILL" };
+}
+
+/** One helper per agent, started at first use. */
+export class Spawner {
+  private helper: ChildProcess | null = null;
+  private dead = false;
+  private lines = "";
+  private nextId = 0;
+  private readonly starting = new Map<string, (r: StartedCommand | Error) => void>();
+  private readonly exits = new Map<number, Exit>();
+  private readonly waiting = new Map<number, { resolve: (e: Exit) => void; reject: (e: Error) => void }>();
+  private ready: Promise<boolean> | null = null;
+
+  constructor(private readonly path: string = HELPER_PATH) {}
+
+  /**
+   * Whether commands can go through the helper (started and self-tested once). `lower`
+   * (run once, on the helper) puts it below the agent in CPU and OOM priority: every
+   * command it starts inherits that from its first instruction.
+   */
+  usable(lower?: (pid: number) => void): Promise<boolean> {
+    this.ready ??= this.open(lower);
+    return this.ready.then((ok) => ok && !this.dead);
+  }
+
+  /** Starts `/bin/sh -c command` through the helper. */
+  start(command: string, cwd: string, env: Record<string, string>): Promise<StartedCommand> {
+    const helper = this.helper;
+    if (!helper || this.dead) return Promise.reject(new Error("the command starter is not running"));
+    const id = String(++this.nextId);
+    const entries = Object.entries(env).map(([k, v]) => `${k}=${v}`);
+    const fields = ["S", id, cwd, String(entries.length), ...entries, command];
+    const payload = Buffer.from(`${fields.join("\0")}\0`);
+    const head = Buffer.alloc(4);
+    head.writeUInt32LE(payload.length);
+    return new Promise<StartedCommand>((resolve, reject) => {
+      this.starting.set(id, (r) => (r instanceof Error ? reject(r) : resolve(r)));
+      helper.stdin!.write(Buffer.concat([head, payload]));
+    });
+  }
+
+  private async open(lower: ((pid: number) => void) | undefined): Promise<boolean> {
+    try {
+      accessSync(this.path, constants.X_OK);
+    } catch {
+      return false;
+    }
+    const helper = spawn(this.path, [], { stdio: ["pipe", "pipe", "ignore"] });
+    this.helper = helper;
+    helper.stdin!.on("error", () => this.fail(new Error("the command starter's input closed")));
+    helper.stdout!.setEncoding("utf8");
+    helper.stdout!.on("data", (d: string) => this.onData(d));
+    helper.once("error", () => this.fail(new Error("the command starter could not start")));
+    helper.once("exit", () => this.fail(new Error("the command starter exited")));
+    if (helper.pid !== undefined) lower?.(helper.pid);
+    // Not kept alive for it: the agent's own handles decide when it ends.
+    helper.unref();
+    (helper.stdout as unknown as { unref?: () => void }).unref?.();
+    (helper.stdin as unknown as { unref?: () => void }).unref?.();
+    try {
+      const probe = await this.start("exit 0", "/", { PATH: "/usr/bin:/bin" });
+      probe.stdout.resume();
+      probe.stderr.resume();
+      const exit = await probe.exited;
+      return exit.code === 0;
+    } catch {
+      this.fail(new Error("the command starter failed its self-test"));
+      return false;
+    }
+  }
+
+  private fail(err: Error): void {
+    if (this.dead) return;
+    this.dead = true;
+    this.helper?.kill("SIGKILL");
+    for (const done of this.starting.values()) done(err);
+    this.starting.clear();
+    for (const w of this.waiting.values()) w.reject(err);
+    this.waiting.clear();
+  }
+
+  private onData(chunk: string): void {
+    this.lines += chunk;
+    for (let nl = this.lines.indexOf("\n"); nl >= 0; nl = this.lines.indexOf("\n")) {
+      const line = this.lines.slice(0, nl).split(" ");
+      this.lines = this.lines.slice(nl + 1);
+      if (line[0] === "S") this.started(line[1]!, Number(line[2]), Number(line[3]), Number(line[4]));
+      else if (line[0] === "E")
+        this.starting.get(line[1]!)?.(new Error(`cannot start /bin/sh: errno ${line[2]}`));
+      else if (line[0] === "X") this.exited(Number(line[1]), Number(line[2]));
+      if (line[0] === "E") this.starting.delete(line[1]!);
+    }
+  }
+
+  private started(id: string, pid: number, outFd: number, errFd: number): void {
+    const done = this.starting.get(id);
+    this.starting.delete(id);
+    const helper = this.helper!;
+    let stdout: Readable;
+    let stderr: Readable;
+    try {
+      stdout = this.pipe(helper.pid!, outFd);
+      stderr = this.pipe(helper.pid!, errFd);
+    } catch (err) {
+      this.closeFds(outFd, errFd);
+      done?.(err as Error);
+      return;
+    }
+    this.closeFds(outFd, errFd);
+    const exited = new Promise<Exit>((resolve, reject) => {
+      const seen = this.exits.get(pid);
+      if (seen) {
+        this.exits.delete(pid);
+        resolve(seen);
+      } else this.waiting.set(pid, { resolve, reject });
+    });
+    done?.({ pid, stdout, stderr, exited });
+  }
+
+  private exited(pid: number, status: number): void {
+    const exit = exitOfStatus(status);
+    const w = this.waiting.get(pid);
+    if (w) {
+      this.waiting.delete(pid);
+      w.resolve(exit);
+    } else this.exits.set(pid, exit);
+  }
+
+  /** The read end of a command's pipe, opened anew from the helper's descriptor. */
+  private pipe(helperPid: number, fd: number): Readable {
+    const own = openSync(`/proc/${helperPid}/fd/${fd}`, constants.O_RDONLY | constants.O_NONBLOCK);
+    return new net.Socket({ fd: own, readable: true, writable: false });
+  }
+
+  private closeFds(...fds: number[]): void {
+    const payload = Buffer.from(`${["C", ...fds.map(String)].join("\0")}\0`);
+    const head = Buffer.alloc(4);
+    head.writeUInt32LE(payload.length);
+    this.helper?.stdin?.write(Buffer.concat([head, payload]));
+  }
+}
