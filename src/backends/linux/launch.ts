@@ -109,6 +109,12 @@ export function launchArgv(
     // The disk: mount the image, then make the layer directories in it (a count, then paths).
     ...(disk
       ? [
+          // A loop device still backed by the image (a disk reader's read-only one, which
+          // the kernel detaches a moment after the reader exits, or the previous sandbox's)
+          // would be reused by mount -o loop: util-linux reuses a device already backed by
+          // the same file, and the disk came up read-only when that was the reader's. Wait
+          // for it to go (at most 2 s; shell builtins only, no process per start).
+          'i=0; while :; do busy=; for f in /sys/block/loop*/loop/backing_file; do [ -r "$f" ] && read -r b < "$f" && [ "$b" = "$1" ] && busy=1 && break; done; { [ -z "$busy" ] || [ "$i" -ge 200 ]; } && break; i=$((i + 1)); sleep 0.01; done',
           // The type given: util-linux mount would probe it with libblkid first (~4 ms here).
           `${tools.loopMount} -t ext4 -o loop,nosuid,nodev "$1" "$2"; shift 2`,
           'n=$1; shift; while [ "$n" -gt 0 ]; do mkdir -p "$1"; shift; n=$((n - 1)); done',
