@@ -35,6 +35,9 @@ export const HELPER_PATH = fileURLToPath(new URL("../../../bin/pyro-spawn", impo
 
 type Exit = { code: number | null; sig: NodeJS.Signals | null };
 
+/** How long the helper's self-test may take before commands are started by the agent. */
+const SELF_TEST_MS = 5000;
+
 const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(
   Object.entries(os.constants.signals).map(([name, n]) => [n, name as NodeJS.Signals]),
 );
@@ -96,6 +99,7 @@ export class Spawner {
     helper.stdin!.on("error", () => this.fail(new Error("the command starter's input closed")));
     helper.stdout!.setEncoding("utf8");
     helper.stdout!.on("data", (d: string) => this.onData(d));
+    helper.stdout!.on("error", () => this.fail(new Error("the command starter's output failed")));
     helper.once("error", () => this.fail(new Error("the command starter could not start")));
     helper.once("exit", () => this.fail(new Error("the command starter exited")));
     if (helper.pid !== undefined) lower?.(helper.pid);
@@ -103,15 +107,25 @@ export class Spawner {
     helper.unref();
     (helper.stdout as unknown as { unref?: () => void }).unref?.();
     (helper.stdin as unknown as { unref?: () => void }).unref?.();
+    // Bounded: a helper that does not answer is not waited for by every exec after it.
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error("no answer")), SELF_TEST_MS);
+    });
+    late.catch(() => {});
     try {
-      const probe = await this.start("exit 0", "/", { PATH: "/usr/bin:/bin" });
+      const probe = await Promise.race([this.start("exit 0", "/", { PATH: "/usr/bin:/bin" }), late]);
       probe.stdout.resume();
       probe.stderr.resume();
-      const exit = await probe.exited;
-      return exit.code === 0;
+      const exit = await Promise.race([probe.exited, late]);
+      if (exit.code === 0) return true;
+      this.fail(new Error("the command starter failed its self-test"));
+      return false;
     } catch {
       this.fail(new Error("the command starter failed its self-test"));
       return false;
+    } finally {
+      clearTimeout(timer);
     }
   }
 
