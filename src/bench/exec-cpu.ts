@@ -24,7 +24,7 @@ export function cpuTicks(stat: string, children: boolean): number {
 }
 
 /** Ticks of `pids` with their reaped children (a process gone since reads as 0). */
-async function sandboxTicks(pids: readonly string[]): Promise<number> {
+async function sandboxTicks(pids: readonly number[]): Promise<number> {
   const texts = await Promise.all(pids.map((p) => readFile(`/proc/${p}/stat`, "utf8").catch(() => null)));
   return texts.reduce((sum, t) => sum + (t === null ? 0 : cpuTicks(t, true)), 0);
 }

@@ -10,6 +10,7 @@
  * it, unjudged, with the host's MemAvailable drop as a cross-check in the notes.
  */
 import { readFile } from "node:fs/promises";
+import { CgroupLimits, hostCgroups } from "../backends/linux/cgroups.js";
 import type { Pyro } from "../sdk/pyro.js";
 import { idleNodeRssKib } from "./cli.js";
 import { type BenchRow, median, row, type Target } from "./stats.js";
@@ -90,10 +91,8 @@ async function memAvailableMib(): Promise<number> {
 
 /** The workspace's cgroup charge and its processes' RSS and private memory. */
 async function workspaceMemory(id: string): Promise<WorkspaceMemory> {
-  const chargedMib = await firstNumber([
-    `/sys/fs/cgroup/memory/pyro/${id}/memory.usage_in_bytes`,
-    `/sys/fs/cgroup/pyro/${id}/memory.current`,
-  ]);
+  const cg = await CgroupLimits.attach(await hostCgroups(), id);
+  const charged = cg ? (await cg.stats()).memory_bytes : null;
   let rssKib = 0;
   let privateKib = 0;
   for (const pid of await sandboxPids(id)) {
@@ -103,28 +102,14 @@ async function workspaceMemory(id: string): Promise<WorkspaceMemory> {
     privateKib += kib("Private_Clean") + kib("Private_Dirty");
   }
   return {
-    chargedMib: chargedMib === null ? null : chargedMib / 1048576,
+    chargedMib: charged === null ? null : charged / 1048576,
     rssMib: rssKib / 1024,
     privateMib: privateKib / 1024,
   };
 }
 
-/** The processes of a workspace's cgroup (v1 pids controller or v2). */
-export async function sandboxPids(id: string): Promise<string[]> {
-  for (const file of [
-    `/sys/fs/cgroup/pids/pyro/${id}/cgroup.procs`,
-    `/sys/fs/cgroup/pyro/${id}/cgroup.procs`,
-  ]) {
-    const text = await readFile(file, "utf8").catch(() => null);
-    if (text !== null) return text.split("\n").filter(Boolean);
-  }
-  return [];
-}
-
-async function firstNumber(files: string[]): Promise<number | null> {
-  for (const f of files) {
-    const text = await readFile(f, "utf8").catch(() => null);
-    if (text !== null && /^\d+\s*$/.test(text)) return Number(text);
-  }
-  return null;
+/** The processes of a workspace's cgroup. */
+export async function sandboxPids(id: string): Promise<number[]> {
+  const cg = await CgroupLimits.attach(await hostCgroups(), id);
+  return cg ? cg.pids() : [];
 }

@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CgroupLimits, hostCgroups } from "../../../src/backends/linux/cgroups.js";
 import { prepareNodeRuntime } from "../../../src/backends/runtime.js";
 import {
   bwrapSkipReason,
@@ -104,7 +105,7 @@ describe.skipIf(skip !== "")(suiteTitle("an idle bwrap workspace's agent memory"
       ids.push(w.workspace_id);
     }
     await new Promise((r) => setTimeout(r, 1000));
-    const mib = ids.map(chargedMib);
+    const mib = await Promise.all(ids.map(chargedMib));
     if (mib.some((m) => m === null)) {
       // No memory controller to read (a bwrap workspace without cgroup limits cannot be
       // started here, so this would be a broken machine, not a skip).
@@ -120,16 +121,8 @@ describe.skipIf(skip !== "")(suiteTitle("an idle bwrap workspace's agent memory"
 const IDLE = 5;
 
 /** What the workspace's memory cgroup is charged, MiB, or null without one. */
-function chargedMib(id: string): number | null {
-  for (const f of [
-    `/sys/fs/cgroup/memory/pyro/${id}/memory.usage_in_bytes`,
-    `/sys/fs/cgroup/pyro/${id}/memory.current`,
-  ]) {
-    try {
-      return Number(readFileSync(f, "utf8")) / 1048576;
-    } catch {
-      // the other layout
-    }
-  }
-  return null;
+async function chargedMib(id: string): Promise<number | null> {
+  const cg = await CgroupLimits.attach(await hostCgroups(), id);
+  const bytes = cg ? (await cg.stats()).memory_bytes : null;
+  return bytes === null ? null : bytes / 1048576;
 }
