@@ -56,7 +56,6 @@ export class Spawner {
   private lines = "";
   private nextId = 0;
   private readonly starting = new Map<string, (r: StartedCommand | Error) => void>();
-  private readonly exits = new Map<number, Exit>();
   private readonly waiting = new Map<number, { resolve: (e: Exit) => void; reject: (e: Error) => void }>();
   private ready: Promise<boolean> | null = null;
 
@@ -78,13 +77,9 @@ export class Spawner {
     if (!helper || this.dead) return Promise.reject(new Error("the command starter is not running"));
     const id = String(++this.nextId);
     const entries = Object.entries(env).map(([k, v]) => `${k}=${v}`);
-    const fields = ["S", id, cwd, String(entries.length), ...entries, command];
-    const payload = Buffer.from(`${fields.join("\0")}\0`);
-    const head = Buffer.alloc(4);
-    head.writeUInt32LE(payload.length);
     return new Promise<StartedCommand>((resolve, reject) => {
       this.starting.set(id, (r) => (r instanceof Error ? reject(r) : resolve(r)));
-      helper.stdin!.write(Buffer.concat([head, payload]));
+      helper.stdin!.write(frame(["S", id, cwd, String(entries.length), ...entries, command]));
     });
   }
 
@@ -117,10 +112,8 @@ export class Spawner {
       const probe = await Promise.race([this.start("exit 0", "/", { PATH: "/usr/bin:/bin" }), late]);
       probe.stdout.resume();
       probe.stderr.resume();
-      const exit = await Promise.race([probe.exited, late]);
-      if (exit.code === 0) return true;
-      this.fail(new Error("the command starter failed its self-test"));
-      return false;
+      if ((await Promise.race([probe.exited, late])).code === 0) return true;
+      throw new Error("a nonzero exit");
     } catch {
       this.fail(new Error("the command starter failed its self-test"));
       return false;
@@ -145,16 +138,20 @@ export class Spawner {
       const line = this.lines.slice(0, nl).split(" ");
       this.lines = this.lines.slice(nl + 1);
       if (line[0] === "S") this.started(line[1]!, Number(line[2]), Number(line[3]), Number(line[4]));
-      else if (line[0] === "E")
-        this.starting.get(line[1]!)?.(new Error(`cannot start /bin/sh: errno ${line[2]}`));
+      else if (line[0] === "E") this.take(line[1]!)?.(new Error(`cannot start /bin/sh: errno ${line[2]}`));
       else if (line[0] === "X") this.exited(Number(line[1]), Number(line[2]));
-      if (line[0] === "E") this.starting.delete(line[1]!);
     }
   }
 
-  private started(id: string, pid: number, outFd: number, errFd: number): void {
+  /** The waiter of start request `id`, no longer waiting. */
+  private take(id: string): ((r: StartedCommand | Error) => void) | undefined {
     const done = this.starting.get(id);
     this.starting.delete(id);
+    return done;
+  }
+
+  private started(id: string, pid: number, outFd: number, errFd: number): void {
+    const done = this.take(id);
     const helper = this.helper!;
     let stdout: Readable;
     let stderr: Readable;
@@ -167,23 +164,17 @@ export class Spawner {
       return;
     }
     this.closeFds(outFd, errFd);
-    const exited = new Promise<Exit>((resolve, reject) => {
-      const seen = this.exits.get(pid);
-      if (seen) {
-        this.exits.delete(pid);
-        resolve(seen);
-      } else this.waiting.set(pid, { resolve, reject });
-    });
+    // Registered before the next line is read: the helper writes a command's `S` line
+    // before it can reap it, so its `X` line always comes after.
+    const exited = new Promise<Exit>((resolve, reject) => this.waiting.set(pid, { resolve, reject }));
     done?.({ pid, stdout, stderr, exited });
   }
 
+  /** A command exited (one whose pipes could not be opened has no waiter: nothing to tell). */
   private exited(pid: number, status: number): void {
-    const exit = exitOfStatus(status);
     const w = this.waiting.get(pid);
-    if (w) {
-      this.waiting.delete(pid);
-      w.resolve(exit);
-    } else this.exits.set(pid, exit);
+    this.waiting.delete(pid);
+    w?.resolve(exitOfStatus(status));
   }
 
   /** The read end of a command's pipe, opened anew from the helper's descriptor. */
@@ -193,9 +184,14 @@ export class Spawner {
   }
 
   private closeFds(...fds: number[]): void {
-    const payload = Buffer.from(`${["C", ...fds.map(String)].join("\0")}\0`);
-    const head = Buffer.alloc(4);
-    head.writeUInt32LE(payload.length);
-    this.helper?.stdin?.write(Buffer.concat([head, payload]));
+    this.helper?.stdin?.write(frame(["C", ...fds.map(String)]));
   }
+}
+
+/** A request to the helper: its length (4 bytes, little-endian), then NUL-terminated fields. */
+function frame(fields: readonly string[]): Buffer {
+  const payload = Buffer.from(`${fields.join("\0")}\0`);
+  const head = Buffer.alloc(4);
+  head.writeUInt32LE(payload.length);
+  return Buffer.concat([head, payload]);
 }
