@@ -25,7 +25,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
-import { dirname, join, relative } from "node:path";
+import { basename, dirname, join, relative } from "node:path";
 import { prepareSpawnHelper } from "./spawn-helper.js";
 
 /** What the copy holds, relative to the package. */
@@ -59,12 +59,14 @@ async function makeAgentApp(appDir: string, cacheDir: string): Promise<string> {
   const contents = await readParts(appDir);
   // The agent's command starter, built here; without a C compiler the agent spawns itself.
   const helper = await prepareSpawnHelper(join(cacheDir, "helpers"));
-  if (helper) contents.set(SPAWN_HELPER_IN_APP, { bytes: await readFile(helper), mode: 0o755 });
-  // The name is the hash of exactly the bytes the copy is written from.
+  // The name is the hash of exactly the bytes the copy is written from; the helper's own
+  // file name is already its source's hash (static-binary.ts), so it is not read for it.
   const h = createHash("sha256").update(PACKAGE_JSON);
   for (const [f, { bytes, mode }] of contents) h.update(`${f}\0${mode}\0`).update(bytes);
+  h.update(`${SPAWN_HELPER_IN_APP}\0${helper ? basename(helper) : "-"}\0`);
   const out = join(cacheDir, `agent-app-${h.digest("hex").slice(0, 16)}`);
   if (await stat(out).catch(() => null)) return out;
+  if (helper) contents.set(SPAWN_HELPER_IN_APP, { bytes: await readFile(helper), mode: 0o755 });
   await mkdir(cacheDir, { recursive: true, mode: 0o700 });
   const stage = join(cacheDir, `.agent-app-${process.pid}-${randomBytes(4).toString("hex")}`);
   try {
