@@ -126,6 +126,12 @@ export interface OneShotResult {
 export interface WorkspaceBackend {
   readonly name: BackendName;
   readonly executionMode: ExecutionMode;
+  /**
+   * For a backend whose disk limit depends on the host (docker: the engine's storage
+   * driver): null when new workspaces and one-shots get one, otherwise why not. Backends
+   * without it either always limit (disk-image.ts DISK_LIMITED) or never do.
+   */
+  diskLimitSupport?(): Promise<{ message: string; hint: string } | null>;
   /** Starts the sandbox and its agent; resolves once the agent answers a connection. */
   start(spec: SandboxSpec, options?: { signal?: AbortSignal }): Promise<SandboxState>;
   /** A new byte channel to the agent (the caller does the protocol handshake). */

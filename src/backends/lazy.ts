@@ -16,7 +16,14 @@ import type {
  * (backend.runOnce)`) before it has loaded the backend. `exposeSnapshot` is not one: the
  * core only ever calls it (`?.()`), so the facade always has it.
  */
-export const BACKEND_FEATURES = ["connectPort", "connectNet", "openDisk", "runOnce", "adoptSpare"] as const;
+export const BACKEND_FEATURES = [
+  "connectPort",
+  "connectNet",
+  "openDisk",
+  "runOnce",
+  "adoptSpare",
+  "diskLimitSupport",
+] as const;
 export type BackendFeature = (typeof BACKEND_FEATURES)[number];
 
 /** What a LazyBackend knows before loading (a registry entry). */
@@ -52,6 +59,7 @@ export class LazyBackend implements WorkspaceBackend {
   declare openDisk?: WorkspaceBackend["openDisk"];
   declare runOnce?: WorkspaceBackend["runOnce"];
   declare adoptSpare?: WorkspaceBackend["adoptSpare"];
+  declare diskLimitSupport?: WorkspaceBackend["diskLimitSupport"];
   private loading: Promise<WorkspaceBackend> | undefined;
   private real: WorkspaceBackend | undefined;
   private oneShot: Promise<OneShotRunner> | undefined;

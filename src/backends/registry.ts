@@ -93,7 +93,7 @@ const ENTRIES: { readonly [N in BackendName]: BackendEntry } = {
     optIn: true,
     isolating: true,
     executionMode: "guest_agent",
-    features: ["connectPort", "openDisk", "runOnce", "adoptSpare"],
+    features: ["connectPort", "openDisk", "runOnce", "adoptSpare", "diskLimitSupport"],
     load: async (c) => new (await import("./docker/backend.js")).DockerBackend(c.env),
   },
   bwrap: {

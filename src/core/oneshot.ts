@@ -7,7 +7,7 @@ import { PyroError } from "../errors.js";
 import type { Engine } from "./engine.js";
 import { checkNetworkSupport, parseNetworkPolicy } from "./network.js";
 import { checkMaxOutputBytes, type OutputListener } from "./output.js";
-import { type CreateOptions, checkDiskMib, checkLimits, DEFAULTS } from "./workspace-spec.js";
+import { type CreateOptions, checkLimits, DEFAULTS, resolveDisk } from "./workspace-spec.js";
 
 export interface RunOptions {
   environment?: string;
@@ -49,6 +49,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
   const environment = options.environment ?? "debian:12";
   const timeoutSeconds = options.timeout_seconds ?? DEFAULTS.timeout_seconds;
   if (backend.runOnce && !options.seed_path && policy === "off") {
+    const disk = await resolveDisk(options.disk_mib, backend);
     const env = await engine.environments.pull(environment, {
       ...(options.signal ? { signal: options.signal } : {}),
       ...(options.on_progress ? { onProgress: options.on_progress } : {}),
@@ -70,7 +71,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
           vcpus: options.vcpus ?? DEFAULTS.vcpus,
           memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
           pids_max: DEFAULTS.pids_max,
-          disk_mib: checkDiskMib(options.disk_mib, backend.name),
+          ...(disk.disk_mib !== undefined ? { disk_mib: disk.disk_mib } : {}),
         },
         timeoutMs: timeoutSeconds * 1000,
         maxOutputBytes,

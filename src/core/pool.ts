@@ -27,7 +27,7 @@ import { procStartTime } from "../backends/common.js";
 import { atomicWriteFile } from "../util/fs.js";
 import { agentClient } from "./connections.js";
 import { discardSpare, RECORD, reapSpares, type SpareRecord, spareDirs, TAKEN } from "./pool-records.js";
-import { DEFAULTS } from "./workspace-spec.js";
+import { DEFAULTS, resolveDisk } from "./workspace-spec.js";
 
 /** Pairs of backend and environment kept warm at once (the most recently created on). */
 const MAX_KEYS = 2;
@@ -234,6 +234,8 @@ export class SandboxPool {
     const id = `spare_${randomBytes(6).toString("hex")}`; // SPARE_ID
     const root = join(this.deps.dir, id);
     const dirs = spareDirs(root);
+    // The disk limit a workspace created now would get (none on an engine that cannot).
+    const { disk_mib } = await resolveDisk(undefined, w.backend);
     const spec: SandboxSpec = {
       workspace_id: id,
       dir: dirs.dir,
@@ -244,7 +246,7 @@ export class SandboxPool {
         vcpus: DEFAULTS.vcpus,
         memory_mib: DEFAULTS.memory_mib,
         pids_max: DEFAULTS.pids_max,
-        disk_mib: DEFAULTS.disk_mib,
+        ...(disk_mib !== undefined ? { disk_mib } : {}),
       },
       appDir: this.deps.appDir,
       runtimeCacheDir: this.deps.runtimeCacheDir,

@@ -25,8 +25,9 @@ export function workspaceView(w: WorkspaceRow, executionMode: ExecutionMode) {
       vcpus: w.spec.vcpus,
       memory_mib: w.spec.memory_mib,
       pids_max: w.spec.pids_max ?? null,
-      // Where the backend enforces one (DISK_LIMITED); null for workspaces made before it.
-      disk_mib: DISK_LIMITED.includes(w.backend) ? (w.spec.disk_mib ?? null) : null,
+      // Where the backend enforces one (DISK_LIMITED, or docker on an engine that can);
+      // null for workspaces made before it.
+      disk_mib: DISK_LIMITED.includes(w.backend) || w.spec.disk_enforced ? (w.spec.disk_mib ?? null) : null,
     },
     error: w.error,
     /** Names and kinds only; values never leave the encrypted store. */

@@ -17,6 +17,7 @@ import {
   checkLimits,
   createSpec,
   DEFAULTS,
+  resolveDisk,
   validateName,
 } from "./workspace-spec.js";
 
@@ -37,7 +38,8 @@ export async function createWorkspace(inner: WorkspaceInternals, options: Create
       : null;
   const environment = options.environment ?? recipeEnv ?? "debian:12";
   const backend = await deps.chooseBackend(options.backend, options.allow_host_compat === true);
-  const { diskMib, policy, ports } = checkCreate(inner, options, backend);
+  const { policy, ports } = checkCreate(inner, options, backend);
+  const disk = await resolveDisk(options.disk_mib, backend);
   // Secrets first: a missing host variable or terminal fails before anything is made.
   const secrets = await resolveSecrets(options.secrets ?? {}, deps.env, options.prompt_secret);
   const env = await deps.environments.pull(environment, pullOptions);
@@ -66,7 +68,7 @@ export async function createWorkspace(inner: WorkspaceInternals, options: Create
       network_policy: policy,
       ttl_seconds: options.ttl_seconds === undefined ? DEFAULTS.ttl_seconds : options.ttl_seconds,
       workspace_seed: seed,
-      spec: createSpec(options, diskMib, ports, env.image_env),
+      spec: createSpec(options, disk, ports, env.image_env),
       runtime: { rootfs: env.rootfs, env_key: env.recipe_key, owner: await currentOwner() },
       current_snapshot: "baseline",
       secret_refs: secrets.refs,
@@ -126,8 +128,8 @@ function checkCreate(
   inner: WorkspaceInternals,
   options: CreateOptions,
   backend: WorkspaceBackend,
-): { diskMib: number; policy: NetworkPolicy; ports: PublishedPort[] } {
-  const diskMib = checkDiskMib(options.disk_mib, backend.name);
+): { policy: NetworkPolicy; ports: PublishedPort[] } {
+  checkDiskMib(options.disk_mib, backend.diskLimitSupport ? undefined : backend.name);
   checkLimits(options);
   if (options.repo_ref !== undefined && !options.repo_url)
     throw new PyroError(
@@ -147,7 +149,7 @@ function checkCreate(
       "pick another name or delete the old one",
     );
   }
-  return { diskMib, policy, ports };
+  return { policy, ports };
 }
 
 /** Undoes a create that failed: its row, its sandbox and its directory (best effort). */

@@ -3,7 +3,7 @@ import type { SandboxSpec, WorkspaceBackend } from "../backends/backend.js";
 import type { WorkspaceRow } from "../state/types.js";
 import type { WorkspaceNetwork } from "./network.js";
 import type { WorkspaceDeps } from "./workspace-deps.js";
-import { DEFAULTS } from "./workspace-spec.js";
+import { DEFAULTS, sandboxDiskMib } from "./workspace-spec.js";
 
 /** Where workspace `id`'s files live: `$PYRO_HOME/workspaces/<id>/`. */
 export function workspaceDirOf(home: string, id: string): string {
@@ -32,7 +32,7 @@ export function sandboxSpecOf(
       vcpus: w.spec.vcpus,
       memory_mib: w.spec.memory_mib,
       pids_max: w.spec.pids_max ?? DEFAULTS.pids_max,
-      disk_mib: w.spec.disk_mib ?? DEFAULTS.disk_mib,
+      disk_mib: sandboxDiskMib(w),
     },
     appDir: deps.appDir,
     runtimeCacheDir: join(deps.paths.home, "runtime"),

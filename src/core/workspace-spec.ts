@@ -3,11 +3,11 @@
  * limits (CPU, memory, disk, TTL), the name, and the spec a create records. Shared by
  * Workspaces.create and the one-shot path (core/oneshot.ts).
  */
-import type { BackendName } from "../backends/backend.js";
+import type { BackendName, WorkspaceBackend } from "../backends/backend.js";
 import { DISK_LIMITED } from "../backends/disk-image.js";
 import type { BuildProgress } from "../env/builder.js";
 import { PyroError } from "../errors.js";
-import type { PublishedPort, WorkspaceSpec } from "../state/types.js";
+import type { PublishedPort, WorkspaceRow, WorkspaceSpec } from "../state/types.js";
 import { LIMITS } from "./limits.js";
 import type { SecretPrompt } from "./secrets.js";
 import type { SeedSource } from "./seed.js";
@@ -44,6 +44,37 @@ export function checkDiskMib(mib: number | undefined, backend?: BackendName): nu
       `give a whole number of MiB from ${min} to ${max}`,
     );
   return mib;
+}
+
+/**
+ * The disk limit a new workspace or one-shot gets on `backend`: `disk_mib` (validated; the
+ * default when none is asked) where the backend enforces one. A backend whose limit
+ * depends on the host (docker: its engine's storage driver) is asked: where it cannot,
+ * the workspace gets none, and an explicit limit is refused, never ignored. `enforced`
+ * marks such a host-dependent limit as applied (views and later starts read it).
+ */
+export async function resolveDisk(
+  mib: number | undefined,
+  backend: Pick<WorkspaceBackend, "name" | "diskLimitSupport">,
+): Promise<{ disk_mib?: number; enforced?: true }> {
+  if (!backend.diskLimitSupport) return { disk_mib: checkDiskMib(mib, backend.name) };
+  const disk_mib = checkDiskMib(mib);
+  const why = await backend.diskLimitSupport();
+  if (why === null) return { disk_mib, enforced: true };
+  if (mib !== undefined)
+    throw new PyroError(
+      "backend_unavailable",
+      `the ${backend.name} backend cannot limit disk use here: ${why.message}`,
+      `drop {action}, or ${why.hint}`,
+      { action: { cli: "--disk", tool: "disk_mib" } },
+    );
+  return {};
+}
+
+/** The disk limit a workspace's sandbox is started with (none: undefined). */
+export function sandboxDiskMib(w: Pick<WorkspaceRow, "backend" | "spec">): number | undefined {
+  if (DISK_LIMITED.includes(w.backend)) return w.spec.disk_mib ?? DEFAULTS.disk_mib;
+  return w.spec.disk_enforced ? w.spec.disk_mib : undefined;
 }
 
 /**
@@ -107,7 +138,7 @@ export function validateName(name: string): void {
 /** The spec of a new workspace: the caller's options over the defaults. */
 export function createSpec(
   options: CreateOptions,
-  diskMib: number,
+  disk: { disk_mib?: number; enforced?: true },
   ports: PublishedPort[],
   imageEnv: Record<string, string>,
 ): WorkspaceSpec {
@@ -115,7 +146,8 @@ export function createSpec(
     vcpus: options.vcpus ?? DEFAULTS.vcpus,
     memory_mib: options.memory_mib ?? DEFAULTS.memory_mib,
     pids_max: DEFAULTS.pids_max,
-    disk_mib: diskMib,
+    ...(disk.disk_mib !== undefined ? { disk_mib: disk.disk_mib } : {}),
+    ...(disk.enforced ? { disk_enforced: true as const } : {}),
     // An image's config `Env` (PATH, LANG, its tool versions) is the base; the caller's wins.
     env: { ...imageEnv, ...(options.env ?? {}) },
     timeout_seconds: DEFAULTS.timeout_seconds,

@@ -83,6 +83,11 @@ export interface WorkspaceSpec {
   pids_max?: number;
   /** Disk limit of the writable layers (absent: the default of its backend). */
   disk_mib?: number;
+  /**
+   * Set where the limit depends on the host and was applied (docker: an engine whose
+   * storage driver limits a layer); such a backend's workspace without it has no limit.
+   */
+  disk_enforced?: true;
   env: Record<string, string>;
   /** Default command timeout for exec. */
   timeout_seconds: number;

@@ -27,6 +27,7 @@ import {
   reusable,
 } from "./container-start.js";
 import { openDockerDisk } from "./disk.js";
+import { diskSupport } from "./disk-limit.js";
 import { imageRef } from "./image.js";
 import { dockerRunOnce } from "./oneshot.js";
 import { adoptDockerSpare, removeAdopted, removeRootImage, SPARE_LOWER, settleAdopted } from "./pool.js";
@@ -75,6 +76,13 @@ export class DockerBackend implements WorkspaceBackend {
 
   agentSnapshotPath(_spec: SandboxSpec, name: string): string {
     return `${IN_CONTAINER.snapshots}/${name}`;
+  }
+
+  /** Null when workspaces here get a disk limit; otherwise why not (docker/disk-limit.ts). */
+  async diskLimitSupport(): Promise<{ message: string; hint: string } | null> {
+    const endpoint = this.clients.defaultEndpoint();
+    const s = await diskSupport(await this.clients.get(endpoint), endpoint);
+    return s.ok ? null : s;
   }
 
   async runOnce(spec: OneShotSpec): Promise<OneShotResult> {
@@ -216,12 +224,7 @@ export class DockerBackend implements WorkspaceBackend {
     const endpoint = record?.endpoint ?? this.clients.defaultEndpoint();
     // A pool's spare container's volume names the spare's paths: replaced first (pool.ts).
     if (record?.adopted) record = await settleAdopted(await this.clients.get(endpoint), spec, record);
-    return openDockerDisk(
-      await this.clients.get(endpoint),
-      endpoint,
-      spec,
-      slotVolume(spec.workspace_id, record?.slot ?? "a"),
-    );
+    return openDockerDisk(await this.clients.get(endpoint), endpoint, spec, record?.slot);
   }
 
   /** Removes the containers (their root layers) and the /workspace volumes and upper layers. */

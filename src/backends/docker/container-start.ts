@@ -27,7 +27,8 @@ import {
   workspaceContainerBody,
   workspaceUser,
 } from "./container.js";
-import { ensureImage } from "./image.js";
+import { diskSupport, mountSlotDisk, storageSize } from "./disk-limit.js";
+import { ensureImage, imageRef } from "./image.js";
 import { type Slot, slotPaths, slotVolume } from "./standby.js";
 import { ExecChannel } from "./stream.js";
 
@@ -101,7 +102,8 @@ export async function containerParts(
   // The socket directory is the container's /run/pyro/sock: nothing a command left there
   // outlives the container's start (a reset's restart kept it before).
   await rm(l.sock, { recursive: true, force: true });
-  for (const d of [l.upper, l.work, l.sock]) await mkdir(d, { recursive: true, mode: 0o700 });
+  await mkdir(l.sock, { recursive: true, mode: 0o700 });
+  const disk = await slotDisk(docker, endpoint, spec, l, image, options.image !== undefined);
   const argvOfAgent = agentArgv(
     runtime,
     IN_CONTAINER,
@@ -112,8 +114,8 @@ export async function containerParts(
   const volume = overlayVolumeBody({
     name: slotVolume(spec.workspace_id, slot),
     lower: join(spec.snapshotsDir, spec.snapshot),
-    upper: l.upper,
-    work: l.work,
+    upper: disk.upper,
+    work: disk.work,
     labels: { [LABELS.workspace]: spec.workspace_id, [LABELS.dir]: spec.dir },
   });
   const ids = process.getuid && process.getgid ? { uid: process.getuid(), gid: process.getgid() } : null;
@@ -143,8 +145,40 @@ export async function containerParts(
     sockDir: l.sock,
     name,
     volume: volume.Name,
+    ...(disk.storageSize ? { storageSize: disk.storageSize } : {}),
   });
   return { body, volume, image, slot, sock: l.sock, argvOfAgent };
+}
+
+/**
+ * /workspace's upper and work directories, and the root layer's size limit: without a
+ * disk limit, plain directories in the slot's directory; with one, on the slot's disk
+ * image (docker/disk-limit.ts). `committed`: the image is an adopted spare's committed
+ * root layer, whose writes count against the limit (the environment's image is measured).
+ */
+async function slotDisk(
+  docker: Docker,
+  endpoint: string,
+  spec: SandboxSpec,
+  l: ReturnType<typeof slotPaths>,
+  image: string,
+  committed: boolean,
+): Promise<{ upper: string; work: string; storageSize?: string }> {
+  const mib = spec.limits.disk_mib;
+  if (mib === undefined) {
+    for (const d of [l.upper, l.work]) await mkdir(d, { recursive: true, mode: 0o700 });
+    return { upper: l.upper, work: l.work };
+  }
+  const support = await diskSupport(docker, endpoint);
+  if (!support.ok)
+    throw new PyroError(
+      "backend_unavailable",
+      `cannot apply the disk limit: ${support.message}`,
+      support.hint,
+    );
+  const dirs = await mountSlotDisk(l.disk, mib, spec);
+  const base = committed ? await imageRef(spec.rootfs) : undefined;
+  return { ...dirs, storageSize: await storageSize(docker, support, image, mib, base) };
 }
 
 /** What {@link containerParts} returns. */

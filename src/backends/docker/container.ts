@@ -60,6 +60,8 @@ export interface HostConfigBody {
   LogConfig: { Type: "none"; Config: Record<string, string> };
   RestartPolicy: { Name: "no" };
   Mounts: MountBody[];
+  /** The root layer's size limit, in bytes (docker/disk-limit.ts); absent: no disk limit. */
+  StorageOpt?: { size: string };
 }
 
 export interface MountBody {
@@ -102,7 +104,11 @@ export interface VolumeBody {
  * profile (docker/seccomp.ts: the bwrap policy, which also refuses AF_VSOCK), memory without swap, CPU bandwidth, a pids limit, and no log capture
  * (output reaches pyro through attach/exec streams only).
  */
-export function hostConfig(limits: SandboxSpec["limits"], mounts: MountBody[]): HostConfigBody {
+export function hostConfig(
+  limits: SandboxSpec["limits"],
+  mounts: MountBody[],
+  storageSize?: string,
+): HostConfigBody {
   const memory = limits.memory_mib * MiB;
   return {
     NetworkMode: "none",
@@ -120,6 +126,7 @@ export function hostConfig(limits: SandboxSpec["limits"], mounts: MountBody[]): 
     LogConfig: { Type: "none", Config: {} },
     RestartPolicy: { Name: "no" },
     Mounts: mounts,
+    ...(storageSize ? { StorageOpt: { size: storageSize } } : {}),
   };
 }
 
@@ -163,6 +170,8 @@ export function workspaceContainerBody(p: {
   /** The container's and /workspace volume's names (default: the workspace's; a standby's differ). */
   name?: string;
   volume?: string;
+  /** The root layer's size limit (docker/disk-limit.ts storageSize). */
+  storageSize?: string;
 }): ContainerBody {
   const { spec } = p;
   return {
@@ -182,25 +191,29 @@ export function workspaceContainerBody(p: {
     AttachStderr: false,
     OpenStdin: false,
     Tty: false,
-    HostConfig: hostConfig(spec.limits, [
-      { Type: "bind", Source: p.runtimeDir, Target: IN_CONTAINER.runtime, ReadOnly: true },
-      { Type: "bind", Source: p.appDir, Target: IN_CONTAINER.app, ReadOnly: true },
-      { Type: "bind", Source: spec.snapshotsDir, Target: IN_CONTAINER.snapshots, ReadOnly: true },
-      {
-        Type: "volume",
-        Source: p.volume ?? volumeName(spec.workspace_id),
-        Target: IN_CONTAINER.workspace,
-        VolumeOptions: { NoCopy: true },
-      },
-      // The network (docs/network.md): the proxy socket's directory read-only, and where
-      // the network helper serves published ports.
-      ...(spec.netDir && p.sockDir
-        ? [
-            { Type: "bind" as const, Source: spec.netDir, Target: IN_CONTAINER.net, ReadOnly: true },
-            { Type: "bind" as const, Source: p.sockDir, Target: IN_CONTAINER.sock, ReadOnly: false },
-          ]
-        : []),
-    ]),
+    HostConfig: hostConfig(
+      spec.limits,
+      [
+        { Type: "bind", Source: p.runtimeDir, Target: IN_CONTAINER.runtime, ReadOnly: true },
+        { Type: "bind", Source: p.appDir, Target: IN_CONTAINER.app, ReadOnly: true },
+        { Type: "bind", Source: spec.snapshotsDir, Target: IN_CONTAINER.snapshots, ReadOnly: true },
+        {
+          Type: "volume",
+          Source: p.volume ?? volumeName(spec.workspace_id),
+          Target: IN_CONTAINER.workspace,
+          VolumeOptions: { NoCopy: true },
+        },
+        // The network (docs/network.md): the proxy socket's directory read-only, and where
+        // the network helper serves published ports.
+        ...(spec.netDir && p.sockDir
+          ? [
+              { Type: "bind" as const, Source: spec.netDir, Target: IN_CONTAINER.net, ReadOnly: true },
+              { Type: "bind" as const, Source: p.sockDir, Target: IN_CONTAINER.sock, ReadOnly: false },
+            ]
+          : []),
+      ],
+      p.storageSize,
+    ),
   };
 }
 
@@ -224,6 +237,8 @@ export function oneShotContainerBody(p: {
   limits: SandboxSpec["limits"];
   /** The command reads a stdin the caller sends through the attach (closed at its end). */
   stdin?: boolean;
+  /** The root layer's size limit (docker/disk-limit.ts storageSize). */
+  storageSize?: string;
 }): ContainerBody {
   return {
     name: `pyro-${p.id}`,
@@ -240,7 +255,7 @@ export function oneShotContainerBody(p: {
     OpenStdin: p.stdin === true,
     ...(p.stdin ? { StdinOnce: true } : {}),
     Tty: false,
-    HostConfig: hostConfig(p.limits, []),
+    HostConfig: hostConfig(p.limits, [], p.storageSize),
   };
 }
 
@@ -292,6 +307,7 @@ export interface InspectedHostConfig {
   SecurityOpt?: string[] | null;
   ReadonlyPaths?: string[] | null;
   Privileged?: boolean;
+  StorageOpt?: Record<string, string> | null;
 }
 
 /**
@@ -309,6 +325,7 @@ export function unappliedSettings(asked: HostConfigBody, got: InspectedHostConfi
   same("memory+swap limit", asked.MemorySwap, got.MemorySwap);
   same("CPU limit (NanoCpus)", asked.NanoCpus, got.NanoCpus);
   same("pids limit", asked.PidsLimit, got.PidsLimit);
+  if (asked.StorageOpt) same("disk limit (StorageOpt size)", asked.StorageOpt.size, got.StorageOpt?.size);
   same("privileged", false, got.Privileged ?? false);
   if (!(got.CapDrop ?? []).some((c) => c.toUpperCase() === "ALL"))
     problems.push("capabilities were not dropped");

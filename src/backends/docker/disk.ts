@@ -19,10 +19,11 @@ import {
   LABELS,
   type MountBody,
   unappliedSettings,
-  volumeName,
   workspaceUser,
 } from "./container.js";
+import { remountSlotDisk } from "./disk-limit.js";
 import { ensureImage } from "./image.js";
+import { type Slot, slotPaths, slotVolume } from "./standby.js";
 import { ExecChannel } from "./stream.js";
 
 /** Label of a disk reader's container: the workspace it reads. */
@@ -41,9 +42,12 @@ export async function openDockerDisk(
   docker: Docker,
   endpoint: string,
   spec: SandboxSpec,
-  /** The /workspace volume of the workspace's current slot (standby.ts). */
-  volume = volumeName(spec.workspace_id),
+  slot: Slot = "a",
 ): Promise<Duplex> {
+  // The /workspace volume of the workspace's current slot (standby.ts), and its disk
+  // image (with a disk limit) mounted again after a reboot.
+  const volume = slotVolume(spec.workspace_id, slot);
+  await remountSlotDisk(slotPaths(spec.dir, slot).disk);
   const image = await ensureImage(docker, endpoint, spec.rootfs, {});
   const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
   let container: Docker.Container | undefined;

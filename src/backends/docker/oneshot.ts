@@ -7,8 +7,27 @@ import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { oneShotResult } from "../gated-run.js";
 import { CALL_MS, deadline, engineError, ignoreGone, withTimeout } from "./client.js";
 import { type InspectedHostConfig, oneShotContainerBody, unappliedSettings } from "./container.js";
+import { diskSupport, storageSize } from "./disk-limit.js";
 import { ensureImage } from "./image.js";
 import { StreamDemuxer } from "./stream.js";
+
+/** The root layer's size limit of a one-shot with a disk limit (it has no /workspace volume). */
+async function oneShotSize(
+  docker: Docker,
+  endpoint: string,
+  image: string,
+  mib: number | undefined,
+): Promise<string | undefined> {
+  if (mib === undefined) return undefined;
+  const support = await diskSupport(docker, endpoint);
+  if (!support.ok)
+    throw new PyroError(
+      "backend_unavailable",
+      `cannot apply the disk limit: ${support.message}`,
+      support.hint,
+    );
+  return storageSize(docker, support, image, mib);
+}
 
 /** After the command exits, how long its output may still take to arrive. */
 const DRAIN_MS = 2000;
@@ -27,6 +46,7 @@ export async function dockerRunOnce(
 ): Promise<OneShotResult> {
   const image = await ensureImage(docker, endpoint, spec.rootfs, spec.signal ? { signal: spec.signal } : {});
   const id = `run_${randomBytes(6).toString("hex")}`;
+  const size = await oneShotSize(docker, endpoint, image, spec.limits.disk_mib);
   const body = oneShotContainerBody({
     id,
     image,
@@ -34,6 +54,7 @@ export async function dockerRunOnce(
     env: spec.env,
     limits: spec.limits,
     stdin: spec.stdin !== undefined,
+    ...(size ? { storageSize: size } : {}),
   });
   let container: Docker.Container | undefined;
   try {

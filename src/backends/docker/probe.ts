@@ -1,5 +1,6 @@
 import { request } from "node:http";
 import type { BackendProbe } from "../backend.js";
+import { type EngineInfo, hostSupport, readMountinfo, rootQuotaOf } from "./disk-limit.js";
 
 /** Where to find a Docker-compatible engine: DOCKER_HOST, else the usual sockets. */
 export function engineEndpoints(env: NodeJS.ProcessEnv): string[] {
@@ -35,6 +36,22 @@ export function engineGet(
   });
 }
 
+/** Whether workspaces on the engine get a disk limit (docker/disk-limit.ts), as doctor says it. */
+async function diskLimitLine(endpoint: string, timeoutMs: number): Promise<string> {
+  let s = hostSupport(endpoint);
+  if (!s) {
+    const info = await engineGet(endpoint, "/info", timeoutMs).catch(() => null);
+    let parsed: EngineInfo = {};
+    try {
+      parsed = JSON.parse(info?.body ?? "{}") as EngineInfo;
+    } catch {
+      // an engine that answers no JSON: an unknown driver
+    }
+    s = rootQuotaOf(parsed, readMountinfo());
+  }
+  return s.ok ? `yes (storage driver ${s.driver}, /workspace on an image)` : `none: ${s.message}`;
+}
+
 /** Proves a Docker engine by pinging its API socket. */
 export const dockerProbe: BackendProbe = {
   name: "docker",
@@ -60,7 +77,7 @@ export const dockerProbe: BackendProbe = {
           version,
           reason: "used only when asked for (--backend docker)",
           opt_in: true,
-          details: { endpoint },
+          details: { endpoint, disk_limit: await diskLimitLine(endpoint, ctx.timeoutMs) },
         };
       } catch (err) {
         failures.push(`${endpoint}: ${(err as Error).message}`);

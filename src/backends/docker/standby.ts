@@ -40,11 +40,21 @@ export function otherSlot(slot: Slot): Slot {
   return slot === "a" ? "b" : "a";
 }
 
-/** A slot's host directories: /workspace's upper and work directories, the socket directory. */
+/**
+ * A slot's host paths: /workspace's upper and work directories (without a disk limit),
+ * its disk image and the image's mount point (with one: upper and work are on it,
+ * docker/disk-limit.ts), the socket directory.
+ */
 export function slotPaths(dir: string, slot: Slot) {
   const suffix = slot === "a" ? "" : "-b";
   const ws = join(dir, `ws${suffix}`);
-  return { ws, upper: join(ws, "upper"), work: join(ws, "work"), sock: join(dir, `sock${suffix}`) };
+  return {
+    ws,
+    upper: join(ws, "upper"),
+    work: join(ws, "work"),
+    disk: { image: join(ws, "disk.img"), mount: join(ws, "disk") },
+    sock: join(dir, `sock${suffix}`),
+  };
 }
 
 /** The /workspace volume of a slot. */

@@ -1,0 +1,212 @@
+/**
+ * The docker backend's disk limit (docs/workspaces.md "Disk limit"). A workspace
+ * container writes in two places and each is held to the limit:
+ *
+ * - Its root filesystem's writable layer, by the engine's storage driver
+ *   (`HostConfig.StorageOpt.size`): btrfs (a qgroup on the container's subvolume; it counts
+ *   the image's own data too, so the size asked is the image's plus the limit), zfs (a
+ *   quota on the container's dataset), overlay2 or vfs on an xfs mounted with project
+ *   quotas. Docker refuses the option on every other driver (overlay2 on ext4, the usual
+ *   case, among them): pyro asks `GET /info` first and says why.
+ * - /workspace's overlay upper layer: a sparse ext4 image of the limit's size in the
+ *   slot's directory (disk-image.ts, as bwrap's), loop-mounted by pyro on the engine's
+ *   host, where the engine's overlay volume stacks on it. This needs root and an engine
+ *   on a local socket (one that sees this host's mounts).
+ *
+ * An engine that can do neither leaves workspaces without a limit; core refuses an
+ * explicit `--disk` there (core/workspace-spec.ts `resolveDisk`) and `doctor` says why.
+ */
+import { readFileSync } from "node:fs";
+import { mkdir, stat } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
+import type Docker from "dockerode";
+import { PyroError } from "../../errors.js";
+import { mountsUnder } from "../../util/mounts.js";
+import { run } from "../../util/run.js";
+import { LAUNCH_ENV } from "../common.js";
+import { diskTemplates, ensureDiskImage } from "../disk-image.js";
+import { CALL_MS, deadline, engineError, ignoreGone, withTimeout } from "./client.js";
+
+const MiB = 1024 * 1024;
+
+/** The parts of `GET /info` that say what the storage driver can limit. */
+export interface EngineInfo {
+  Driver?: string;
+  DriverStatus?: [string, string][] | null;
+  DockerRootDir?: string;
+  SecurityOptions?: string[] | null;
+}
+
+/** Whether workspaces on an engine get a disk limit, and if not, why. */
+export type DiskSupport =
+  | { ok: true; driver: string; countsImage: boolean }
+  | { ok: false; message: string; hint: string };
+
+const HINT =
+  "run the engine with the btrfs or zfs storage driver, or overlay2 on xfs mounted with pquota (scripts/dockerd-test starts one on btrfs); or use --backend bwrap";
+
+/**
+ * What the engine's storage driver can do, from its `/info` and this host's mount table
+ * (an xfs data root's project quotas show only in its mount options).
+ */
+export function rootQuotaOf(info: EngineInfo, mountinfo: string): DiskSupport {
+  const driver = info.Driver ?? "unknown";
+  if ((info.SecurityOptions ?? []).some((o) => o.includes("name=rootless")))
+    return { ok: false, message: "a rootless engine does not see this host's mounts", hint: HINT };
+  if (driver === "btrfs") return { ok: true, driver, countsImage: true };
+  if (driver === "zfs") return { ok: true, driver, countsImage: false };
+  const backing = (info.DriverStatus ?? []).find(([k]) => k === "Backing Filesystem")?.[1] ?? "unknown";
+  if ((driver === "overlay2" || driver === "vfs") && backing === "xfs" && info.DockerRootDir) {
+    const m = mountOf(mountinfo, info.DockerRootDir);
+    if (m && m.fstype === "xfs" && /(^|,)(prjquota|pquota|pqnoenforce)(,|$)/.test(m.options))
+      return { ok: true, driver, countsImage: false };
+  }
+  return {
+    ok: false,
+    message: `the engine's storage driver (${driver} on ${backing}) cannot limit a container's writable layer`,
+    hint: HINT,
+  };
+}
+
+/** The mount a path lives on (the longest mount point that contains it), from mountinfo text. */
+function mountOf(mountinfo: string, path: string): { fstype: string; options: string } | null {
+  let best: { point: string; fstype: string; options: string } | null = null;
+  for (const line of mountinfo.split("\n")) {
+    const [left, right] = line.split(" - ");
+    const point = left?.split(" ")[4];
+    const [fstype, , superOpts] = right?.split(" ") ?? [];
+    if (!point || !fstype) continue;
+    const inside = path === point || path.startsWith(point.endsWith("/") ? point : `${point}/`);
+    if (inside && (!best || point.length >= best.point.length))
+      best = { point, fstype, options: `${left?.split(" ")[5] ?? ""},${superOpts ?? ""}` };
+  }
+  return best;
+}
+
+const supportByEndpoint = new Map<string, Promise<DiskSupport>>();
+
+/**
+ * Whether this process can give workspaces on `endpoint` a disk limit: root (it mounts
+ * /workspace's image), an engine on a local socket, a storage driver that limits the
+ * root layer. Asked once per endpoint and process.
+ */
+export function diskSupport(docker: Docker, endpoint: string): Promise<DiskSupport> {
+  let p = supportByEndpoint.get(endpoint);
+  if (!p) {
+    p = askSupport(docker, endpoint);
+    supportByEndpoint.set(endpoint, p);
+    // A failed question (the engine was down) is asked again next time.
+    p.catch(() => supportByEndpoint.delete(endpoint));
+  }
+  return p;
+}
+
+async function askSupport(docker: Docker, endpoint: string): Promise<DiskSupport> {
+  const local = hostSupport(endpoint);
+  if (local) return local;
+  let info: EngineInfo;
+  try {
+    info = (await withTimeout(docker.info() as Promise<EngineInfo>, CALL_MS, () => {})) as EngineInfo;
+  } catch (err) {
+    throw engineError(err, "asking the engine about its storage driver", endpoint);
+  }
+  return rootQuotaOf(info, readMountinfo());
+}
+
+/** What this process and the endpoint allow, before the engine is asked (null: both fine). */
+export function hostSupport(endpoint: string): DiskSupport | null {
+  if (process.getuid?.() !== 0)
+    return { ok: false, message: "mounting /workspace's disk image needs root", hint: HINT };
+  if (!endpoint.startsWith("unix://"))
+    return { ok: false, message: `the engine at ${endpoint} is not on this host's filesystem`, hint: HINT };
+  return null;
+}
+
+export function readMountinfo(): string {
+  try {
+    return readFileSync("/proc/self/mountinfo", "utf8");
+  } catch {
+    return ""; // no mount table: only btrfs and zfs are recognised
+  }
+}
+
+const imageSizes = new Map<string, number>();
+
+/**
+ * `StorageOpt.size` for a container of `image` limited to `mib` MiB of writes: on btrfs
+ * the image's own size is added (its qgroup counts what the layer shares with the image).
+ * `baseImage`, when given and present, is measured instead (an adopted spare's committed
+ * root layer already holds writes that count against the limit).
+ */
+export async function storageSize(
+  docker: Docker,
+  support: Extract<DiskSupport, { ok: true }>,
+  image: string,
+  mib: number,
+  baseImage?: string,
+): Promise<string> {
+  if (!support.countsImage) return String(mib * MiB);
+  let size: number | undefined;
+  for (const ref of baseImage ? [baseImage, image] : [image]) {
+    size = imageSizes.get(ref);
+    if (size !== undefined) break;
+    const i = await ignoreGone(docker.getImage(ref).inspect(deadline() as Docker.ImageInspectOptions));
+    if (i && typeof i.Size === "number") {
+      size = i.Size;
+      imageSizes.set(ref, size);
+      break;
+    }
+  }
+  if (size === undefined)
+    throw new PyroError("backend_unavailable", `cannot size the disk limit: the image ${image} is missing`);
+  return String(size + mib * MiB);
+}
+
+/** A slot's /workspace disk: its image and where it is mounted (docker/standby.ts slotPaths). */
+export interface SlotDisk {
+  image: string;
+  mount: string;
+}
+
+/**
+ * Makes the slot's /workspace image (a sparse copy of a blank one of `mib` MiB) unless it
+ * exists, and mounts it unless it is mounted; returns the upper and work directories on
+ * it. Fails closed: no image or no mount, no start.
+ */
+export async function mountSlotDisk(
+  disk: SlotDisk,
+  mib: number,
+  spec: { runtimeCacheDir: string },
+): Promise<{ upper: string; work: string }> {
+  await mkdir(dirname(disk.image), { recursive: true, mode: 0o700 });
+  await ensureDiskImage(disk.image, mib, diskTemplates(spec));
+  await ensureMounted(disk);
+  const upper = join(disk.mount, "upper");
+  const work = join(disk.mount, "work");
+  for (const d of [upper, work]) await mkdir(d, { recursive: true, mode: 0o700 });
+  return { upper, work };
+}
+
+/** Mounts a slot's existing image again (after a reboot); false when it has none. */
+export async function remountSlotDisk(disk: SlotDisk): Promise<boolean> {
+  if (!(await stat(disk.image).catch(() => null))) return false;
+  await ensureMounted(disk);
+  return true;
+}
+
+async function ensureMounted(disk: SlotDisk): Promise<void> {
+  const point = resolve(disk.mount);
+  if ((await mountsUnder(point)).includes(point)) return;
+  await mkdir(point, { recursive: true, mode: 0o700 });
+  const r = await run(
+    ["mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noatime", disk.image, point],
+    // LAUNCH_ENV's PATH has the sbin directories a user's PATH often lacks.
+    { timeoutMs: 30_000, env: { ...LAUNCH_ENV } },
+  ).catch((err: Error) => ({ exitCode: -1, stdout: "", stderr: err.message }));
+  if (r.exitCode !== 0)
+    throw new PyroError(
+      "backend_unavailable",
+      `cannot apply the disk limit: mounting /workspace's disk image failed (${r.stderr.trim().split("\n").slice(-1)[0] ?? ""})`,
+      "pyro refuses to run without a disk limit; the docker backend needs root to mount it",
+    );
+}
