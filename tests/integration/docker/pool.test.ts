@@ -73,6 +73,11 @@ describe.skipIf(skip !== "")(suiteTitle("docker pool of started containers", ski
     expect(await sh(id, CG("memory/memory.limit_in_bytes", "memory.max"))).toBe(String(1024 * 1024 * 1024));
     expect(await sh(id, CG("pids/pids.max", "pids.max"))).toBe("1024");
     expect(await sh(id, "ls -A /workspace; pwd; ls -A /run/pyro/snapshots")).toBe("/workspace\nbaseline");
+    // The disk limit came with it: /workspace on the spare's image, moved with its directory.
+    expect((await h.pyro.getWorkspace(id)).limits.disk_mib).toBe(10 * 1024);
+    expect(Number(await sh(id, "df -k --output=size /workspace | tail -1"))).toBeLessThanOrEqual(
+      10 * 1024 * 1024,
+    );
     // Nothing of the spare: its name in no variable, file of /tmp or process.
     expect(await sh(id, "env | grep -ci spare || true")).toBe("0");
     // Nor in the agent's (the container's first process's) environment.
@@ -93,6 +98,9 @@ describe.skipIf(skip !== "")(suiteTitle("docker pool of started containers", ski
     await h.pyro.startWorkspace(id);
     expect(recorded(id).container_id).not.toBe(before.container_id);
     expect(await sh(id, "cat one.txt two.txt /root/kept; hostname")).toBe(`one\ntwo\nroot-layer\n${host}`);
+    expect(Number(await sh(id, "df -k --output=size /workspace | tail -1"))).toBeLessThanOrEqual(
+      10 * 1024 * 1024,
+    );
     expect(await containersLabelled(engine.docker, "dev.pyro.workspace", spare!)).toEqual([]);
     expect(await volumesNamed(spare!)).toEqual([]);
     expect(await rootImages()).toContain(`pyro-root:${id}`);
