@@ -36,6 +36,8 @@ export interface DoctorReport {
    * each with whether its owner still runs (a dead owner's are reaped by the next pool).
    */
   pool: { size: number; serve_size: number; spares: SpareReport[] };
+  /** Per available backend: how a workspace's disk use is limited there, or why it is not. */
+  disk_limit: Partial<Record<BackendName, string>>;
   environment?: {
     name: string;
     readiness: Readiness;
@@ -100,9 +102,29 @@ export async function doctor(
       serve_size: loadConfig({ env: engine.env, poolDefault: SERVE_POOL_SIZE }).pool,
       spares,
     },
+    disk_limit: diskLimits(probes.backends),
   };
   if (envInfo) report.environment = readiness(envInfo);
   return report;
+}
+
+/** How each available backend limits a workspace's disk use (docs/workspaces.md "Disk limit"). */
+function diskLimits(backends: ProbeReport["backends"]): DoctorReport["disk_limit"] {
+  const fixed: Partial<Record<BackendName, string>> = {
+    bwrap: "yes (an ext4 image per workspace)",
+    gvisor: "yes (an ext4 image per workspace)",
+    qemu: "yes (the VM's state filesystem)",
+    firecracker: "yes (the VM's state filesystem)",
+    host: "none (no isolation)",
+  };
+  const out: DoctorReport["disk_limit"] = {};
+  for (const b of backends) {
+    if (!b.available) continue;
+    const said = b.details?.disk_limit;
+    const line = typeof said === "string" ? said : fixed[b.name];
+    if (line) out[b.name] = line;
+  }
+  return out;
 }
 
 export function readiness(info: EnvironmentInfo): NonNullable<DoctorReport["environment"]> {

@@ -47,6 +47,8 @@ export function renderDoctor(r: DoctorReport): string {
     lines.push(
       `  ${name.padEnd(12)} ${n.policies.join(", ")}${n.published_ports ? " + published ports" : ""}; ${n.channel}`,
     );
+  lines.push("disk limit:");
+  for (const [name, line] of Object.entries(r.disk_limit)) lines.push(`  ${name.padEnd(12)} ${line}`);
   const stale = r.pool.spares.filter((s) => !s.owner_alive).length;
   lines.push(
     `pool: ${r.pool.serve_size} started sandbox(es) per environment for \`pyro mcp serve\`, ${r.pool.size} here; ${r.pool.spares.length} spare(s) on disk${stale ? ` (${stale} of a process that is gone: the next pool ends them)` : ""}`,
