@@ -4,7 +4,7 @@
  * record, the bodies of its container and /workspace volume, finding a kept container
  * or creating one with pyro's isolation checked, and killing one.
  */
-import { mkdir, readFile, rm, stat } from "node:fs/promises";
+import { mkdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
@@ -27,7 +27,7 @@ import {
   workspaceContainerBody,
   workspaceUser,
 } from "./container.js";
-import { diskSupport, mountSlotDisk, storageSize } from "./disk-limit.js";
+import { diskSupport, freshSocketDir, mountSlotDisk, storageSize } from "./disk-limit.js";
 import { ensureImage, imageRef } from "./image.js";
 import { type Slot, slotPaths, slotVolume } from "./standby.js";
 import { ExecChannel } from "./stream.js";
@@ -101,8 +101,7 @@ export async function containerParts(
   const image = options.image ?? (await ensureImage(docker, endpoint, spec.rootfs, options));
   // The socket directory is the container's /run/pyro/sock: nothing a command left there
   // outlives the container's start (a reset's restart kept it before).
-  await rm(l.sock, { recursive: true, force: true });
-  await mkdir(l.sock, { recursive: true, mode: 0o700 });
+  await freshSocketDir(l, spec.limits.disk_mib !== undefined);
   const disk = await slotDisk(docker, endpoint, spec, l, image, options.image !== undefined);
   const argvOfAgent = agentArgv(
     runtime,

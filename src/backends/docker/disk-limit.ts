@@ -17,14 +17,15 @@
  * explicit `--disk` there (core/workspace-spec.ts `resolveDisk`) and `doctor` says why.
  */
 import { readFileSync } from "node:fs";
-import { mkdir, stat } from "node:fs/promises";
+import { mkdir, rm, stat } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import type Docker from "dockerode";
 import { PyroError } from "../../errors.js";
-import { mountsUnder } from "../../util/mounts.js";
+import { ensureTmpfs, mountsUnder } from "../../util/mounts.js";
 import { run } from "../../util/run.js";
 import { LAUNCH_ENV } from "../common.js";
 import { diskTemplates, ensureDiskImage } from "../disk-image.js";
+import { SOCKET_FS_OPTIONS } from "../linux/layout.js";
 import { CALL_MS, deadline, engineError, ignoreGone, withTimeout } from "./client.js";
 
 const MiB = 1024 * 1024;
@@ -209,4 +210,22 @@ async function ensureMounted(disk: SlotDisk): Promise<void> {
       `cannot apply the disk limit: mounting /workspace's disk image failed (${r.stderr.trim().split("\n").slice(-1)[0] ?? ""})`,
       "pyro refuses to run without a disk limit; the docker backend needs root to mount it",
     );
+}
+
+/**
+ * Empties a slot's socket directory (the container's /run/pyro/sock, bound writable), or
+ * makes it. With a disk limit it is on a 1 MiB tmpfs of its own on the host, as bwrap's
+ * (linux/layout.ts), with the host's link directory (common.ts hostLinkDir): a plain host
+ * directory let a command write past the limit onto the host's disk (300 MiB with a
+ * 128 MiB limit). Mounted once per slot, removed with the workspace's directory
+ * (util/mounts.ts removeTree). Fails closed.
+ */
+export async function freshSocketDir(l: { sockFs: string; sock: string }, limited: boolean): Promise<void> {
+  await mkdir(l.sockFs, { recursive: true, mode: 0o700 });
+  if (limited)
+    await ensureTmpfs(l.sockFs, SOCKET_FS_OPTIONS).catch((err: Error) => {
+      throw new PyroError("backend_unavailable", `cannot apply the disk limit: ${err.message}`);
+    });
+  await rm(l.sock, { recursive: true, force: true });
+  await mkdir(l.sock, { recursive: true, mode: 0o700 });
 }

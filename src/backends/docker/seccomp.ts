@@ -13,6 +13,9 @@
  * `personality` is not restricted (the harmful personas only weaken the calling process
  * itself; mmap_min_addr still holds without CAP_SYS_RAWIO). Other ABIs (i386, x32) hit
  * the profile's bad-architecture action: the process is killed, as with bwrap.
+ *
+ * One addition of the docker profile's own: the btrfs ioctls that make a subvolume or a
+ * snapshot (BTRFS_CREATE_IOCTLS).
  */
 import { AF_VSOCK, CLONE_NEW_NAMESPACE_MASK, DENIED_SYSCALLS, ENOSYS_SYSCALLS } from "../bwrap/seccomp.js";
 
@@ -32,6 +35,17 @@ export interface DockerSeccompProfile {
   architectures: ["SCMP_ARCH_X86_64"];
   syscalls: SyscallRule[];
 }
+
+/**
+ * BTRFS_IOC_SNAP_CREATE, _SUBVOL_CREATE, _SNAP_CREATE_V2, _SUBVOL_CREATE_V2 (_IOW(0x94, nr,
+ * 4096-byte args)). Any process may make a subvolume in a directory it can write, without
+ * a capability, and a new subvolume is a qgroup of its own: on the btrfs storage driver
+ * what a command wrote below one was outside the root layer's size limit
+ * (docker/disk-limit.ts), 400 MiB onto the engine's disk with a 128 MiB limit. Compared on
+ * the low 32 bits only: the kernel reads the request as an unsigned int, so high bits set
+ * by the caller would slip past an equality test.
+ */
+export const BTRFS_CREATE_IOCTLS = [0x50009401, 0x5000940e, 0x50009417, 0x50009418] as const;
 
 /** Single bits of a mask, low to high. */
 function bits(mask: number): number[] {
@@ -61,6 +75,14 @@ export function dockerSeccompProfile(): DockerSeccompProfile {
         errnoRet: EAFNOSUPPORT,
         args: [{ index: 0, value: AF_VSOCK, op: "SCMP_CMP_EQ" }],
       },
+      ...BTRFS_CREATE_IOCTLS.map(
+        (request): SyscallRule => ({
+          names: ["ioctl"],
+          action: "SCMP_ACT_ERRNO",
+          errnoRet: EPERM,
+          args: [{ index: 1, value: 0xffffffff, valueTwo: request, op: "SCMP_CMP_MASKED_EQ" }],
+        }),
+      ),
     ],
   };
 }

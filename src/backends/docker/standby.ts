@@ -43,7 +43,9 @@ export function otherSlot(slot: Slot): Slot {
 /**
  * A slot's host paths: /workspace's upper and work directories (without a disk limit),
  * its disk image and the image's mount point (with one: upper and work are on it,
- * docker/disk-limit.ts), the socket directory.
+ * docker/disk-limit.ts), the socket directory and the filesystem it is on (a tmpfs with a
+ * disk limit; the host's link directory beside it, common.ts hostLinkDir, must be on the
+ * same one).
  */
 export function slotPaths(dir: string, slot: Slot) {
   const suffix = slot === "a" ? "" : "-b";
@@ -53,7 +55,8 @@ export function slotPaths(dir: string, slot: Slot) {
     upper: join(ws, "upper"),
     work: join(ws, "work"),
     disk: { image: join(ws, "disk.img"), mount: join(ws, "disk") },
-    sock: join(dir, `sock${suffix}`),
+    sockFs: join(dir, `sockfs${suffix}`),
+    sock: join(dir, `sockfs${suffix}`, "sock"),
   };
 }
 

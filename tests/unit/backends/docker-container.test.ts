@@ -242,6 +242,17 @@ describe("docker limits check (fail closed)", () => {
       args: [{ index: 0, value: 40, op: "SCMP_CMP_EQ" }],
     });
   });
+
+  it("refuses the btrfs ioctls that make a subvolume or snapshot, on the request's low 32 bits", () => {
+    const ioctl = dockerSeccompProfile().syscalls.filter((r) => r.names[0] === "ioctl");
+    // A subvolume is a qgroup of its own: the root layer's size limit would not count it.
+    expect(ioctl.map((r) => r.args)).toEqual(
+      [0x50009401, 0x5000940e, 0x50009417, 0x50009418].map((request) => [
+        { index: 1, value: 0xffffffff, valueTwo: request, op: "SCMP_CMP_MASKED_EQ" },
+      ]),
+    );
+    expect(ioctl.every((r) => r.errnoRet === 1)).toBe(true);
+  });
 });
 
 describe("docker engine endpoint and images", () => {

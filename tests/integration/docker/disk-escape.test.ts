@@ -1,0 +1,81 @@
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { mountsUnder } from "../../../src/util/mounts.js";
+import { dockerSkipReason, type TestEngine, useTestEngine } from "../../helpers/docker.js";
+import { type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js";
+
+/**
+ * Ways around the docker backend's disk limit (backends/docker/disk-limit.ts) that a
+ * command inside a workspace tried, each of which once wrote past a 128 MiB limit onto
+ * the engine's or the host's disk: a btrfs subvolume of its own (a qgroup the root
+ * layer's limit does not count), the socket directory bound writable from the host.
+ */
+const skip = dockerSkipReason();
+const FULL = /No space left on device|Disk quota exceeded/;
+
+describe.skipIf(skip !== "")(suiteTitle("disk limit escapes on docker", skip), () => {
+  let engine: TestEngine;
+  let h: Harness;
+  let id: string;
+  const dir = (ws: string) => join(h.home, "workspaces", ws);
+  const sh = async (command: string) => h.pyro.execWorkspace(id, command, { timeoutSeconds: 60 });
+
+  beforeAll(async () => {
+    engine = await useTestEngine();
+    h = await openHarness("docker-disk-escape", { backend: "docker" }, { env: engine.env });
+    id = (await h.create({ diskMib: 128 })).workspace_id;
+  }, 180_000);
+  afterAll(async () => {
+    await h?.cleanup();
+    await engine?.release();
+  });
+
+  it("refuses the btrfs ioctls that make a subvolume, whose qgroup the root layer's limit would not count", {
+    timeout: 120_000,
+  }, async () => {
+    // BTRFS_IOC_SUBVOL_CREATE on /root, as is and with high bits the kernel drops (its
+    // request is an unsigned int): a subvolume took 400 MiB with a 128 MiB limit.
+    const make = (request: string) =>
+      `perl -e 'open(my $d, "<", "/root") or die; my $a = pack("q a4088", 0, "sub"); print ioctl($d, ${request}, $a) ? "made\\n" : "refused: $!\\n"'`;
+    const r = await sh(`${make("0x5000940E")}; ${make("0xFFFFFFFF5000940E")}`);
+    expect(r.stdout).toBe("refused: Operation not permitted\nrefused: Operation not permitted\n");
+    const fill = await sh(
+      "mkdir -p /root/sub && dd if=/dev/zero of=/root/sub/big bs=1M count=400; echo dd=$?",
+    );
+    expect(fill.stderr).toMatch(FULL);
+    expect(fill.stdout).toContain("dd=1");
+    await sh("rm -rf /root/sub");
+  });
+
+  it("keeps the socket directory, bound writable from the host, on a 1 MiB tmpfs", {
+    timeout: 120_000,
+  }, async () => {
+    const r = await sh("dd if=/dev/zero of=/run/pyro/sock/big bs=1M count=200; echo dd=$?");
+    expect(r.stderr).toMatch(/No space left on device/);
+    expect(r.stdout).toContain("dd=1");
+    expect(
+      Number((await sh("stat -c %s /run/pyro/sock/big; rm /run/pyro/sock/big")).stdout),
+    ).toBeLessThanOrEqual(1024 * 1024);
+    // The agent still answers through it, and a restart empties it.
+    await sh("head -c 1000 /dev/zero > /run/pyro/sock/left");
+    await h.pyro.stopWorkspace(id);
+    await h.pyro.startWorkspace(id);
+    expect((await sh("ls /run/pyro/sock")).stdout.split("\n")).not.toContain("left");
+  });
+
+  it("mounts only /workspace's image and the socket tmpfs below the workspace, both nosuid and nodev; a delete leaves none", {
+    timeout: 120_000,
+  }, async () => {
+    const sandbox = join(dir(id), "sandbox");
+    const points = await mountsUnder(dir(id));
+    expect(points.sort()).toEqual([join(sandbox, "sockfs"), join(sandbox, "ws", "disk")]);
+    for (const point of points) {
+      const line = spawnSync("findmnt", ["-n", "-o", "OPTIONS", "--mountpoint", point], { encoding: "utf8" });
+      expect(line.stdout).toMatch(/(^|,)nosuid(,|$)/m);
+      expect(line.stdout).toMatch(/(^|,)nodev(,|$)/m);
+    }
+    await h.pyro.deleteWorkspace(id);
+    expect(await mountsUnder(dir(id))).toEqual([]);
+  });
+});
