@@ -103,6 +103,11 @@ export interface OneShotSpec {
   stdin?: AsyncIterable<Uint8Array> | import("node:stream").Readable;
   /** Where the backend may keep a launch prepared for the next run (the engine's pool is on). */
   keep?: import("./launch-keeper.js").LaunchKeeper;
+  /**
+   * The caller exits right after the answer (the CLI): the backend may leave the removal
+   * of the run's leftovers to a detached cleaner (linux/oneshot-cleaner.ts).
+   */
+  detachCleanup?: boolean;
 }
 
 export interface OneShotResult {

@@ -37,7 +37,13 @@ export interface RunOptions {
  * one-shot fast path runs the command as the sandbox's only process; otherwise (or with
  * a seed) it is a throwaway workspace.
  */
-export async function runOnce(engine: Engine, command: string, options: RunOptions = {}) {
+export async function runOnce(
+  engine: Engine,
+  command: string,
+  options: RunOptions = {},
+  /** `detachCleanup`: the caller exits after the answer (the CLI; see OneShotSpec). */
+  how: { detachCleanup?: boolean } = {},
+) {
   const started = performance.now();
   if (command.trim() === "") throw new PyroError("invalid_argument", "the command is empty");
   const maxOutputBytes = checkMaxOutputBytes(options.max_output_bytes ?? DEFAULTS.max_output_bytes);
@@ -80,6 +86,7 @@ export async function runOnce(engine: Engine, command: string, options: RunOptio
         ...(options.stdin ? { stdin: options.stdin } : {}),
         // With the pool on, the backend may run it in a launch prepared after the last run.
         ...(engine.pool.enabled ? { keep: engine.launches } : {}),
+        ...(how.detachCleanup ? { detachCleanup: true } : {}),
       })
       .finally(() => sweep);
     return {

@@ -9,6 +9,7 @@ import { claimDiskImage, DEFAULT_DISK_MIB, diskTemplates } from "../disk-image.j
 import { runGatedOneShot } from "../gated-run.js";
 import { hostCgroups, limitedCgroup } from "../linux/cgroups.js";
 import { type LaunchTools, launchArgv } from "../linux/launch.js";
+import { cleanUpDetached } from "../linux/oneshot-cleaner.js";
 import { bwrapPrefix, seccompFile } from "./oneshot-argv.js";
 import { PreparedRun } from "./prepared-run.js";
 
@@ -80,7 +81,7 @@ async function coldRun(spec: OneShotSpec, tools: LaunchTools): Promise<OneShotRe
   const cgroups = made.value;
   const bwrap = [...bwrapPrefix(merged, id, spec.env), "--", "/bin/sh", "-c", spec.command];
   const argv = launchArgv([{ lower: spec.rootfs, upper, work, target: merged }], bwrap, tools, {
-    disk: { image: disk, mount: diskMount, mkdirs: [upper, work] },
+    disk: { image: disk, mount: diskMount, mkdirs: [upper, work], throwaway: true },
   });
   const fd = openSync(seccomp, "r");
   try {
@@ -96,7 +97,13 @@ async function coldRun(spec: OneShotSpec, tools: LaunchTools): Promise<OneShotRe
     });
   } finally {
     closeSync(fd);
-    await cgroups.destroy().catch(() => {});
-    await removeTree(dir);
+    // A CLI's run answers first: the cleaner kills what is left now, removes the rest later.
+    const handedOff =
+      spec.detachCleanup === true &&
+      cleanUpDetached({ dir, cgroupDirs: [...cgroups.dirs.values()], shell: tools.shell });
+    if (!handedOff) {
+      await cgroups.destroy().catch(() => {});
+      await removeTree(dir);
+    }
   }
 }

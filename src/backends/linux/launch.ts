@@ -27,6 +27,13 @@ export interface Disk {
   image: string;
   mount: string;
   mkdirs: readonly string[];
+  /**
+   * The image is deleted when the sandbox ends (a one-shot's): mounted with barrier=0, so
+   * its unmount, in the launch step's exit, does not flush the loop device to the host's
+   * disk (measured here: 12-14 ms against 25-39 ms; a one-shot waits for that exit).
+   * Nothing of such an image has to survive a crash.
+   */
+  throwaway?: boolean;
 }
 
 /**
@@ -116,7 +123,7 @@ export function launchArgv(
           // for it to go (at most 2 s; shell builtins only, no process per start).
           'i=0; while :; do busy=; for f in /sys/block/loop*/loop/backing_file; do [ -r "$f" ] && read -r b < "$f" && [ "$b" = "$1" ] && busy=1 && break; done; { [ -z "$busy" ] || [ "$i" -ge 200 ]; } && break; i=$((i + 1)); sleep 0.01; done',
           // The type given: util-linux mount would probe it with libblkid first (~4 ms here).
-          `${tools.loopMount} -t ext4 -o loop,nosuid,nodev "$1" "$2"; shift 2`,
+          `${tools.loopMount} -t ext4 -o loop,nosuid,nodev${disk.throwaway ? ",barrier=0" : ""} "$1" "$2"; shift 2`,
           'n=$1; shift; while [ "$n" -gt 0 ]; do mkdir -p "$1"; shift; n=$((n - 1)); done',
         ]
       : []),

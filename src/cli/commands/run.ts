@@ -51,23 +51,29 @@ export function registerRun(program: Command, ctx: CliContext): void {
         ctx.io,
         opts,
         async () =>
-          runOnce(ctx.engine(), commandString(command), {
-            ...(live.on_output ? { on_output: live.on_output } : {}),
-            ...(live.stdin ? { stdin: live.stdin } : {}),
-            ...(opts.maxOutputBytes !== undefined
-              ? { max_output_bytes: parseMaxOutputBytes(opts.maxOutputBytes) }
-              : {}),
-            environment: env,
-            ...(opts.vcpus ? { vcpus: opts.vcpus } : {}),
-            ...(opts.memory ? { memory_mib: opts.memory } : {}),
-            ...(opts.disk !== undefined ? { disk_mib: opts.disk } : {}),
-            ...(opts.timeout ? { timeout_seconds: opts.timeout } : {}),
-            ...(opts.network ? { network_policy: opts.network } : {}),
-            ...(opts.backend ? { backend: backendName(opts.backend)! } : {}),
-            ...(opts.env ? { env: keyValues(opts.env, "--env") } : {}),
-            allow_host_compat: opts.allowHostCompat === true,
-            signal: ctx.signal,
-          }).finally(live.done),
+          runOnce(
+            ctx.engine(),
+            commandString(command),
+            {
+              ...(live.on_output ? { on_output: live.on_output } : {}),
+              ...(live.stdin ? { stdin: live.stdin } : {}),
+              ...(opts.maxOutputBytes !== undefined
+                ? { max_output_bytes: parseMaxOutputBytes(opts.maxOutputBytes) }
+                : {}),
+              environment: env,
+              ...(opts.vcpus ? { vcpus: opts.vcpus } : {}),
+              ...(opts.memory ? { memory_mib: opts.memory } : {}),
+              ...(opts.disk !== undefined ? { disk_mib: opts.disk } : {}),
+              ...(opts.timeout ? { timeout_seconds: opts.timeout } : {}),
+              ...(opts.network ? { network_policy: opts.network } : {}),
+              ...(opts.backend ? { backend: backendName(opts.backend)! } : {}),
+              ...(opts.env ? { env: keyValues(opts.env, "--env") } : {}),
+              allow_host_compat: opts.allowHostCompat === true,
+              signal: ctx.signal,
+            },
+            // The process exits after the answer: the run's leftovers go to a detached cleaner.
+            { detachCleanup: true },
+          ).finally(live.done),
         (r) => {
           // Human mode: the command's own streams were written live, as if it ran here.
           if (r.timed_out) ctx.io.stderr.write(`pyro: command timed out\n`);

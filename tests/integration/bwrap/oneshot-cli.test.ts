@@ -9,11 +9,24 @@ import {
   hostProcesses,
   mountsMentioning,
   openHarness,
+  procStat,
   suiteTitle,
   writeTree,
 } from "../../helpers/sandbox.js";
 
 /** One-shot runs (SDK and CLI) and the workspace loop driven entirely through the CLI, on bwrap. */
+
+/**
+ * Waits (at most 5 s) for the detached cleaners of the CLI's one-shots under `home`
+ * (backends/linux/oneshot-cleaner.ts): `pyro run` answers before its leftovers are gone.
+ */
+async function cleanersDone(home: string): Promise<void> {
+  const running = () =>
+    hostProcesses((argv) => argv.includes("pyro-clean") && argv.some((a) => a.includes(home)));
+  for (const deadline = Date.now() + 5_000; running().length > 0 && Date.now() < deadline; )
+    await new Promise((r) => setTimeout(r, 20));
+  expect(running()).toEqual([]);
+}
 const skip = bwrapSkipReason();
 
 describe.skipIf(skip !== "")(suiteTitle("one-shot runs and the CLI on bwrap", skip), () => {
@@ -45,7 +58,7 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs and the CLI on bwrap", sk
     expect(hostProcesses((argv) => argv.some((a) => a.includes(h.home)))).toEqual([]);
   });
 
-  it("pyro run --network egress gives the command the proxy and leaves no workspace or helper behind", () => {
+  it("pyro run --network egress gives the command the proxy and leaves no workspace or helper behind", async () => {
     const r = cli(
       ["run", "debian:12", "--network", "egress", "--", "sh", "-c", 'echo "$HTTPS_PROXY $no_proxy"'],
       env,
@@ -55,10 +68,24 @@ describe.skipIf(skip !== "")(suiteTitle("one-shot runs and the CLI on bwrap", sk
     expect(r.code).toBe(0);
     const off = cli(["run", "debian:12", "--", "sh", "-c", 'echo "[$HTTPS_PROXY]"'], env);
     expect(off.stdout).toBe("[]\n");
+    await cleanersDone(h.home);
     expect(hostProcesses((argv) => argv.some((a) => a.includes(h.home)))).toEqual([]);
     const bad = cli(["run", "debian:12", "--network", "allowlist:", "--", "true"], env);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/network allowlist is empty/);
+  });
+
+  it("pyro run answers with nothing of its sandbox running; a detached cleaner then removes the run's directory", async () => {
+    // The command leaves a process behind that holds none of the sandbox's streams.
+    const r = cli(["run", "debian:12", "--", "sh", "-c", "sleep 77 >/dev/null 2>&1 & echo started"], env);
+    expect([r.code, r.stdout]).toEqual([0, "started\n"]);
+    const alive = hostProcesses((argv) => argv.join(" ") === "sleep 77").filter(
+      (p) => procStat(p.pid)?.state !== "Z",
+    );
+    expect(alive).toEqual([]);
+    await cleanersDone(h.home);
+    expect(await entriesOf(join(h.home, "oneshot"))).toEqual([]);
+    expect(mountsMentioning(h.home)).toEqual([]);
   });
 
   it("pyro run prints the command's own output and exits 0", () => {

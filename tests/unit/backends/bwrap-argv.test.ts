@@ -106,6 +106,13 @@ describe("the disk step of the launch script", () => {
     expect(argv.slice(9, 15)).toEqual(["pyro-launch", "/d/disk.img", "/d/mnt", "2", "/d/mnt/u", "/d/mnt/w"]);
     expect(argv.slice(15, 19)).toEqual(["/env", "/d/mnt/u", "/d/mnt/w", "/d/root"]);
   });
+
+  it("mounts a one-shot's throwaway image with barrier=0 (its unmount is on the run's path), a workspace's without", () => {
+    const disk = { image: "/d/disk.img", mount: "/d/mnt", mkdirs: [] };
+    const oneShot = launchArgv([], ["bwrap"], BUSYBOX_TOOLS, { disk: { ...disk, throwaway: true } });
+    expect(oneShot[8]).toContain('-t ext4 -o loop,nosuid,nodev,barrier=0 "$1" "$2"');
+    expect(launchArgv([], ["bwrap"], BUSYBOX_TOOLS, { disk })[8]).not.toContain("barrier");
+  });
 });
 
 describe("the overlay step of the launch script", () => {
