@@ -17,6 +17,7 @@ import { prepareNodeRuntime } from "../runtime.js";
 import { deadline, engineError, ignoreGone, statusOf, withTimeout } from "./client.js";
 import {
   type ContainerBody,
+  hostnameFor,
   IN_CONTAINER,
   type InspectedHostConfig,
   LABELS,
@@ -27,7 +28,7 @@ import {
   workspaceContainerBody,
   workspaceUser,
 } from "./container.js";
-import { diskSupport, freshSocketDir, mountSlotDisk, storageSize } from "./disk-limit.js";
+import { diskSupport, etcBinds, freshSocketDir, mountSlotDisk, storageSize } from "./disk-limit.js";
 import { ensureImage, imageRef } from "./image.js";
 import { type Slot, slotPaths, slotVolume } from "./standby.js";
 import { ExecChannel } from "./stream.js";
@@ -145,6 +146,7 @@ export async function containerParts(
     name,
     volume: volume.Name,
     ...(disk.storageSize ? { storageSize: disk.storageSize } : {}),
+    ...(disk.binds ? { binds: disk.binds } : {}),
   });
   return { body, volume, image, slot, sock: l.sock, argvOfAgent };
 }
@@ -162,7 +164,7 @@ async function slotDisk(
   l: ReturnType<typeof slotPaths>,
   image: string,
   committed: boolean,
-): Promise<{ upper: string; work: string; storageSize?: string }> {
+): Promise<{ upper: string; work: string; storageSize?: string; binds?: MountBody[] }> {
   const mib = spec.limits.disk_mib;
   if (mib === undefined) {
     for (const d of [l.upper, l.work]) await mkdir(d, { recursive: true, mode: 0o700 });
@@ -177,7 +179,11 @@ async function slotDisk(
     );
   const dirs = await mountSlotDisk(l.disk, mib, spec);
   const base = committed ? await imageRef(spec.rootfs) : undefined;
-  return { ...dirs, storageSize: await storageSize(docker, support, image, mib, base) };
+  return {
+    ...dirs,
+    storageSize: await storageSize(docker, support, image, mib, base),
+    binds: await etcBinds(l.disk.mount, hostnameFor(spec.workspace_id)),
+  };
 }
 
 /** What {@link containerParts} returns. */

@@ -172,6 +172,8 @@ export function workspaceContainerBody(p: {
   volume?: string;
   /** The root layer's size limit (docker/disk-limit.ts storageSize). */
   storageSize?: string;
+  /** More binds: /etc's network files on /workspace's image (docker/disk-limit.ts etcBinds). */
+  binds?: MountBody[];
 }): ContainerBody {
   const { spec } = p;
   return {
@@ -211,6 +213,7 @@ export function workspaceContainerBody(p: {
               { Type: "bind" as const, Source: p.sockDir, Target: IN_CONTAINER.sock, ReadOnly: false },
             ]
           : []),
+        ...(p.binds ?? []),
       ],
       p.storageSize,
     ),
@@ -239,6 +242,8 @@ export function oneShotContainerBody(p: {
   stdin?: boolean;
   /** The root layer's size limit (docker/disk-limit.ts storageSize). */
   storageSize?: string;
+  /** /etc's network files (docker/disk-limit.ts etcBinds). */
+  binds?: MountBody[];
 }): ContainerBody {
   return {
     name: `pyro-${p.id}`,
@@ -255,7 +260,7 @@ export function oneShotContainerBody(p: {
     OpenStdin: p.stdin === true,
     ...(p.stdin ? { StdinOnce: true } : {}),
     Tty: false,
-    HostConfig: hostConfig(p.limits, [], p.storageSize),
+    HostConfig: hostConfig(p.limits, p.binds ?? [], p.storageSize),
   };
 }
 

@@ -17,7 +17,7 @@
  * explicit `--disk` there (core/workspace-spec.ts `resolveDisk`) and `doctor` says why.
  */
 import { readFileSync } from "node:fs";
-import { mkdir, rm, stat } from "node:fs/promises";
+import { mkdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import type Docker from "dockerode";
 import { PyroError } from "../../errors.js";
@@ -27,6 +27,7 @@ import { LAUNCH_ENV } from "../common.js";
 import { diskTemplates, ensureDiskImage } from "../disk-image.js";
 import { SOCKET_FS_OPTIONS } from "../linux/layout.js";
 import { CALL_MS, deadline, engineError, ignoreGone, withTimeout } from "./client.js";
+import type { MountBody } from "./container.js";
 
 const MiB = 1024 * 1024;
 
@@ -228,4 +229,49 @@ export async function freshSocketDir(l: { sockFs: string; sock: string }, limite
     });
   await rm(l.sock, { recursive: true, force: true });
   await mkdir(l.sock, { recursive: true, mode: 0o700 });
+}
+
+/** What the engine writes in a container's /etc/hosts with no network. */
+const HOSTS = `127.0.0.1\tlocalhost
+::1\tlocalhost ip6-localhost ip6-loopback
+fe00::0\tip6-localnet
+ff00::0\tip6-mcastprefix
+ff02::1\tip6-allnodes
+ff02::2\tip6-allrouters
+`;
+
+/**
+ * The container's /etc/hosts, /etc/hostname and /etc/resolv.conf as binds of files in
+ * `<dir>/etc`. The engine's own are files in its data root, bound writable and outside
+ * the root layer's limit: a command wrote 300 MiB into /etc/hosts with a 128 MiB limit.
+ * The engine takes a bind at these paths instead of its file and writes no other.
+ * A workspace's are on /workspace's image (`dir` its mount point, beside the overlay's
+ * directories, out of the container's reach otherwise), writable and kept over a stop and
+ * a start as the root layer is; the hostname is written at every start (a pool's hand-out
+ * renames it). A one-shot has no image: its are read-only, in its scratch directory.
+ */
+export async function etcBinds(dir: string, hostname: string, readOnly = false): Promise<MountBody[]> {
+  const etc = join(dir, "etc");
+  await mkdir(etc, { recursive: true, mode: 0o755 });
+  const keep = (err: NodeJS.ErrnoException) => {
+    if (err.code !== "EEXIST") throw err;
+  };
+  await writeFile(join(etc, "hostname"), `${hostname}\n`, { mode: 0o644 });
+  await writeFile(join(etc, "hosts"), HOSTS, { flag: "wx", mode: 0o644 }).catch(keep);
+  await writeFile(join(etc, "resolv.conf"), await resolvConf(), { flag: "wx", mode: 0o644 }).catch(keep);
+  return ["hosts", "hostname", "resolv.conf"].map((f) => ({
+    Type: "bind" as const,
+    Source: join(etc, f),
+    Target: `/etc/${f}`,
+    ReadOnly: readOnly,
+  }));
+}
+
+/** The host's resolv.conf without loopback name servers (unreachable from the container), as the engine's. */
+async function resolvConf(): Promise<string> {
+  const text = await readFile("/etc/resolv.conf", "utf8").catch(() => "");
+  return text
+    .split("\n")
+    .filter((l) => !/^\s*nameserver\s+(127\.|::1\s*$)/.test(l))
+    .join("\n");
 }

@@ -1,4 +1,6 @@
 import { randomBytes } from "node:crypto";
+import { rm } from "node:fs/promises";
+import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import type Docker from "dockerode";
 import { HeadTailCapture } from "../../agent/capture.js";
@@ -6,18 +8,30 @@ import { PyroError } from "../../errors.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
 import { oneShotResult } from "../gated-run.js";
 import { CALL_MS, deadline, engineError, ignoreGone, withTimeout } from "./client.js";
-import { type InspectedHostConfig, oneShotContainerBody, unappliedSettings } from "./container.js";
-import { diskSupport, storageSize } from "./disk-limit.js";
+import {
+  hostnameFor,
+  type InspectedHostConfig,
+  type MountBody,
+  oneShotContainerBody,
+  unappliedSettings,
+} from "./container.js";
+import { diskSupport, etcBinds, storageSize } from "./disk-limit.js";
 import { ensureImage } from "./image.js";
 import { StreamDemuxer } from "./stream.js";
 
-/** The root layer's size limit of a one-shot with a disk limit (it has no /workspace volume). */
-async function oneShotSize(
+/**
+ * A one-shot's disk limit (it has no /workspace volume): the root layer's size, and
+ * /etc's network files read-only in `dir` (disk-limit.ts etcBinds).
+ */
+async function oneShotDisk(
   docker: Docker,
   endpoint: string,
   image: string,
-  mib: number | undefined,
-): Promise<string | undefined> {
+  spec: OneShotSpec,
+  id: string,
+  dir: string,
+): Promise<{ storageSize: string; binds: MountBody[] } | undefined> {
+  const mib = spec.limits.disk_mib;
   if (mib === undefined) return undefined;
   const support = await diskSupport(docker, endpoint);
   if (!support.ok)
@@ -26,7 +40,10 @@ async function oneShotSize(
       `cannot apply the disk limit: ${support.message}`,
       support.hint,
     );
-  return storageSize(docker, support, image, mib);
+  return {
+    storageSize: await storageSize(docker, support, image, mib),
+    binds: await etcBinds(dir, hostnameFor(id), true),
+  };
 }
 
 /** After the command exits, how long its output may still take to arrive. */
@@ -46,18 +63,20 @@ export async function dockerRunOnce(
 ): Promise<OneShotResult> {
   const image = await ensureImage(docker, endpoint, spec.rootfs, spec.signal ? { signal: spec.signal } : {});
   const id = `run_${randomBytes(6).toString("hex")}`;
-  const size = await oneShotSize(docker, endpoint, image, spec.limits.disk_mib);
-  const body = oneShotContainerBody({
-    id,
-    image,
-    command: spec.command,
-    env: spec.env,
-    limits: spec.limits,
-    stdin: spec.stdin !== undefined,
-    ...(size ? { storageSize: size } : {}),
-  });
+  // A run directory's name: one the owner's kill leaves is swept (linux/oneshot-sweep.ts).
+  const dir = join(spec.scratchDir, id);
   let container: Docker.Container | undefined;
   try {
+    const disk = await oneShotDisk(docker, endpoint, image, spec, id, dir);
+    const body = oneShotContainerBody({
+      id,
+      image,
+      command: spec.command,
+      env: spec.env,
+      limits: spec.limits,
+      stdin: spec.stdin !== undefined,
+      ...(disk ?? {}),
+    });
     container = await docker.createContainer({ ...body, ...deadline() } as Docker.ContainerCreateOptions);
     const inspected = await container.inspect(deadline());
     const problems = unappliedSettings(body.HostConfig, inspected.HostConfig as InspectedHostConfig);
@@ -81,6 +100,7 @@ export async function dockerRunOnce(
     throw engineError(err, "pyro run on docker", endpoint);
   } finally {
     if (container) await ignoreGone(container.remove({ force: true, ...deadline() })).catch(() => {});
+    await rm(dir, { recursive: true, force: true }).catch(() => {});
   }
 }
 

@@ -1,4 +1,5 @@
 import { spawnSync } from "node:child_process";
+import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mountsUnder } from "../../../src/util/mounts.js";
@@ -9,7 +10,8 @@ import { type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js"
  * Ways around the docker backend's disk limit (backends/docker/disk-limit.ts) that a
  * command inside a workspace tried, each of which once wrote past a 128 MiB limit onto
  * the engine's or the host's disk: a btrfs subvolume of its own (a qgroup the root
- * layer's limit does not count), the socket directory bound writable from the host.
+ * layer's limit does not count), the socket directory bound writable from the host, the
+ * engine's /etc/hosts, /etc/hostname and /etc/resolv.conf (files in its data root).
  */
 const skip = dockerSkipReason();
 const FULL = /No space left on device|Disk quota exceeded/;
@@ -62,6 +64,43 @@ describe.skipIf(skip !== "")(suiteTitle("disk limit escapes on docker", skip), (
     await h.pyro.stopWorkspace(id);
     await h.pyro.startWorkspace(id);
     expect((await sh("ls /run/pyro/sock")).stdout.split("\n")).not.toContain("left");
+  });
+
+  it("keeps /etc/hosts, /etc/hostname and /etc/resolv.conf, bound writable, on /workspace's image", {
+    timeout: 120_000,
+  }, async () => {
+    const before = await sh("getent hosts localhost; cat /etc/hostname; hostname");
+    expect(before.stdout).toMatch(/^(127\.0\.0\.1|::1)\s+localhost/);
+    const [, name, host] = before.stdout.trim().split("\n").slice(-3);
+    expect(name).toBe(host);
+    // The engine's own files were in its data root, outside the root layer's qgroup.
+    for (const f of ["/etc/hosts", "/etc/resolv.conf", "/etc/hostname"]) {
+      const r = await sh(`cp ${f} /root/keep && dd if=/dev/zero of=${f} bs=1M count=300; echo dd=$?`);
+      expect(r.stderr, f).toMatch(FULL);
+      expect(r.stdout, f).toContain("dd=1");
+      await sh(`cat /root/keep > ${f}`);
+    }
+    // An edit is kept over a stop and a start, as the root layer's files are.
+    await sh("echo '127.0.0.2 pinned.test' >> /etc/hosts");
+    await h.pyro.stopWorkspace(id);
+    await h.pyro.startWorkspace(id);
+    expect((await sh("getent hosts pinned.test")).stdout).toMatch(/^127\.0\.0\.2\s+pinned\.test/);
+  });
+
+  it("gives a one-shot /etc/hosts, /etc/hostname and /etc/resolv.conf read-only, and leaves nothing of them", {
+    timeout: 120_000,
+  }, async () => {
+    const r = await h.pyro.run(
+      "debian:12",
+      "getent hosts localhost; hostname; cat /etc/hostname; dd if=/dev/zero of=/etc/hosts bs=1M count=300; echo dd=$?",
+      { backend: "docker", diskMib: 128 },
+    );
+    const [hosts, name, file, dd] = r.stdout.trim().split("\n");
+    expect(hosts).toMatch(/^(127\.0\.0\.1|::1)\s+localhost/);
+    expect(file).toBe(name);
+    expect(dd).toBe("dd=1");
+    expect(r.stderr).toMatch(/Read-only file system/);
+    expect(readdirSync(join(h.home, "oneshot")).filter((n) => n.startsWith("run_"))).toEqual([]);
   });
 
   it("mounts only /workspace's image and the socket tmpfs below the workspace, both nosuid and nodev; a delete leaves none", {
