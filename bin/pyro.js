@@ -3,18 +3,30 @@
 // bundle (dist/cli-bundle/, scripts/bundle-cli.mjs) when the bundle was made from the
 // current build: its stamp holds dist/cli/main.js's modification time, which every tsc
 // run changes, so a bundle older than the build is never what runs.
+// `pyro run` (a one-shot: a whole process per command) runs the same build as one
+// CommonJS file with a V8 code cache (bin/code-cache.js), unless Node was started with
+// options of its own (a preload, an inspector, a profiler: they see the modules' files).
 import { readFileSync, statSync } from "node:fs";
 
 const dist = new URL("../dist/", import.meta.url);
-let entry = "../dist/cli/main.js";
+let bundled = false;
 try {
   const stamp = JSON.parse(readFileSync(new URL("cli-bundle/stamp.json", dist), "utf8"));
-  if (stamp.main_mtime_ms === statSync(new URL("cli/main.js", dist)).mtimeMs)
-    entry = "../dist/cli-bundle/main.js";
+  bundled = stamp.main_mtime_ms === statSync(new URL("cli/main.js", dist)).mtimeMs;
 } catch {
   // No bundle (a tsc-only build): the modules themselves.
 }
-const { main } = await import(entry);
-main(process.argv).then((code) => {
+let cli;
+if (bundled && process.argv[2] === "run" && process.execArgv.length === 0) {
+  try {
+    const { loadCached } = await import("./code-cache.js");
+    cli = loadCached(new URL("cli-bundle/main.cjs", dist).pathname);
+  } catch {
+    // Not loadable (no main.cjs, say): the ES module bundle, which is as current.
+  }
+}
+cli ??= { main: (await import(bundled ? "../dist/cli-bundle/main.js" : "../dist/cli/main.js")).main };
+cli.main(process.argv).then((code) => {
+  cli.saveCache?.();
   process.exitCode = code;
 });

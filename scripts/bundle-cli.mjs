@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { statSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { rm, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -21,7 +21,7 @@ import { fileURLToPath } from "node:url";
 //   dist/cli/main.js (tsc rewrites every file): a stale bundle is never run. No stamp is
 //   written when dist/ changed while bundling (a concurrent tsc).
 // - meta.json lists the modules in each output file (tests/cli/startup.test.ts).
-import { build } from "esbuild";
+import { build, transform } from "esbuild";
 import { NODE_ESM_BUNDLE } from "./esbuild-node.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -34,34 +34,75 @@ const entry = join(root, "dist", "cli", "main.js");
 const started = Date.now() - 20;
 const mainBefore = statSync(entry).mtimeMs;
 await rm(outdir, { recursive: true, force: true });
+const EXTERNAL = [
+  "better-sqlite3",
+  "node-pty",
+  "@xterm/headless",
+  "dockerode",
+  "ssh2",
+  "cpu-features",
+  "commander",
+  // Its `main` is a UMD build whose factory requires "./impl/format" and others by a
+  // call esbuild cannot follow: bundled, that require ran against dist/cli-bundle/
+  // and every `pyro host` command failed (tests/cli/startup.test.ts).
+  "jsonc-parser",
+];
 const result = await build({
   absWorkingDir: root,
   entryPoints: { main: entry },
   outdir,
   ...NODE_ESM_BUNDLE,
-  external: [
-    "better-sqlite3",
-    "node-pty",
-    "@xterm/headless",
-    "dockerode",
-    "ssh2",
-    "cpu-features",
-    "commander",
-    // Its `main` is a UMD build whose factory requires "./impl/format" and others by a
-    // call esbuild cannot follow: bundled, that require ran against dist/cli-bundle/
-    // and every `pyro host` command failed (tests/cli/startup.test.ts).
-    "jsonc-parser",
-  ],
+  external: EXTERNAL,
   banner: {
     js: 'import { createRequire as __pyroCreateRequire } from "node:module"; const require = __pyroCreateRequire(import.meta.url);',
   },
   metafile: true,
 });
+// The same program as one CommonJS file (main.cjs), which bin/pyro.js runs for `pyro run`
+// with a V8 code cache (bin/code-cache.js): Node 20 keeps no compiled code between
+// processes for ES modules, and a one-shot pays its whole start on every call. What
+// commands import lazily stays lazy (esbuild wraps those modules in init functions);
+// `import()` of what stays in node_modules becomes require (a vm.Script has no loader
+// for import()).
+const cjs = await build({
+  absWorkingDir: root,
+  entryPoints: [entry],
+  outfile: join(outdir, "main.cjs"),
+  ...NODE_ESM_BUNDLE,
+  splitting: false,
+  format: "cjs",
+  supported: { "dynamic-import": false },
+  external: EXTERNAL,
+  define: { "import.meta.url": "__pyroImportMetaUrl" },
+  banner: { js: 'var __pyroImportMetaUrl = require("node:url").pathToFileURL(__filename).href;' },
+  metafile: true,
+});
+// bin/code-cache.js reads main.cjs as latin1, a one-byte string (UTF-8 decoding of its
+// ~2.6 MB costs 10-30 ms here), so it is made ASCII: esbuild escapes what is past 0x7f in
+// code, and comments kept from tsc's output (an "→", a "—") get a "?" instead. That this
+// changed only comments is checked: esbuild's whitespace minifier (which drops comments
+// and nothing else) makes the same code of both.
+const cjsPath = join(outdir, "main.cjs");
+const cjsText = readFileSync(cjsPath, "utf8");
+const asciiText = cjsText.replace(/[^\0-\x7f]/g, "?");
+if (asciiText !== cjsText) {
+  const stripped = (code) => transform(code, { minifyWhitespace: true, format: "cjs" }).then((r) => r.code);
+  if ((await stripped(cjsText)) !== (await stripped(asciiText))) {
+    console.error(
+      "bundle-cli: main.cjs has non-ASCII characters outside comments (bin/code-cache.js reads it as latin1)",
+    );
+    process.exit(1);
+  }
+  await writeFile(cjsPath, asciiText);
+}
 const meta = Object.fromEntries(
-  Object.entries(result.metafile.outputs).map(([out, o]) => [out, Object.keys(o.inputs)]),
+  [...Object.entries(result.metafile.outputs), ...Object.entries(cjs.metafile.outputs)].map(([out, o]) => [
+    out,
+    Object.keys(o.inputs),
+  ]),
 );
 await writeFile(join(outdir, "meta.json"), `${JSON.stringify(meta, null, 1)}\n`);
-const changed = Object.keys(result.metafile.inputs).filter(
+const changed = Object.keys({ ...result.metafile.inputs, ...cjs.metafile.inputs }).filter(
   (i) => i.startsWith("dist/") && statSync(join(root, i)).mtimeMs >= started,
 );
 if (statSync(entry).mtimeMs !== mainBefore || changed.length > 0) {
