@@ -5,7 +5,8 @@
 // module.enableCompileCache() is Node 22's). docs/architecture.md "CLI start".
 //
 // The cache can never pair with other code:
-// - It is named by the SHA-256 of the very bytes compiled (V8's own check is only the
+// - main.cjs runs only when its SHA-256 is the one its build's stamp holds.
+// - The cache is named by the SHA-256 of the very bytes compiled (V8's own check is only the
 //   source's length), Node's version, the architecture and NODE_OPTIONS; V8 itself
 //   rejects a cache of another V8 version or other flags (`cachedDataRejected`).
 // - Its own SHA-256 heads the file: a damaged or foreign file is not handed to V8.
@@ -38,11 +39,10 @@ export function cacheDir(env = process.env) {
   return join(home, "runtime", "cli-code");
 }
 
-/** The cache file's name for `source` (the bundle's bytes) under this Node and its options. */
-export function cacheName(source, env = process.env) {
+/** The cache file's name for a bundle (the SHA-256 of its bytes) under this Node and its options. */
+export function cacheName(bundleSha256, env = process.env) {
   const key = createHash("sha256")
-    .update(source)
-    .update(`\0${process.version}\0${process.arch}\0${env.NODE_OPTIONS ?? ""}`)
+    .update(`${bundleSha256}\0${process.version}\0${process.arch}\0${env.NODE_OPTIONS ?? ""}`)
     .digest("hex");
   return `${key.slice(0, 32)}.v8`;
 }
@@ -83,16 +83,20 @@ export function writeCache(path, data) {
 }
 
 /**
- * Compiles and evaluates `bundle` (with the cache when there is a usable one): its
+ * Compiles and evaluates `bundle` (with the cache when there is a usable one), when its
+ * bytes are those of `expectedSha256` (the bundle's stamp): its
  * `main`, and `saveCache()` to call after the run, which writes the cache when there was
  * none (or V8 rejected it): the code compiled by then (the command's whole path) is what
  * the next run needs. Throws only before anything of the CLI ran (the caller then runs
  * the ES module bundle); an error of `main` is the CLI's own.
  */
-export function loadCached(bundle) {
+export function loadCached(bundle, expectedSha256) {
   // latin1: main.cjs is ASCII (scripts/bundle-cli.mjs), and a one-byte string is what V8 keeps.
   const bytes = readFileSync(bundle);
-  const path = join(cacheDir(), cacheName(bytes));
+  const sha = createHash("sha256").update(bytes).digest("hex");
+  // The bytes the stamp names, not those of another build written over them meanwhile.
+  if (sha !== expectedSha256) throw new Error(`${bundle} is not the stamped build`);
+  const path = join(cacheDir(), cacheName(sha));
   const cachedData = readCache(path);
   const wrapped = `(function (exports, require, module, __filename, __dirname) {${bytes.toString("latin1")}\n})`;
   const script = new Script(wrapped, { filename: bundle, ...(cachedData ? { cachedData } : {}) });

@@ -10,8 +10,9 @@ import { readFileSync, statSync } from "node:fs";
 
 const dist = new URL("../dist/", import.meta.url);
 let bundled = false;
+let stamp;
 try {
-  const stamp = JSON.parse(readFileSync(new URL("cli-bundle/stamp.json", dist), "utf8"));
+  stamp = JSON.parse(readFileSync(new URL("cli-bundle/stamp.json", dist), "utf8"));
   bundled = stamp.main_mtime_ms === statSync(new URL("cli/main.js", dist)).mtimeMs;
 } catch {
   // No bundle (a tsc-only build): the modules themselves.
@@ -20,9 +21,9 @@ let cli;
 if (bundled && process.argv[2] === "run" && process.execArgv.length === 0) {
   try {
     const { loadCached } = await import("./code-cache.js");
-    cli = loadCached(new URL("cli-bundle/main.cjs", dist).pathname);
+    cli = loadCached(new URL("cli-bundle/main.cjs", dist).pathname, stamp.cjs_sha256);
   } catch {
-    // Not loadable (no main.cjs, say): the ES module bundle, which is as current.
+    // Not loadable, or not the stamped bytes: the ES module bundle, which is as current.
   }
 }
 cli ??= { main: (await import(bundled ? "../dist/cli-bundle/main.js" : "../dist/cli/main.js")).main };

@@ -1,4 +1,5 @@
 import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import {
   chmodSync,
   chownSync,
@@ -45,12 +46,19 @@ function install(o: { stamp?: "current" | "stale"; cjs?: string | null } = {}): 
   writeFileSync(join(dir, "dist", "cli-bundle", "main.js"), program("esm-bundle", false));
   if (o.cjs !== null)
     writeFileSync(join(dir, "dist", "cli-bundle", "main.cjs"), program(o.cjs ?? "cjs-bundle", true));
+  restamp(dir, o.stamp === "stale" ? -1000 : 0);
+  return dir;
+}
+
+/** The stamp as scripts/bundle-cli.mjs writes it for what dist/ holds now (`skew`: another build's time). */
+function restamp(dir: string, skew = 0): void {
   const mtime = statSync(join(dir, "dist", "cli", "main.js")).mtimeMs;
+  const cjs = join(dir, "dist", "cli-bundle", "main.cjs");
+  const sha = existsSync(cjs) ? createHash("sha256").update(readFileSync(cjs)).digest("hex") : undefined;
   writeFileSync(
     join(dir, "dist", "cli-bundle", "stamp.json"),
-    JSON.stringify({ main_mtime_ms: o.stamp === "stale" ? mtime - 1000 : mtime }),
+    JSON.stringify({ main_mtime_ms: mtime + skew, cjs_sha256: sha }),
   );
-  return dir;
 }
 
 function launch(dir: string, args: string[], nodeArgs: string[] = []) {
@@ -104,14 +112,18 @@ describe("the CLI launcher and its code cache", () => {
     });
     const broken = install();
     writeFileSync(join(broken, "dist", "cli-bundle", "main.cjs"), "exports.main = (;\n");
+    restamp(broken);
     expect(launch(broken, ["run", "x"])).toMatchObject({ code: 3, out: "esm-bundle run x\n" });
   });
 
-  it("runs new bytes of main.cjs, not the cached code of old ones of the same length", () => {
+  it("runs the stamped bytes of main.cjs, not the cached code of old ones of the same length", () => {
     const dir = install({ cjs: "old-build" });
     expect(launch(dir, ["run", "x"]).out).toBe("old-build run x\n");
     expect(cacheFiles(dir)).toHaveLength(1);
     writeFileSync(join(dir, "dist", "cli-bundle", "main.cjs"), program("new-build", true));
+    // Bytes other than the stamp's (another build's, written over this one): not run.
+    expect(launch(dir, ["run", "x"]).out).toBe("esm-bundle run x\n");
+    restamp(dir);
     expect(launch(dir, ["run", "x"]).out).toBe("new-build run x\n");
     // The old build's cache is removed when the new one is written.
     expect(cacheFiles(dir)).toHaveLength(1);
