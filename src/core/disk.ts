@@ -5,6 +5,7 @@ import { PyroError, toPyroError } from "../errors.js";
 import type { WorkspaceRow } from "../state/types.js";
 import { acquireLock } from "../util/lock.js";
 import { secretRedactor } from "./secrets.js";
+import { workspaceArchiveBudget } from "./snapshots.js";
 import { exportThrough } from "./transfer.js";
 import { sandboxState } from "./workspace-deps.js";
 import type { Workspaces } from "./workspaces.js";
@@ -151,7 +152,7 @@ export async function exportDisk(
       workspace_id: w.workspace_id,
       path,
       output_path: output,
-      ...(await exportThrough(agent, path, output, signal)),
+      ...(await exportThrough(agent, path, output, signal, workspaceArchiveBudget(ws, w))),
     }),
     signal,
   );

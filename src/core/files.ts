@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { ACTIONS, PyroError } from "../errors.js";
+import { workspaceArchiveBudget } from "./snapshots.js";
 import { exportThrough, packHostPath } from "./transfer.js";
 import type { Workspaces } from "./workspaces.js";
 
@@ -90,7 +91,7 @@ export async function exportFromWorkspace(
 ) {
   const output = resolve(outputPath);
   return ws.withAgent(idOrName, "files", async (agent, w, journal) => {
-    const got = await exportThrough(agent, path, output, signal);
+    const got = await exportThrough(agent, path, output, signal, workspaceArchiveBudget(ws, w));
     journal((store) =>
       store.recordEvent(w.workspace_id, "export", {
         path,

@@ -1,12 +1,27 @@
 import { rm } from "node:fs/promises";
 import { ACTIONS, PyroError } from "../errors.js";
+import type { WorkspaceRow } from "../state/types.js";
 import { treeSize } from "../util/fs.js";
 import { assertAllowed } from "./lifecycle.js";
 import { ExportWriter } from "./transfer.js";
 import { workspaceView } from "./views.js";
+import { sandboxDiskMib } from "./workspace-spec.js";
 import type { Workspaces } from "./workspaces.js";
 
 const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
+
+/**
+ * The most bytes of file data an archive out of /workspace (a snapshot, an export) is
+ * accepted with: what /workspace can hold, its disk limit over the snapshot it runs on.
+ * The host writes a sparse file in full (untrusted-tar.ts tooLarge); without a bound a
+ * file that held no block in /workspace filled the host's disk. None without a limit.
+ */
+export function workspaceArchiveBudget(ws: Workspaces, w: WorkspaceRow): number | undefined {
+  const mib = sandboxDiskMib(w);
+  if (mib === undefined) return undefined;
+  const lower = ws.history.getSnapshot(w.workspace_id, w.current_snapshot ?? "baseline")?.bytes ?? 0;
+  return mib * 1024 * 1024 + lower;
+}
 
 /**
  * Named snapshots: a full copy of /workspace, taken through the agent and stored on the
@@ -30,7 +45,7 @@ export async function createSnapshot(ws: Workspaces, idOrName: string, name: str
       );
     }
     const dir = ws.snapshotDir(w, name);
-    const writer = new ExportWriter(dir, "snapshot");
+    const writer = new ExportWriter(dir, "snapshot", workspaceArchiveBudget(ws, w));
     await writer.begin();
     try {
       const r = await agent.request(

@@ -43,6 +43,8 @@ export class ExportWriter {
   constructor(
     private readonly output: string,
     private readonly mode: "export" | "snapshot" = "export",
+    /** The most bytes of file data the archive may hold (untrusted-tar.ts); default: no bound. */
+    private readonly maxBytes?: number,
   ) {
     this.tmpParent = dirname(resolve(output));
   }
@@ -59,7 +61,7 @@ export class ExportWriter {
     await makeDirs(this.tmpParent);
     this.tmp = await mkdtemp(join(this.tmpParent, ".pyro-export-"));
     await mkdir(join(this.tmp, "tree"));
-    this.unpacker = untrustedUnpacker(join(this.tmp, "tree"), this.mode, this.output);
+    this.unpacker = untrustedUnpacker(join(this.tmp, "tree"), this.mode, this.output, this.maxBytes);
   }
 
   /**
@@ -140,8 +142,10 @@ export async function exportThrough(
   path: string,
   output: string,
   signal?: AbortSignal,
+  /** The most bytes of file data to accept (workspaceArchiveBudget); default: no bound. */
+  maxBytes?: number,
 ): Promise<{ artifact_type: "file" | "directory"; bytes: number; entries: number }> {
-  const writer = new ExportWriter(output);
+  const writer = new ExportWriter(output, "export", maxBytes);
   await writer.begin();
   try {
     const r = await agent.request(

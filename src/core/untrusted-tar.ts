@@ -37,6 +37,20 @@ export interface Extracted {
   top: { name: string; type: "file" | "directory" | "symlink" }[];
 }
 
+/**
+ * An archive with more file data than `maxBytes`: what /workspace could hold under its
+ * disk limit. A sparse file counts its full size (tar has no holes here, and the host
+ * would write the zeros): a file of 16 TiB that held no block under a 128 MiB limit
+ * would otherwise fill the host's disk in a snapshot or an export.
+ */
+function tooLarge(label: string, maxBytes: number): PyroError {
+  return new PyroError(
+    "invalid_argument",
+    `refused to extract into '${label}': the archive holds more than ${maxBytes} bytes of file data, more than the workspace's disk limit lets /workspace hold`,
+    "a sparse file counts its full size: delete or truncate large sparse files, or copy a smaller path",
+  );
+}
+
 function refusal(label: string, problems: readonly string[]): PyroError {
   return new PyroError(
     "path_outside_workspace",
@@ -94,7 +108,13 @@ export interface UntrustedUnpacker {
  * directory the caller moves into place only after `done`; a refusal is
  * `path_outside_workspace`, and the caller discards `tree`.
  */
-export function untrustedUnpacker(tree: string, mode: UntrustedMode, label: string): UntrustedUnpacker {
+export function untrustedUnpacker(
+  tree: string,
+  mode: UntrustedMode,
+  label: string,
+  /** The most bytes of file data the archive may hold (tooLarge); default: no bound. */
+  maxBytes = Number.POSITIVE_INFINITY,
+): UntrustedUnpacker {
   // The first few problems are kept for the refusal; after the first, entries are only skipped.
   const problems: string[] = [];
   const report = (p: string) => {
@@ -102,6 +122,7 @@ export function untrustedUnpacker(tree: string, mode: UntrustedMode, label: stri
   };
   const seen = new Map<string, string>();
   let nameChars = 0;
+  let oversize = false;
   const result: Extracted = { files: 0, bytes: 0, entries: 0, top: [] };
   // Exports land as files the invoking user made: its umask applies (snapshots keep modes).
   const umask = mode === "export" ? process.umask() : 0;
@@ -125,8 +146,11 @@ export function untrustedUnpacker(tree: string, mode: UntrustedMode, label: stri
     }
     const raw = entry.path;
     nameChars += raw.length;
-    const problem =
-      result.entries + writer.implied > UNTRUSTED_LIMITS.entries
+    // Checked at the entry's header, before any of its data is written.
+    oversize ||= FILE_TYPES.has(entry.type) && result.bytes + (entry.size ?? 0) > maxBytes;
+    const problem = oversize
+      ? `more than ${maxBytes} bytes of file data`
+      : result.entries + writer.implied > UNTRUSTED_LIMITS.entries
         ? `more than ${UNTRUSTED_LIMITS.entries} entries`
         : nameChars > UNTRUSTED_LIMITS.nameChars
           ? `more than ${UNTRUSTED_LIMITS.nameChars} characters of entry names`
@@ -145,6 +169,7 @@ export function untrustedUnpacker(tree: string, mode: UntrustedMode, label: stri
     parser.on("end", () => resolve());
   }).then(() => {
     writer.finish();
+    if (oversize) throw tooLarge(label, maxBytes);
     if (problems.length > 0) throw refusal(label, problems);
     verifyTree(tree, mode, label, result);
     return result;

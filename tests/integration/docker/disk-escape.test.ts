@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { readdirSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mountsUnder } from "../../../src/util/mounts.js";
@@ -11,7 +11,8 @@ import { type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js"
  * command inside a workspace tried, each of which once wrote past a 128 MiB limit onto
  * the engine's or the host's disk: a btrfs subvolume of its own (a qgroup the root
  * layer's limit does not count), the socket directory bound writable from the host, the
- * engine's /etc/hosts, /etc/hostname and /etc/resolv.conf (files in its data root).
+ * engine's /etc/hosts, /etc/hostname and /etc/resolv.conf (files in its data root), a
+ * sparse file a snapshot or an export wrote in full on the host.
  */
 const skip = dockerSkipReason();
 const FULL = /No space left on device|Disk quota exceeded/;
@@ -101,6 +102,28 @@ describe.skipIf(skip !== "")(suiteTitle("disk limit escapes on docker", skip), (
     expect(dd).toBe("dd=1");
     expect(r.stderr).toMatch(/Read-only file system/);
     expect(readdirSync(join(h.home, "oneshot")).filter((n) => n.startsWith("run_"))).toEqual([]);
+  });
+
+  it("refuses a snapshot or an export whose sparse file the host would write past the disk limit", {
+    timeout: 180_000,
+  }, async () => {
+    // No block in /workspace, 1 GiB on the host: a snapshot wrote it in full.
+    await sh("truncate -s 1G /workspace/sparse && echo small > /workspace/ok.txt");
+    const refused = { code: "invalid_argument", message: expect.stringContaining("bytes of file data") };
+    await expect(h.pyro.createSnapshot(id, "big")).rejects.toMatchObject(refused);
+    expect((await h.pyro.listSnapshots(id)).snapshots.map((s) => s.snapshot_name)).toEqual(["baseline"]);
+    expect(readdirSync(join(dir(id), "snapshots"))).toEqual(["baseline"]);
+    const out = join(h.home, "exported");
+    await expect(h.pyro.exportWorkspace(id, "/workspace", out)).rejects.toMatchObject(refused);
+    await h.pyro.stopWorkspace(id);
+    await expect(h.pyro.exportWorkspaceDisk(id, "/workspace", out)).rejects.toMatchObject(refused);
+    expect(readdirSync(h.home).filter((n) => n === "exported" || n.startsWith(".pyro-export-"))).toEqual([]);
+    // What fits is still copied.
+    await h.pyro.exportWorkspaceDisk(id, "/workspace/ok.txt", out);
+    expect(readFileSync(out, "utf8")).toBe("small\n");
+    await h.pyro.startWorkspace(id);
+    await sh("rm /workspace/sparse");
+    expect((await h.pyro.createSnapshot(id, "fits")).snapshot_name).toBe("fits");
   });
 
   it("mounts only /workspace's image and the socket tmpfs below the workspace, both nosuid and nodev; a delete leaves none", {

@@ -279,6 +279,31 @@ describe("archives from a hijacked agent", () => {
 });
 
 describe("bounds on what an archive may make the host do", () => {
+  it("refuses more file data than the budget, before writing the file that passes it, and takes what fits", async () => {
+    // A workspace's disk limit bounds its archives: a sparse file the host would write in full.
+    const files = (...sizes: number[]) =>
+      tarOf(
+        block({ name: "./", type: "5" }),
+        ...sizes.map((n, i) => block({ name: `./f${i}`, type: "0", body: Buffer.alloc(n, 1) })),
+      );
+    for (const mode of ["export", "snapshot"] as const) {
+      const out = join(dir, `out-${mode}`);
+      const w = new ExportWriter(out, mode, 1000);
+      await w.begin();
+      w.write(files(600, 600));
+      await expect(w.commit("directory")).rejects.toMatchObject({
+        code: "invalid_argument",
+        message: expect.stringContaining("more than 1000 bytes of file data"),
+      });
+      expect(await readdir(dir)).toEqual([]);
+      const fits = new ExportWriter(out, mode, 1000);
+      await fits.begin();
+      fits.write(files(600, 400));
+      expect((await fits.commit("directory")).bytes).toBe(1000);
+      await rm(out, { recursive: true });
+    }
+  });
+
   it("applies the invoking user's umask to an export's modes (world-writable entries land 755/644)", async () => {
     const old = process.umask(0o022);
     try {
