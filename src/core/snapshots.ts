@@ -51,12 +51,13 @@ export async function createSnapshot(ws: Workspaces, idOrName: string, name: str
       const r = await agent.request(
         "tar_out",
         { path: "/workspace" },
-        { onData: (c: Buffer) => writer.write(c), timeoutMs: 30 * 60_000 },
+        { onData: (c: Buffer) => writer.write(c), timeoutMs: 30 * 60_000, signal: writer.refused },
       );
       await writer.commit(r.artifact_type);
     } catch (err) {
+      const why = await writer.refusalOr(err);
       await writer.abort();
-      throw err;
+      throw why;
     }
     const size = await treeSize(dir);
     const row = journal((store) => {

@@ -35,6 +35,12 @@ export class ExportWriter {
   private tmp = "";
   private unpacker: UntrustedUnpacker | null = null;
   private ended = false;
+  private readonly stop = new AbortController();
+  /**
+   * Aborted when the extraction has refused the archive: the caller cancels the agent's
+   * request (the rest is not read) and throws {@link refusalOr}'s error.
+   */
+  readonly refused: AbortSignal = this.stop.signal;
 
   /**
    * `snapshot` mode keeps absolute symlinks and owners (a snapshot tree is only ever
@@ -62,6 +68,7 @@ export class ExportWriter {
     this.tmp = await mkdtemp(join(this.tmpParent, ".pyro-export-"));
     await mkdir(join(this.tmp, "tree"));
     this.unpacker = untrustedUnpacker(join(this.tmp, "tree"), this.mode, this.output, this.maxBytes);
+    this.unpacker.refused.addEventListener("abort", () => this.stop.abort(), { once: true });
   }
 
   /**
@@ -119,6 +126,17 @@ export class ExportWriter {
     u.input.end();
   }
 
+  /** The extraction's refusal when it refused the archive (the request was cancelled for it), else `err`. */
+  async refusalOr(err: unknown): Promise<unknown> {
+    const u = this.unpacker;
+    if (!u || !this.refused.aborted) return err;
+    this.end(u);
+    return u.done.then(
+      () => err,
+      (refusal: unknown) => toPyroError(refusal),
+    );
+  }
+
   /** Discards everything received; safe to call at any point, more than once. */
   async abort(): Promise<void> {
     const u = this.unpacker;
@@ -151,12 +169,17 @@ export async function exportThrough(
     const r = await agent.request(
       "tar_out",
       { path },
-      { onData: (c: Buffer) => writer.write(c), timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
+      {
+        onData: (c: Buffer) => writer.write(c),
+        timeoutMs: 30 * 60_000,
+        signal: signal ? AbortSignal.any([signal, writer.refused]) : writer.refused,
+      },
     );
     const got = await writer.commit(r.artifact_type);
     return { artifact_type: r.artifact_type, bytes: got.bytes, entries: got.entries };
   } catch (err) {
+    const why = await writer.refusalOr(err);
     await writer.abort();
-    throw err;
+    throw why;
   }
 }

@@ -45,7 +45,7 @@ export interface Extracted {
  */
 function tooLarge(label: string, maxBytes: number): PyroError {
   return new PyroError(
-    "invalid_argument",
+    "conflict",
     `refused to extract into '${label}': the archive holds more than ${maxBytes} bytes of file data, more than the workspace's disk limit lets /workspace hold`,
     "a sparse file counts its full size: delete or truncate large sparse files, or copy a smaller path",
   );
@@ -98,6 +98,8 @@ export interface UntrustedUnpacker {
   input: ArchiveInput;
   /** Settles once `input` has ended and everything is written and verified (or refused). */
   done: Promise<Extracted>;
+  /** Aborted at the first problem: the archive will be refused, the rest need not come. */
+  refused: AbortSignal;
 }
 
 /**
@@ -117,8 +119,10 @@ export function untrustedUnpacker(
 ): UntrustedUnpacker {
   // The first few problems are kept for the refusal; after the first, entries are only skipped.
   const problems: string[] = [];
+  const refused = new AbortController();
   const report = (p: string) => {
     if (problems.length < 5) problems.push(p);
+    refused.abort();
   };
   const seen = new Map<string, string>();
   let nameChars = 0;
@@ -176,7 +180,7 @@ export function untrustedUnpacker(
   });
   // A caller that stops feeding (a failed export) must not leave an unhandled rejection.
   done.catch(() => {});
-  return { input: parser, done };
+  return { input: parser, done, refused: refused.signal };
 }
 
 type Entry = tar.ReadEntry;

@@ -109,12 +109,14 @@ describe.skipIf(skip !== "")(suiteTitle("disk limit escapes on docker", skip), (
   }, async () => {
     // No block in /workspace, 1 GiB on the host: a snapshot wrote it in full.
     await sh("truncate -s 1G /workspace/sparse && echo small > /workspace/ok.txt");
-    const refused = { code: "invalid_argument", message: expect.stringContaining("bytes of file data") };
+    const refused = { code: "conflict", message: expect.stringContaining("bytes of file data") };
     await expect(h.pyro.createSnapshot(id, "big")).rejects.toMatchObject(refused);
     expect((await h.pyro.listSnapshots(id)).snapshots.map((s) => s.snapshot_name)).toEqual(["baseline"]);
     expect(readdirSync(join(dir(id), "snapshots"))).toEqual(["baseline"]);
     const out = join(h.home, "exported");
     await expect(h.pyro.exportWorkspace(id, "/workspace", out)).rejects.toMatchObject(refused);
+    // The refusal cancelled the agent's stream; the agent still serves.
+    expect((await sh("cat /workspace/ok.txt")).stdout).toBe("small\n");
     await h.pyro.stopWorkspace(id);
     await expect(h.pyro.exportWorkspaceDisk(id, "/workspace", out)).rejects.toMatchObject(refused);
     expect(readdirSync(h.home).filter((n) => n === "exported" || n.startsWith(".pyro-export-"))).toEqual([]);
