@@ -124,7 +124,7 @@ describe("CLI start-up loads only what the command needs", () => {
   // `pyro run` row): no zod, no agent client (its schemas), no state store, no image client
   // or tar, no network proxy, no workspace loop, and of the backend only its one-shot runner.
   const RUN_MUST_NOT_LOAD =
-    /node_modules\/(zod|better-sqlite3|tar|smol-toml|ipaddr\.js)\/|dist\/(agent\/(client|messages|op-schemas)|env\/oci\/(builder|registry|apply|auth|follow)|net\/(proxy|socks|http-proxy|gate)|core\/(exec|files|snapshots|demo|recipes|netd)|backends\/(bwrap\/(backend|reset|pool)|sandbox-state))\.js/;
+    /node_modules\/(zod|better-sqlite3|tar|smol-toml|ipaddr\.js)\/|dist\/(agent\/(client|messages|op-schemas)|env\/oci\/(builder|registry|apply|auth|follow)|net\/(proxy|socks|http-proxy|gate)|core\/(exec|files|snapshots|demo|recipes|netd)|backends\/(bwrap\/(backend|reset|pool)|docker\/probe|sandbox-state))\.js/;
   it.skipIf(bwrapSkipReason() !== "")(
     `\`pyro run debian:12 --backend bwrap -- true\` loads the one-shot path and nothing else${bwrapSkipReason() ? ` (skipped: ${bwrapSkipReason()})` : ""}`,
     () => {
@@ -136,6 +136,8 @@ describe("CLI start-up loads only what the command needs", () => {
       expect(files.filter((f) => RUN_MUST_NOT_LOAD.test(f))).toEqual([]);
       expect(RUN_MUST_NOT_LOAD.test("node_modules/zod/v4/core/schemas.js")).toBe(true);
       expect(RUN_MUST_NOT_LOAD.test("dist/backends/bwrap/backend.js")).toBe(true);
+      // Docker's probe (it loads node:http) only when Docker is probed.
+      expect(RUN_MUST_NOT_LOAD.test("dist/backends/docker/probe.js")).toBe(true);
     },
   );
 

@@ -67,6 +67,15 @@ describe("the backend registry", () => {
     expect(BACKENDS.filter((e) => e.optIn).map((e) => e.name)).toEqual(["docker", "host"]);
   });
 
+  it("names docker as its probe module does, which it imports only to probe (node:http, 7-30 ms)", async () => {
+    const { dockerProbe } = await import("../../../src/backends/docker/probe.js");
+    const entry = BACKENDS.find((e) => e.name === "docker")!;
+    expect([entry.name, entry.isolation]).toEqual([dockerProbe.name, dockerProbe.isolation]);
+    expect(readFileSync(join(REPO_ROOT, "src/backends/registry.ts"), "utf8")).not.toMatch(
+      /^import .*docker\/probe/m,
+    );
+  });
+
   it("builds every backend from its entry, with the name it is registered under", async () => {
     const ctx = {
       env: {},
