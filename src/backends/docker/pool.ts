@@ -41,6 +41,7 @@ import type { SandboxSpec } from "../backend.js";
 import { takeOverDir } from "../bwrap/pool.js";
 import { AGENT_SOCKET, sandboxHostname } from "../guest.js";
 import { deadline, ignoreGone } from "./client.js";
+import { checkCommitSize } from "./commit-size.js";
 import {
   containerName,
   hostConfig,
@@ -242,6 +243,8 @@ export async function settleAdopted(
   let next: EngineRecord = { ...record, slot: "a" };
   if (c && c.Config.Labels?.[LABELS.dir] === a.label_dir) {
     await killContainer(docker, c.Id);
+    // The commit writes changed files whole: a sparse one past the limit is refused first.
+    if (spec.limits.disk_mib !== undefined) await checkCommitSize(docker, c, spec.limits.disk_mib);
     const image = rootImageOf(spec.workspace_id);
     const [repo, tag] = image.split(":") as [string, string];
     await docker.getContainer(c.Id).commit({
