@@ -117,7 +117,9 @@ export async function claimDiskImage(
   path: string,
   mib: number,
   templateDir: string,
-): Promise<{ spare: boolean; refill: Promise<void> }> {
+  /** The caller hands the copy of the next spare to a detached cleaner (see {@link SpareRefill}). */
+  options: { deferRefill?: boolean } = {},
+): Promise<{ spare: boolean; refill: Promise<void>; deferred?: SpareRefill }> {
   const dir = join(templateDir, SPARE_DIR);
   const prefix = `ext4-${mib}m.`;
   const names = (await readdir(dir).catch(() => [] as string[])).filter(
@@ -132,7 +134,27 @@ export async function claimDiskImage(
     if (spare) break;
   }
   if (!spare) await ensureDiskImage(path, mib, templateDir);
-  return { spare, refill: refillSpare(dir, prefix, mib, templateDir, names.length - (spare ? 1 : 0)) };
+  const have = names.length - (spare ? 1 : 0);
+  if (options.deferRefill)
+    return {
+      spare,
+      refill: Promise.resolve(),
+      ...(have > 0 ? {} : { deferred: { template: join(templateDir, `ext4-${mib}m.img`), dir, prefix } }),
+    };
+  return { spare, refill: refillSpare(dir, prefix, mib, templateDir, have) };
+}
+
+/**
+ * The copy of the next spare, left to a process that runs after the caller's answer (a
+ * CLI one-shot's cleaner, linux/oneshot-cleaner.ts): the template, the spare directory and
+ * the spares' name prefix. The copy is named as refillSpare names its partial copies
+ * (`<prefix><pid>.<hex>.img.partial`, renamed when whole), so that the partial copy of a
+ * cleaner killed meanwhile is removed by the next refill.
+ */
+export interface SpareRefill {
+  template: string;
+  dir: string;
+  prefix: string;
 }
 
 async function refillSpare(dir: string, prefix: string, mib: number, templateDir: string, have: number) {

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import type { OneShotResult, OneShotSpec } from "../backend.js";
-import { claimDiskImage, DEFAULT_DISK_MIB, diskTemplates } from "../disk-image.js";
+import { claimDiskImage, DEFAULT_DISK_MIB, diskTemplates, type SpareRefill } from "../disk-image.js";
 import { runGatedOneShot } from "../gated-run.js";
 import { hostCgroups, limitedCgroup } from "../linux/cgroups.js";
 import { type LaunchTools, launchArgv } from "../linux/launch.js";
@@ -57,17 +57,21 @@ async function coldRun(spec: OneShotSpec, tools: LaunchTools): Promise<OneShotRe
   const upper = join(diskMount, "upper");
   const work = join(diskMount, "work");
   const merged = join(dir, "merged");
+  let nextSpare: SpareRefill | undefined;
   // The disk, the seccomp file and the cgroup at once; any failure undoes all of them.
   const [files, made] = await Promise.allSettled([
     (async () => {
       await Promise.all([diskMount, merged].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
-      const { refill } = await claimDiskImage(
+      const { refill, deferred } = await claimDiskImage(
         disk,
         spec.limits.disk_mib ?? DEFAULT_DISK_MIB,
         diskTemplates(spec),
+        // A CLI's run leaves the copy of the next spare to its cleaner: not against its start.
+        { deferRefill: spec.detachCleanup === true },
       );
       // The next spare is copied while this run goes on; an owner waits for it in ready().
       spec.keep?.track(refill);
+      nextSpare = deferred;
       return seccompFile(spec.runtimeCacheDir);
     })(),
     hostCgroups().then((layout) => limitedCgroup(layout, id, spec.limits)),
@@ -100,7 +104,12 @@ async function coldRun(spec: OneShotSpec, tools: LaunchTools): Promise<OneShotRe
     // A CLI's run answers first: the cleaner kills what is left now, removes the rest later.
     const handedOff =
       spec.detachCleanup === true &&
-      cleanUpDetached({ dir, cgroupDirs: [...cgroups.dirs.values()], shell: tools.shell });
+      cleanUpDetached({
+        dir,
+        cgroupDirs: [...cgroups.dirs.values()],
+        shell: tools.shell,
+        ...(nextSpare ? { refill: nextSpare } : {}),
+      });
     if (!handedOff) {
       await cgroups.destroy().catch(() => {});
       await removeTree(dir);

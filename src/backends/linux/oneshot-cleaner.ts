@@ -1,7 +1,8 @@
 import { spawn } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
-import { resolve, sep } from "node:path";
+import { join, resolve, sep } from "node:path";
 import { LAUNCH_ENV } from "../common.js";
+import type { SpareRefill } from "../disk-image.js";
 
 /**
  * The end of a one-shot for a caller that exits as soon as it has the answer (the CLI's
@@ -27,20 +28,23 @@ export function cleanUpDetached(o: {
   cgroupDirs: readonly string[];
   /** The launch tools' shell (busybox sh or bash). */
   shell: readonly string[];
+  /** The next spare disk image to copy afterwards (disk-image.ts), off the run's path too. */
+  refill?: SpareRefill;
 }): boolean {
   for (const dir of o.cgroupDirs) killListed(dir);
   if (hasMountsUnder(o.dir)) return false;
+  const r = o.refill;
+  // GNU cp by path: busybox's shell would run its own applet, which has no --sparse.
+  const cp = r ? findOnPath("cp") : undefined;
+  const refillArgs = r && cp ? [r.template, r.dir, r.prefix, cp] : ["", "", "", ""];
+  const argv = [...o.shell.slice(1), "-c", CLEANER, "pyro-clean", o.dir, ...refillArgs, ...o.cgroupDirs];
   try {
-    const child = spawn(
-      o.shell[0]!,
-      [...o.shell.slice(1), "-c", CLEANER, "pyro-clean", o.dir, ...o.cgroupDirs],
-      {
-        detached: true,
-        stdio: "ignore",
-        env: { ...LAUNCH_ENV },
-        cwd: "/",
-      },
-    );
+    const child = spawn(o.shell[0]!, argv, {
+      detached: true,
+      stdio: "ignore",
+      env: { ...LAUNCH_ENV },
+      cwd: "/",
+    });
     // A failure to exec arrives as an event: the leftovers are then a later sweep's.
     child.on("error", () => {});
     child.unref();
@@ -52,10 +56,13 @@ export function cleanUpDetached(o: {
 
 /**
  * The cleaner: for each cgroup directory, SIGKILL what it lists and rmdir until it is
- * gone (at most ~5 s, as CgroupLimits.destroy), then remove the run's directory.
- * Positional arguments: the directory, then the cgroup directories.
+ * gone (at most ~5 s, as CgroupLimits.destroy), then remove the run's directory, then,
+ * when asked and no spare is there, copy the next spare disk image (a partial copy named
+ * with this shell's pid, renamed when whole). Positional arguments: the directory, the
+ * refill's template, spare directory, name prefix and cp (empty: none), then the cgroup
+ * directories.
  */
-const CLEANER = `dir=$1; shift
+const CLEANER = `dir=$1; tpl=$2; sdir=$3; prefix=$4; cp=$5; shift 5
 for cg in "$@"; do
   n=0
   while [ -d "$cg" ] && ! rmdir "$cg" 2>/dev/null; do
@@ -67,7 +74,20 @@ for cg in "$@"; do
   done
 done
 rm -rf -- "$dir"
+[ -n "$tpl" ] || exit 0
+set -- "$sdir/$prefix"*.img
+[ -e "$1" ] && exit 0
+mkdir -p -m 700 -- "$sdir" || exit 0
+part="$sdir/$prefix$$.0.img.partial"
+if "$cp" --sparse=always -- "$tpl" "$part"; then mv -f -- "$part" "\${part%.partial}"; else rm -f -- "$part"; fi
 `;
+
+/** The first `name` on LAUNCH_ENV's PATH (what a spawn of `name` would run). */
+function findOnPath(name: string): string | undefined {
+  for (const dir of (LAUNCH_ENV.PATH ?? "").split(":"))
+    if (dir && existsSync(join(dir, name))) return join(dir, name);
+  return undefined;
+}
 
 /** SIGKILLs every process a cgroup directory lists now (cgroup.kill too where there is one). */
 function killListed(dir: string): void {

@@ -1,5 +1,14 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { rmdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -84,6 +93,36 @@ describe.skipIf(why !== "")(`detached one-shot cleaner${why ? ` (skipped: ${why}
     expect(await until(() => !existsSync(dir))).toBe(true);
     const layout = await detectCgroups({ base: BASE });
     expect(await until(async () => (await CgroupLimits.attach(layout, name)) === null)).toBe(true);
+  });
+
+  it("copies the next spare disk image after the removal when none is there, and none when one is", async () => {
+    const template = join(scratch, "ext4-1m.img");
+    writeFileSync(template, Buffer.concat([Buffer.alloc(8192, 7), Buffer.from("end")]));
+    const spares = join(scratch, "spare");
+    const refill = { template, dir: spares, prefix: "ext4-1m." };
+    for (const shell of [BASH_TOOLS.shell, ["/bin/busybox", "sh"]]) {
+      rmSync(spares, { recursive: true, force: true });
+      const { dir, cg } = await leftRun();
+      expect(cleanUpDetached({ dir, cgroupDirs: [...cg.dirs.values()], shell, refill })).toBe(true);
+      expect(
+        await until(() => existsSync(spares) && readdirSync(spares).some((n) => n.endsWith(".img"))),
+      ).toBe(true);
+      const [name, ...rest] = readdirSync(spares);
+      // Named as refillSpare names its copies, whole (no partial left), and the template's bytes.
+      expect(rest).toEqual([]);
+      expect(name).toMatch(/^ext4-1m\.\d+\.0\.img$/);
+      expect(readFileSync(join(spares, name!)).equals(readFileSync(template))).toBe(true);
+      expect(statSync(spares).mode & 0o777).toBe(0o700);
+      expect(existsSync(dir)).toBe(false);
+      // One spare there: the next cleaner copies none.
+      const next = await leftRun();
+      expect(cleanUpDetached({ dir: next.dir, cgroupDirs: [...next.cg.dirs.values()], shell, refill })).toBe(
+        true,
+      );
+      expect(await until(() => !existsSync(next.dir))).toBe(true);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(readdirSync(spares)).toEqual([name]);
+    }
   });
 
   it("refuses a directory with a mount below it (rm -rf would descend into it)", async () => {

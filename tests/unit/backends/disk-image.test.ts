@@ -61,6 +61,28 @@ describe.skipIf(!mkfs)("disk images (needs mkfs.ext4 from e2fsprogs)", () => {
     );
   });
 
+  it("leaves the next spare's copy to the caller when asked (a CLI one-shot's cleaner), naming what to copy", async () => {
+    const dir = await temp();
+    const templates = join(dir, "templates");
+    const first = await claimDiskImage(join(dir, "a.img"), 128, templates, { deferRefill: true });
+    await first.refill;
+    // Nothing copied ahead here; what a cleaner needs to copy the next one instead.
+    expect(existsSync(join(templates, "spare"))).toBe(false);
+    expect(first.deferred).toEqual({
+      template: join(templates, "ext4-128m.img"),
+      dir: join(templates, "spare"),
+      prefix: "ext4-128m.",
+    });
+    // With a spare left after the claim, there is nothing to copy.
+    await mkdir(join(templates, "spare"));
+    for (const n of ["ext4-128m.1.a.img", "ext4-128m.1.b.img"])
+      execFileSync("cp", ["--sparse=always", join(templates, "ext4-128m.img"), join(templates, "spare", n)]);
+    const second = await claimDiskImage(join(dir, "b.img"), 128, templates, { deferRefill: true });
+    expect(second.spare).toBe(true);
+    expect(second.deferred).toBeUndefined();
+    expect(await readdir(join(templates, "spare"))).toHaveLength(1);
+  });
+
   it("copies a blank image of the size from the template directory, made once per size, sparse", async () => {
     const dir = await temp();
     const templates = join(dir, "templates");
