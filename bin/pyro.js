@@ -7,6 +7,7 @@
 // CommonJS file with a V8 code cache (bin/code-cache.js), unless Node was started with
 // options of its own (a preload, an inspector, a profiler: they see the modules' files).
 import { readFileSync, statSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 
 const dist = new URL("../dist/", import.meta.url);
 let bundled = false;
@@ -21,7 +22,7 @@ let cli;
 if (bundled && process.argv[2] === "run" && process.execArgv.length === 0) {
   try {
     const { loadCached } = await import("./code-cache.js");
-    cli = loadCached(new URL("cli-bundle/main.cjs", dist).pathname, stamp.cjs_sha256);
+    cli = loadCached(fileURLToPath(new URL("cli-bundle/main.cjs", dist)), stamp.cjs_sha256);
   } catch {
     // Not loadable, or not the stamped bytes: the ES module bundle, which is as current.
   }

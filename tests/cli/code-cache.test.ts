@@ -25,7 +25,8 @@ import { PYRO_BIN, REPO_ROOT } from "../helpers/cli.js";
  * source's length alone), not a damaged cache. Checked on a copy of the launcher over a
  * small stand-in dist/ whose programs say which one ran.
  */
-const root = mkdtempSync(join(tmpdir(), "pyro-code-cache-"));
+// A space in the path: the launcher turns file URLs into paths (a URL's pathname keeps %20).
+const root = mkdtempSync(join(tmpdir(), "pyro code-cache-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 const program = (what: string, cjs: boolean) =>
