@@ -59,6 +59,9 @@ import {
 } from "./container-start.js";
 import { removeVolume, slotPaths, slotVolume } from "./standby.js";
 
+/** How long a root layer's commit may take (settleAdopted): a copy of up to the disk limit. */
+const COMMIT_MS = 30 * 60_000;
+
 /** Where a handed-out spare's empty /workspace lower layer is kept (in its sandbox directory). */
 export const SPARE_LOWER = "spare-lower";
 /** The repository of adopted containers' committed root layers: `pyro-root:<workspace id>`. */
@@ -243,16 +246,25 @@ export async function settleAdopted(
   let next: EngineRecord = { ...record, slot: "a" };
   if (c && c.Config.Labels?.[LABELS.dir] === a.label_dir) {
     await killContainer(docker, c.Id);
-    // The commit writes changed files whole: a sparse one past the limit is refused first.
-    if (spec.limits.disk_mib !== undefined) await checkCommitSize(docker, c, spec.limits.disk_mib);
     const image = rootImageOf(spec.workspace_id);
-    const [repo, tag] = image.split(":") as [string, string];
-    await docker.getContainer(c.Id).commit({
-      repo,
-      tag,
-      changes: [`LABEL ${LABELS.dir}=${JSON.stringify(spec.dir)}`],
-      ...deadline(),
-    });
+    // An image the engine committed for a call that gave up waiting (or a process that
+    // died) is this stopped container's layer: taken, not committed again (the first
+    // would be left untagged, its size on the engine's disk until a prune).
+    const committed = await ignoreGone(
+      docker.getImage(image).inspect(deadline() as Docker.ImageInspectOptions),
+    );
+    if (committed?.Config?.Labels?.[LABELS.dir] !== spec.dir) {
+      // The commit writes changed files whole: a sparse one past the limit is refused first.
+      if (spec.limits.disk_mib !== undefined) await checkCommitSize(docker, c, spec.limits.disk_mib);
+      const [repo, tag] = image.split(":") as [string, string];
+      await docker.getContainer(c.Id).commit({
+        repo,
+        tag,
+        changes: [`LABEL ${LABELS.dir}=${JSON.stringify(spec.dir)}`],
+        // Copies the whole layer (up to the disk limit): 3 GiB took over 30 s here.
+        ...deadline(COMMIT_MS),
+      });
+    }
     next = { ...next, root_image: image };
     await write(next);
     await ignoreGone(docker.getContainer(c.Id).remove({ force: true, ...deadline() }), [409]);

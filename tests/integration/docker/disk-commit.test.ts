@@ -2,6 +2,8 @@ import { statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { checkCommitSize } from "../../../src/backends/docker/commit-size.js";
+import { LABELS } from "../../../src/backends/docker/container.js";
+import { rootImageOf } from "../../../src/backends/docker/pool.js";
 import { dockerSkipReason, TEST_DOCKER_DIR, type TestEngine, useTestEngine } from "../../helpers/docker.js";
 import { poolProbe } from "../../helpers/pool.js";
 import { type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js";
@@ -45,6 +47,7 @@ describe.skipIf(skip !== "")(suiteTitle("disk limit over an adopted spare's comm
   it("measures a stopped container's layer with sparse files at their full size", {
     timeout: 120_000,
   }, async () => {
+    await h.pyro.engine.pool.ready();
     const id = (await h.create()).workspace_id;
     expect(createEvent(id)?.sandbox, declined.join("; ")).toBe("pool");
     expect(await sh(id, "truncate -s 3G /root/sparse && du -k /root/sparse")).toMatch(/^0\s/);
@@ -59,6 +62,7 @@ describe.skipIf(skip !== "")(suiteTitle("disk limit over an adopted spare's comm
   it("refuses to start a workspace whose commit would write a sparse file past the limit; a reset recovers it", {
     timeout: 300_000,
   }, async () => {
+    await h.pyro.engine.pool.ready();
     const id = (await h.create()).workspace_id;
     expect(createEvent(id)?.sandbox, declined.join("; ")).toBe("pool");
     // Past the default 10 GiB limit, no block in the layer.
@@ -72,5 +76,27 @@ describe.skipIf(skip !== "")(suiteTitle("disk limit over an adopted spare's comm
     expect(dataRoot() - before).toBeLessThan(1 * GiB);
     await h.pyro.resetWorkspace(id);
     expect(await sh(id, "ls /root; echo ok")).toBe("ok\n");
+  });
+
+  it("takes the root image a start that gave up waiting had the engine commit, instead of committing again", {
+    timeout: 180_000,
+  }, async () => {
+    await h.pyro.engine.pool.ready();
+    const id = (await h.create()).workspace_id;
+    expect(createEvent(id)?.sandbox, declined.join("; ")).toBe("pool");
+    await sh(id, "echo layer > /root/kept");
+    await h.pyro.stopWorkspace(id);
+    // What the engine finishes after a commit call's deadline: the image, tagged and labelled.
+    const [repo, tag] = rootImageOf(id).split(":") as [string, string];
+    const sandbox = join(h.home, "workspaces", id, "sandbox");
+    const made = (await engine.docker
+      .getContainer(`pyro-${id}`)
+      .commit({ repo, tag, changes: [`LABEL ${LABELS.dir}=${JSON.stringify(sandbox)}`] })) as { Id: string };
+    await h.pyro.startWorkspace(id);
+    expect(await sh(id, "cat /root/kept")).toBe("layer\n");
+    // A second commit would have taken the tag and left this one untagged on the engine's disk.
+    expect((await engine.docker.getImage(rootImageOf(id)).inspect()).Id).toBe(made.Id);
+    await h.pyro.deleteWorkspace(id);
+    await expect(engine.docker.getImage(made.Id).inspect()).rejects.toMatchObject({ statusCode: 404 });
   });
 });
