@@ -26,13 +26,19 @@ import { LAUNCH_ENV } from "../common.js";
 import { diskTemplates, ensureDiskImage } from "../disk-image.js";
 import { SOCKET_FS_OPTIONS } from "../linux/layout.js";
 import { CALL_MS, deadline, engineError, ignoreGone, withTimeout } from "./client.js";
-import { type DiskSupport, type EngineInfo, hostSupport, readMountinfo, rootQuotaOf } from "./probe.js";
+import {
+  type DiskSupport,
+  type EngineInfo,
+  hostSupport,
+  readMountinfo,
+  rootQuotaOf,
+} from "./storage-quota.js";
 import type { MountBody } from "./container.js";
 
 const MiB = 1024 * 1024;
 
 // What the engine can limit is decided in probe.ts (doctor reads it without this module).
-export { type DiskSupport, type EngineInfo, rootQuotaOf } from "./probe.js";
+export { type DiskSupport, type EngineInfo, rootQuotaOf } from "./storage-quota.js";
 
 const supportByEndpoint = new Map<string, Promise<DiskSupport>>();
 

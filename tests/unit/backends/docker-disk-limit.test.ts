@@ -1,3 +1,6 @@
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import {
   hostConfig,
@@ -5,6 +8,7 @@ import {
   unappliedSettings,
 } from "../../../src/backends/docker/container.js";
 import { rootQuotaOf, storageSize } from "../../../src/backends/docker/disk-limit.js";
+import { type BtrfsQuota, readBtrfsQuota } from "../../../src/backends/docker/storage-quota.js";
 
 /** A mountinfo line: `id parent dev root point options - fstype source superoptions`. */
 const mount = (point: string, fstype: string, superOpts: string) =>
@@ -14,6 +18,53 @@ describe("docker disk limit: what the engine's storage driver can limit", () => 
   it("limits the root layer on btrfs (counting the image's data) and zfs", () => {
     expect(rootQuotaOf({ Driver: "btrfs" }, "")).toEqual({ ok: true, driver: "btrfs", countsImage: true });
     expect(rootQuotaOf({ Driver: "zfs" }, "")).toEqual({ ok: true, driver: "zfs", countsImage: false });
+  });
+
+  it("limits btrfs by its quota accounting: simple quotas count only the layer's writes, full qgroups its image too, off or inconsistent is refused", () => {
+    const info = { Driver: "btrfs", DockerRootDir: "/var/lib/docker" };
+    const table = mount("/var/lib/docker", "btrfs", "rw,space_cache=v2");
+    const seen: string[] = [];
+    const quota = (q: BtrfsQuota | null) => (device: string) => {
+      seen.push(device);
+      return q;
+    };
+    expect(rootQuotaOf(info, table, quota({ mode: "squota", inconsistent: false }))).toEqual({
+      ok: true,
+      driver: "btrfs",
+      countsImage: false,
+    });
+    expect(seen).toEqual(["/dev/sda1"]);
+    expect(rootQuotaOf(info, table, quota({ mode: "qgroup", inconsistent: false }))).toMatchObject({
+      ok: true,
+      countsImage: true,
+    });
+    const stale = rootQuotaOf(info, table, quota({ mode: "qgroup", inconsistent: true }));
+    expect(stale).toMatchObject({ ok: false, message: expect.stringMatching(/inconsistent/) });
+    expect(stale.ok ? "" : stale.hint).toBe("run btrfs quota rescan -w /var/lib/docker");
+    expect(rootQuotaOf(info, table, quota({ mode: "off", inconsistent: false }))).toMatchObject({
+      ok: false,
+      message: expect.stringMatching(/quotas are off/),
+    });
+  });
+
+  it("reads a btrfs filesystem's quota accounting from sysfs by its device", async () => {
+    const sys = await mkdtemp(join(tmpdir(), "pyro-sysfs-"));
+    const fs = async (uuid: string, device: string, files: Record<string, string> | null) => {
+      await mkdir(join(sys, uuid, "devices", device), { recursive: true });
+      if (files) {
+        await mkdir(join(sys, uuid, "qgroups"), { recursive: true });
+        for (const [f, v] of Object.entries(files)) await writeFile(join(sys, uuid, "qgroups", f), `${v}\n`);
+      }
+    };
+    await fs("aaaa", "loop3", { mode: "squota", inconsistent: "0" });
+    await fs("bbbb", "loop4", { mode: "qgroup", inconsistent: "1" });
+    await fs("cccc", "loop5", null);
+    await mkdir(join(sys, "features"));
+    expect(readBtrfsQuota("/dev/loop3", sys)).toEqual({ mode: "squota", inconsistent: false });
+    expect(readBtrfsQuota("/dev/loop4", sys)).toEqual({ mode: "qgroup", inconsistent: true });
+    expect(readBtrfsQuota("/dev/loop5", sys)).toEqual({ mode: "off", inconsistent: false });
+    expect(readBtrfsQuota("/dev/loop9", sys)).toBeNull();
+    await rm(sys, { recursive: true });
   });
 
   it("limits overlay2 only on an xfs data root mounted with project quotas", () => {
