@@ -37,7 +37,7 @@ import type { MountBody } from "./container.js";
 
 const MiB = 1024 * 1024;
 
-// What the engine can limit is decided in probe.ts (doctor reads it without this module).
+// What the engine can limit is decided in storage-quota.ts (doctor's probe reads it too).
 export { type DiskSupport, type EngineInfo, rootQuotaOf } from "./storage-quota.js";
 
 const supportByEndpoint = new Map<string, Promise<DiskSupport>>();
