@@ -22,7 +22,7 @@ const MiB = 1024 * 1024;
  * files too (btrfs: the container's subvolume is a snapshot of the image), or null where
  * the driver's layout is not known here (the commit is not measured there).
  */
-async function layerDir(
+export async function layerDir(
   docker: Docker,
   c: Docker.ContainerInspectInfo,
 ): Promise<{ dir: string; withImage: boolean } | null> {

@@ -30,6 +30,7 @@ import {
 } from "./container.js";
 import { diskSupport, etcBinds, freshSocketDir, mountSlotDisk, storageSize } from "./disk-limit.js";
 import { ensureImage, imageRef } from "./image.js";
+import { limitExclusive } from "./qgroup.js";
 import { type Slot, slotPaths, slotVolume } from "./standby.js";
 import { ExecChannel } from "./stream.js";
 
@@ -245,6 +246,9 @@ export async function createContainer(
   const created = await docker.createContainer({ ...body, ...deadline() } as Docker.ContainerCreateOptions);
   const inspected = await created.inspect(deadline());
   const problems = unappliedSettings(body.HostConfig, inspected.HostConfig as InspectedHostConfig);
+  // On btrfs the limit also on what a command writes, not only on what the layer references (qgroup.ts).
+  const mib = Number(body.Labels[LABELS.diskMib]);
+  if (problems.length === 0 && mib > 0) await limitExclusive(docker, inspected, mib);
   if (problems.length > 0) {
     await ignoreGone(created.remove({ force: true, ...deadline() }));
     throw new PyroError(

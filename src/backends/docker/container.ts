@@ -23,6 +23,8 @@ export const LABELS = {
   workspace: "dev.pyro.workspace",
   dir: "dev.pyro.dir",
   oneshot: "dev.pyro.oneshot",
+  /** The disk limit in MiB of a container with a root layer limit (docker/qgroup.ts reads it). */
+  diskMib: "dev.pyro.disk_mib",
 } as const;
 
 export const CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -187,7 +189,11 @@ export function workspaceContainerBody(p: {
     WorkingDir: IN_CONTAINER.workspace,
     User: p.user,
     Hostname: hostnameFor(spec.workspace_id),
-    Labels: { [LABELS.workspace]: spec.workspace_id, [LABELS.dir]: spec.dir },
+    Labels: {
+      [LABELS.workspace]: spec.workspace_id,
+      [LABELS.dir]: spec.dir,
+      ...(p.storageSize && spec.limits.disk_mib ? { [LABELS.diskMib]: String(spec.limits.disk_mib) } : {}),
+    },
     AttachStdin: false,
     AttachStdout: false,
     AttachStderr: false,
