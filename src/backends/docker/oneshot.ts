@@ -17,6 +17,7 @@ import {
 } from "./container.js";
 import { diskSupport, etcBinds, storageSize } from "./disk-limit.js";
 import { ensureImage } from "./image.js";
+import { limitExclusive } from "./qgroup.js";
 import { StreamDemuxer } from "./stream.js";
 
 /**
@@ -80,6 +81,9 @@ export async function dockerRunOnce(
     container = await docker.createContainer({ ...body, ...deadline() } as Docker.ContainerCreateOptions);
     const inspected = await container.inspect(deadline());
     const problems = unappliedSettings(body.HostConfig, inspected.HostConfig as InspectedHostConfig);
+    // On btrfs the limit also on what the command writes (qgroup.ts).
+    if (problems.length === 0 && disk && spec.limits.disk_mib)
+      await limitExclusive(docker, inspected, spec.limits.disk_mib);
     if (problems.length > 0) {
       throw new PyroError(
         "backend_unavailable",

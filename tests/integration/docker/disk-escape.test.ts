@@ -143,6 +143,20 @@ describe.skipIf(skip !== "")(suiteTitle("disk limit escapes on docker", skip), (
     await sh("rm -f /root/more");
   });
 
+  it("holds a one-shot's root layer to the limit after the image's own files are deleted", {
+    timeout: 120_000,
+  }, async () => {
+    const r = await h.pyro.run(
+      "debian:12",
+      "rm -rf /usr/share /var/lib/apt /var/cache && sync && dd if=/dev/zero of=/root/more bs=1M count=400; echo dd=$?; stat -c %s /root/more",
+      { backend: "docker", diskMib: 128 },
+    );
+    expect(r.stderr).toMatch(FULL);
+    const [dd, size] = r.stdout.trim().split("\n");
+    expect(dd).toBe("dd=1");
+    expect(Number(size)).toBeLessThanOrEqual(128 * 1024 * 1024);
+  });
+
   it("mounts only /workspace's image and the socket tmpfs below the workspace, both nosuid and nodev; a delete leaves none", {
     timeout: 120_000,
   }, async () => {
