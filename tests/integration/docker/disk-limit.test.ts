@@ -2,6 +2,7 @@ import { spawnSync } from "node:child_process";
 import { statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { renderDoctor } from "../../../src/cli/commands/doctor.js";
 import { mountsUnder } from "../../../src/util/mounts.js";
 import { dockerSkipReason, type TestEngine, useTestEngine } from "../../helpers/docker.js";
 import { type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js";
@@ -63,6 +64,15 @@ describe.skipIf(skip !== "")(suiteTitle("disk limit on docker", skip), () => {
       "rm /workspace/big /root/big && echo fine > /workspace/ok.txt && cat /workspace/ok.txt",
     );
     expect(after.stdout).toBe("fine\n");
+  });
+
+  it("is reported by doctor: the engine's driver, and the limit of every other available backend", {
+    timeout: 120_000,
+  }, async () => {
+    const r = await h.pyro.doctor();
+    expect(r.disk_limit.docker).toBe("yes (storage driver btrfs, /workspace on an image)");
+    expect(r.disk_limit.bwrap).toMatch(/^yes/);
+    expect(renderDoctor(r)).toMatch(/disk limit:\n(.*\n)*\s+docker\s+yes \(storage driver btrfs/);
   });
 
   it("mounts /workspace's image on the host nosuid and nodev, and only below the workspace's directory", async () => {
