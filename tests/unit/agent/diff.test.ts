@@ -1,8 +1,9 @@
 import { execFileSync } from "node:child_process";
-import { chmod, cp, mkdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
+import { chmod, cp, mkdir, readFile, rm, symlink, truncate, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { AgentError } from "../../../src/agent/errors.js";
+import { MAX_DIFF_FILE_BYTES } from "../../../src/agent/guest/ops/diff.js";
 import { type AgentFixture, startAgent } from "./helpers.js";
 
 let fx: AgentFixture;
@@ -81,6 +82,32 @@ describe("diff", () => {
     } finally {
       await other.cleanup();
     }
+  });
+
+  it("renders a file too big to read whole as a binary change, compares big ones in chunks, and never reads one whole", async () => {
+    // Sparse: a 3 GiB file costs no disk. Read whole, it failed the call (Node reads at
+    // most 2 GiB at once); under 2 GiB it took the agent past a workspace's memory.
+    const sparse = async (file: string, size: number) => {
+      await writeFile(file, "");
+      await truncate(file, size);
+    };
+    await sparse(path.join(fx.root, "huge.img"), 3 * 1024 ** 3);
+    const big = 20 * 1024 * 1024;
+    for (const dir of [fx.root, base]) {
+      await sparse(path.join(dir, "same.img"), big);
+      await sparse(path.join(dir, "moved.img"), big);
+    }
+    await writeFile(path.join(fx.root, "moved.img"), "x", { flag: "r+" });
+    const r = await fx.client.request("diff", { base });
+    expect(r.entries).toEqual([
+      { path: "huge.img", status: "added" },
+      { path: "moved.img", status: "modified" },
+    ]);
+    expect(r.patch).toContain(
+      "diff --git a/huge.img b/huge.img\nnew file mode 100644\nBinary files /dev/null and b/huge.img differ\n",
+    );
+    expect(r.patch).toContain("Binary files a/moved.img and b/moved.img differ\n");
+    expect(MAX_DIFF_FILE_BYTES).toBeLessThan(big);
   });
 
   it("refuses a relative, missing or overlapping baseline", async () => {

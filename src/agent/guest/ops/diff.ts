@@ -14,7 +14,7 @@
  */
 import { isUtf8 } from "node:buffer";
 import type { Stats } from "node:fs";
-import { lstat, readdir, readFile, readlink, realpath, stat } from "node:fs/promises";
+import { lstat, open, readdir, readFile, readlink, realpath, stat } from "node:fs/promises";
 import path from "node:path";
 import { createTwoFilesPatch, FILE_HEADERS_ONLY } from "diff";
 import { AgentError } from "../../errors.js";
@@ -25,6 +25,35 @@ import type { OpHandler } from "./context.js";
 
 /** Largest patch text returned; beyond it the result says `truncated` (entries stay complete). */
 export const MAX_DIFF_PATCH_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Largest file whose content a diff reads whole (to render it): a bigger one could never
+ * fit the patch, and reading it whole took the agent past the workspace's memory limit
+ * (a 1.9 GiB sparse file killed the sandbox; past 2 GiB Node refuses to read it at all).
+ * Bigger files are compared in chunks and rendered as "Binary files ... differ".
+ */
+export const MAX_DIFF_FILE_BYTES = MAX_DIFF_PATCH_BYTES;
+const CHUNK = 1024 * 1024;
+
+const tooBig = (e: WalkEntry | undefined) =>
+  e !== undefined && e.stat.isFile() && e.stat.size > MAX_DIFF_FILE_BYTES;
+
+/** Whether two files of the same size hold the same bytes, read a chunk at a time. */
+async function sameBytes(a: string, b: string): Promise<boolean> {
+  const [fa, fb] = await Promise.all([open(a, "r"), open(b, "r")]);
+  try {
+    const ba = Buffer.alloc(CHUNK);
+    const bb = Buffer.alloc(CHUNK);
+    for (let pos = 0; ; pos += CHUNK) {
+      const [ra, rb] = await Promise.all([fa.read(ba, 0, CHUNK, pos), fb.read(bb, 0, CHUNK, pos)]);
+      if (ra.bytesRead !== rb.bytesRead || !ba.subarray(0, ra.bytesRead).equals(bb.subarray(0, rb.bytesRead)))
+        return false;
+      if (ra.bytesRead === 0) return true;
+    }
+  } finally {
+    await Promise.all([fa.close(), fb.close()]);
+  }
+}
 
 type Status = "added" | "modified" | "deleted";
 
@@ -45,6 +74,7 @@ async function same(a: WalkEntry, b: WalkEntry): Promise<boolean> {
   if (ta !== artifactType(b.stat)) return false;
   if (ta === "other") return (a.stat.mode & 0o170000) === (b.stat.mode & 0o170000);
   if (ta === "file" && (a.stat.size !== b.stat.size || gitMode(a.stat) !== gitMode(b.stat))) return false;
+  if (ta === "file" && tooBig(a)) return sameBytes(a.abs, b.abs);
   const [ca, cb] = await Promise.all([contentOf(a), contentOf(b)]);
   return ca !== null && cb !== null && ca.equals(cb);
 }
@@ -62,6 +92,10 @@ async function renderSide(
   if (old && !cur) head += `deleted file mode ${gitMode(old.stat)}\n`;
   const modeChanged = old && cur && gitMode(old.stat) !== gitMode(cur.stat);
   if (modeChanged) head += `old mode ${gitMode(old.stat)}\nnew mode ${gitMode(cur.stat)}\n`;
+  if (tooBig(old) || tooBig(cur)) {
+    const sameContent = old && cur && old.stat.size === cur.stat.size && (await sameBytes(old.abs, cur.abs));
+    return sameContent ? head : `${head}Binary files ${oldLabel} and ${newLabel} differ\n`;
+  }
   const [before, after] = await Promise.all([old ? contentOf(old) : null, cur ? contentOf(cur) : null]);
   if ((old && before === null) || (cur && after === null)) {
     return `${head}Binary files ${oldLabel} and ${newLabel} differ\n`;
