@@ -1,11 +1,13 @@
 import { readFileSync } from "node:fs";
-import { readFile, rm } from "node:fs/promises";
+import { readFile, realpath, rm } from "node:fs/promises";
 import { resolve, sep } from "node:path";
 import { run } from "./run.js";
 
 /** Mount points at or below `root`, deepest first (from /proc/self/mountinfo). */
 export async function mountsUnder(root: string): Promise<string[]> {
-  const abs = resolve(root);
+  // mountinfo names the canonical path: a PYRO_HOME below a symlink (/home -> /var/home)
+  // would otherwise match nothing, and a removal would descend into a mounted image.
+  const abs = await realpath(root).catch(() => resolve(root));
   let text: string;
   try {
     text = await readFile("/proc/self/mountinfo", "utf8");
@@ -43,7 +45,7 @@ export function mountsStackedAt(pid: number, paths: readonly string[]): number[]
  * when it cannot (the caller refuses to start: the bound is the point).
  */
 export async function ensureTmpfs(path: string, options: string): Promise<void> {
-  const abs = resolve(path);
+  const abs = await realpath(path).catch(() => resolve(path));
   if ((await mountsUnder(abs)).includes(abs)) return;
   const r = await run(["mount", "-t", "tmpfs", "-o", options, "pyro-tmpfs", abs], { timeoutMs: 10_000 });
   if (r.exitCode !== 0)

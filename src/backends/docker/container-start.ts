@@ -98,7 +98,7 @@ export async function containerParts(
   name: string,
   options: ContainerOptions,
 ) {
-  const l = slotPaths(spec.dir, slot);
+  const l = slotPaths(spec.dir, slot, spec.limits.disk_mib !== undefined);
   const runtime = await prepareNodeRuntime(spec.runtimeCacheDir);
   const image = options.image ?? (await ensureImage(docker, endpoint, spec.rootfs, options));
   // The socket directory is the container's /run/pyro/sock: nothing a command left there
@@ -147,6 +147,7 @@ export async function containerParts(
     name,
     volume: volume.Name,
     ...(disk.storageSize ? { storageSize: disk.storageSize } : {}),
+    ...(disk.exclusive ? { exclusive: true } : {}),
     ...(disk.binds ? { binds: disk.binds } : {}),
   });
   return { body, volume, image, slot, sock: l.sock, argvOfAgent };
@@ -165,7 +166,7 @@ async function slotDisk(
   l: ReturnType<typeof slotPaths>,
   image: string,
   committed: boolean,
-): Promise<{ upper: string; work: string; storageSize?: string; binds?: MountBody[] }> {
+): Promise<{ upper: string; work: string; storageSize?: string; binds?: MountBody[]; exclusive?: boolean }> {
   const mib = spec.limits.disk_mib;
   if (mib === undefined) {
     for (const d of [l.upper, l.work]) await mkdir(d, { recursive: true, mode: 0o700 });
@@ -184,6 +185,8 @@ async function slotDisk(
     ...dirs,
     storageSize: await storageSize(docker, support, image, mib, base),
     binds: await etcBinds(l.disk.mount, hostnameFor(spec.workspace_id)),
+    // Full qgroups count the image's files: the exclusive limit must hold too (qgroup.ts).
+    exclusive: support.countsImage,
   };
 }
 
@@ -248,7 +251,8 @@ export async function createContainer(
   const problems = unappliedSettings(body.HostConfig, inspected.HostConfig as InspectedHostConfig);
   // On btrfs the limit also on what a command writes, not only on what the layer references (qgroup.ts).
   const mib = Number(body.Labels[LABELS.diskMib]);
-  if (problems.length === 0 && mib > 0) await limitExclusive(docker, inspected, mib);
+  if (problems.length === 0 && mib > 0 && !(await limitExclusive(docker, inspected, mib)))
+    problems.push("the disk limit's exclusive qgroup limit could not be set (btrfs qgroup limit -e)");
   if (problems.length > 0) {
     await ignoreGone(created.remove({ force: true, ...deadline() }));
     throw new PyroError(

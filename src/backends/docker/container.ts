@@ -176,6 +176,8 @@ export function workspaceContainerBody(p: {
   storageSize?: string;
   /** More binds: /etc's network files on /workspace's image (docker/disk-limit.ts etcBinds). */
   binds?: MountBody[];
+  /** The layer also needs an exclusive limit (btrfs full qgroups, qgroup.ts). */
+  exclusive?: boolean;
 }): ContainerBody {
   const { spec } = p;
   return {
@@ -192,7 +194,10 @@ export function workspaceContainerBody(p: {
     Labels: {
       [LABELS.workspace]: spec.workspace_id,
       [LABELS.dir]: spec.dir,
-      ...(p.storageSize && spec.limits.disk_mib ? { [LABELS.diskMib]: String(spec.limits.disk_mib) } : {}),
+      // The exclusive limit createContainer must set (qgroup.ts): full qgroups only.
+      ...(p.storageSize && p.exclusive && spec.limits.disk_mib
+        ? { [LABELS.diskMib]: String(spec.limits.disk_mib) }
+        : {}),
     },
     AttachStdin: false,
     AttachStdout: false,

@@ -16,8 +16,9 @@
  * An engine that can do neither leaves workspaces without a limit; core refuses an
  * explicit `--disk` there (core/workspace-spec.ts `resolveDisk`) and `doctor` says why.
  */
-import { mkdir, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { dirname, join, resolve } from "node:path";
+import { existsSync } from "node:fs";
+import { mkdir, readFile, realpath, rm, stat, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import type Docker from "dockerode";
 import { PyroError } from "../../errors.js";
 import { ensureTmpfs, mountsUnder } from "../../util/mounts.js";
@@ -40,34 +41,44 @@ const MiB = 1024 * 1024;
 // What the engine can limit is decided in storage-quota.ts (doctor's probe reads it too).
 export { type DiskSupport, type EngineInfo, rootQuotaOf } from "./storage-quota.js";
 
-const supportByEndpoint = new Map<string, Promise<DiskSupport>>();
+const infoByEndpoint = new Map<string, Promise<EngineInfo>>();
 
 /**
  * Whether this process can give workspaces on `endpoint` a disk limit: root (it mounts
  * /workspace's image), an engine on a local socket, a storage driver that limits the
- * root layer. Asked once per endpoint and process.
+ * root layer. The engine's `/info` is asked once per endpoint and process; the data
+ * root's quota state (sysfs, microseconds) is read again at each call, so a long-lived
+ * server sees quotas turned off or gone inconsistent.
  */
-export function diskSupport(docker: Docker, endpoint: string): Promise<DiskSupport> {
-  let p = supportByEndpoint.get(endpoint);
-  if (!p) {
-    p = askSupport(docker, endpoint);
-    supportByEndpoint.set(endpoint, p);
-    // A failed question (the engine was down) is asked again next time.
-    p.catch(() => supportByEndpoint.delete(endpoint));
-  }
-  return p;
-}
-
-async function askSupport(docker: Docker, endpoint: string): Promise<DiskSupport> {
+export async function diskSupport(docker: Docker, endpoint: string): Promise<DiskSupport> {
   const local = hostSupport(endpoint);
   if (local) return local;
+  let p = infoByEndpoint.get(endpoint);
+  if (!p) {
+    p = withTimeout(docker.info() as Promise<EngineInfo>, CALL_MS, () => {});
+    infoByEndpoint.set(endpoint, p);
+    // A failed question (the engine was down) is asked again next time.
+    p.catch(() => infoByEndpoint.delete(endpoint));
+  }
   let info: EngineInfo;
   try {
-    info = (await withTimeout(docker.info() as Promise<EngineInfo>, CALL_MS, () => {})) as EngineInfo;
+    info = await p;
   } catch (err) {
     throw engineError(err, "asking the engine about its storage driver", endpoint);
   }
-  return rootQuotaOf(info, readMountinfo());
+  const s = rootQuotaOf(info, readMountinfo());
+  // Full qgroups need the exclusive limit too (qgroup.ts), set with btrfs-progs.
+  if (s.ok && s.countsImage && s.driver === "btrfs" && !onPath("btrfs"))
+    return {
+      ok: false,
+      message: "btrfs-progs is not installed: under btrfs's full qgroups a limit needs it to hold",
+      hint: "install btrfs-progs (npm run setup), or enable simple quotas on the engine's data root",
+    };
+  return s;
+}
+
+function onPath(bin: string): boolean {
+  return (LAUNCH_ENV.PATH ?? "").split(":").some((d) => d !== "" && existsSync(join(d, bin)));
 }
 
 const imageSizes = new Map<string, number>();
@@ -135,9 +146,10 @@ export async function remountSlotDisk(disk: SlotDisk): Promise<boolean> {
 }
 
 async function ensureMounted(disk: SlotDisk): Promise<void> {
-  const point = resolve(disk.mount);
+  await mkdir(disk.mount, { recursive: true, mode: 0o700 });
+  // The canonical path, as mountinfo names it (a PYRO_HOME below a symlink).
+  const point = await realpath(disk.mount);
   if ((await mountsUnder(point)).includes(point)) return;
-  await mkdir(point, { recursive: true, mode: 0o700 });
   const r = await run(
     ["mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noatime", disk.image, point],
     // LAUNCH_ENV's PATH has the sbin directories a user's PATH often lacks.

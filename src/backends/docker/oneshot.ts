@@ -31,7 +31,7 @@ async function oneShotDisk(
   spec: OneShotSpec,
   id: string,
   dir: string,
-): Promise<{ storageSize: string; binds: MountBody[] } | undefined> {
+): Promise<{ storageSize: string; binds: MountBody[]; exclusive: boolean } | undefined> {
   const mib = spec.limits.disk_mib;
   if (mib === undefined) return undefined;
   const support = await diskSupport(docker, endpoint);
@@ -44,6 +44,7 @@ async function oneShotDisk(
   return {
     storageSize: await storageSize(docker, support, image, mib),
     binds: await etcBinds(dir, hostnameFor(id), true),
+    exclusive: support.countsImage,
   };
 }
 
@@ -82,8 +83,13 @@ export async function dockerRunOnce(
     const inspected = await container.inspect(deadline());
     const problems = unappliedSettings(body.HostConfig, inspected.HostConfig as InspectedHostConfig);
     // On btrfs the limit also on what the command writes (qgroup.ts).
-    if (problems.length === 0 && disk && spec.limits.disk_mib)
-      await limitExclusive(docker, inspected, spec.limits.disk_mib);
+    if (
+      problems.length === 0 &&
+      disk?.exclusive &&
+      spec.limits.disk_mib &&
+      !(await limitExclusive(docker, inspected, spec.limits.disk_mib))
+    )
+      problems.push("the disk limit's exclusive qgroup limit could not be set (btrfs qgroup limit -e)");
     if (problems.length > 0) {
       throw new PyroError(
         "backend_unavailable",

@@ -148,18 +148,29 @@ async function enterUtsHostname(pid: number, containerId: string, name: string):
  * Sets the hostname in the container's UTS namespace (enterUtsHostname) and in the
  * engine's /etc/hostname file of the container. Why it failed, or null.
  */
-async function setHostname(c: Docker.ContainerInspectInfo, name: string): Promise<string | null> {
+async function setHostname(
+  c: Docker.ContainerInspectInfo,
+  name: string,
+  spare: SandboxSpec,
+): Promise<string | null> {
   const pid = c.State.Pid;
   if (!Number.isInteger(pid) || pid <= 0) return "the spare's container has no process";
   const entered = await enterUtsHostname(pid, c.Id, name);
   if (entered) return entered;
   const file = (c as { HostnamePath?: string }).HostnamePath;
   if (!file) return "the engine names no /etc/hostname file";
-  // In place (the file is bound into the container by its inode).
-  return writeFile(file, `${name}\n`).then(
-    () => null,
-    (err: Error) => `writing the container's /etc/hostname failed: ${err.message}`,
-  );
+  // In place (the file is bound into the container by its inode). With a disk limit the
+  // container's /etc/hostname is its own, on /workspace's image (disk-limit.ts etcBinds).
+  const own = join(slotPaths(spare.dir, "a").disk.mount, "etc", "hostname");
+  const files = spare.limits.disk_mib !== undefined ? [file, own] : [file];
+  for (const f of files) {
+    const failed = await writeFile(f, `${name}\n`).then(
+      () => null,
+      (err: Error) => `writing the container's /etc/hostname failed: ${err.message}`,
+    );
+    if (failed) return failed;
+  }
+  return null;
 }
 
 /** The spare's container given the workspace's limits and hostname: its inspection, or why not. */
@@ -173,7 +184,7 @@ async function identify(
     return "the spare's container is gone";
   const got = await applyLimits(c, spare, spec);
   if (typeof got === "string") return got;
-  return (await setHostname(got, sandboxHostname(spec.workspace_id))) ?? got;
+  return (await setHostname(got, sandboxHostname(spec.workspace_id), spare)) ?? got;
 }
 
 /**
@@ -191,6 +202,13 @@ export async function adoptDockerSpare(
   const why = await unfit(spec);
   if (why) return { declined: why };
   const c = docker.getContainer(state.container_id);
+  // Its root layer is committed at its next start, measured first against the disk limit
+  // (commit-size.ts), which knows the btrfs and overlay2 layouts only.
+  const inspected = spec.limits.disk_mib !== undefined ? await ignoreGone(c.inspect(deadline())) : undefined;
+  if (inspected && inspected.Driver !== "btrfs" && inspected.Driver !== "overlay2")
+    return {
+      declined: `the commit of a ${inspected.Driver} layer cannot be measured against the disk limit`,
+    };
   const got = await identify(c, spare, spec).catch((err: Error) => `the engine failed: ${err.message}`);
   if (typeof got === "string") return { declined: got };
   // From here on the spare's record names the container and volume by what they keep.
@@ -223,7 +241,7 @@ export async function adoptDockerSpare(
     await mkdir(spec.dir, { recursive: true, mode: 0o700 });
     return { declined: (err as Error).message };
   }
-  const sock = slotPaths(spec.dir, "a").sock;
+  const sock = slotPaths(spec.dir, "a", spec.limits.disk_mib !== undefined).sock;
   return { ...state, container: name, slot: "a", sock_dir: sock, socket: join(sock, AGENT_SOCKET) };
 }
 

@@ -47,16 +47,19 @@ export function otherSlot(slot: Slot): Slot {
  * disk limit; the host's link directory beside it, common.ts hostLinkDir, must be on the
  * same one).
  */
-export function slotPaths(dir: string, slot: Slot) {
+export function slotPaths(dir: string, slot: Slot, limited = true) {
   const suffix = slot === "a" ? "" : "-b";
   const ws = join(dir, `ws${suffix}`);
+  // Without a disk limit the socket directory stays where it always was: a kept
+  // container's binds name it, and one whose binds differ is made again (its root layer lost).
+  const sockFs = join(dir, limited ? `sockfs${suffix}` : `sock${suffix}`);
   return {
     ws,
     upper: join(ws, "upper"),
     work: join(ws, "work"),
     disk: { image: join(ws, "disk.img"), mount: join(ws, "disk") },
-    sockFs: join(dir, `sockfs${suffix}`),
-    sock: join(dir, `sockfs${suffix}`, "sock"),
+    sockFs,
+    sock: limited ? join(sockFs, "sock") : sockFs,
   };
 }
 

@@ -71,9 +71,14 @@ function btrfsSupport(
   btrfsQuota: (device: string) => BtrfsQuota | null,
 ): DiskSupport {
   const driver = "btrfs";
-  // Not found (an unusual device name): the engine is left to apply it, read back as ever.
   const q = root?.fstype === "btrfs" ? btrfsQuota(root.source) : null;
-  if (!q) return { ok: true, driver, countsImage: true };
+  // Unknown (no sysfs, a device not found): whether a limit would hold cannot be told.
+  if (!q)
+    return {
+      ok: false,
+      message: "the quota state of the engine's btrfs data root cannot be read (/sys/fs/btrfs)",
+      hint: "run pyro on the engine's host with /sys mounted, or use --backend bwrap",
+    };
   if (q.mode === "off")
     return {
       ok: false,
@@ -101,7 +106,7 @@ function mountOf(mountinfo: string, path: string): Mount | null {
   let best: (Mount & { point: string }) | null = null;
   for (const line of mountinfo.split("\n")) {
     const [left, right] = line.split(" - ");
-    const point = left?.split(" ")[4];
+    const point = unescape(left?.split(" ")[4]);
     const [fstype, source, superOpts] = right?.split(" ") ?? [];
     if (!point || !fstype) continue;
     const inside = path === point || path.startsWith(point.endsWith("/") ? point : `${point}/`);
@@ -114,6 +119,11 @@ function mountOf(mountinfo: string, path: string): Mount | null {
       };
   }
   return best;
+}
+
+/** mountinfo writes a space, tab, newline or backslash in a path as an octal escape. */
+function unescape(p: string | undefined): string | undefined {
+  return p?.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8)));
 }
 
 /** The quota accounting of the btrfs filesystem on `device` (e.g. /dev/loop0), from /sys/fs/btrfs. */

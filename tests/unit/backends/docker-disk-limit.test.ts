@@ -16,7 +16,11 @@ const mount = (point: string, fstype: string, superOpts: string) =>
 
 describe("docker disk limit: what the engine's storage driver can limit", () => {
   it("limits the root layer on btrfs (counting the image's data) and zfs", () => {
-    expect(rootQuotaOf({ Driver: "btrfs" }, "")).toEqual({ ok: true, driver: "btrfs", countsImage: true });
+    // btrfs whose quota state cannot be read: whether a limit would hold cannot be told.
+    expect(rootQuotaOf({ Driver: "btrfs" }, "")).toMatchObject({
+      ok: false,
+      message: expect.stringMatching(/cannot be read/),
+    });
     expect(rootQuotaOf({ Driver: "zfs" }, "")).toEqual({ ok: true, driver: "zfs", countsImage: false });
   });
 
@@ -74,6 +78,11 @@ describe("docker disk limit: what the engine's storage driver can limit", () => 
       DockerRootDir: "/var/lib/docker",
     };
     const table = (opts: string) => [mount("/", "ext4", "rw"), mount("/var/lib", "xfs", opts)].join("\n");
+    // A data root whose path mountinfo escapes (a space is \040).
+    const spaced = { ...info, DockerRootDir: "/srv/docker data/root" };
+    expect(rootQuotaOf(spaced, mount("/srv/docker\\040data", "xfs", "rw,prjquota"))).toMatchObject({
+      ok: true,
+    });
     expect(rootQuotaOf(info, table("rw,attr2,inode64,prjquota"))).toMatchObject({
       ok: true,
       countsImage: false,
