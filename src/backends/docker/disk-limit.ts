@@ -109,7 +109,11 @@ export async function storageSize(
     }
   }
   if (size === undefined)
-    throw new PyroError("backend_unavailable", `cannot size the disk limit: the image ${image} is missing`);
+    throw new PyroError(
+      "backend_unavailable",
+      `cannot size the disk limit: the image ${image} is missing`,
+      "start the workspace again (the environment's image is imported again)",
+    );
   return String(size + mib * MiB);
 }
 
@@ -201,6 +205,17 @@ ff02::2\tip6-allrouters
  * renames it). A one-shot has no image: its are read-only, in its scratch directory.
  */
 export async function etcBinds(dir: string, hostname: string, readOnly = false): Promise<MountBody[]> {
+  return writeEtc(dir, hostname, readOnly).catch((err: Error) => {
+    throw err instanceof PyroError
+      ? err
+      : new PyroError(
+          "backend_unavailable",
+          `cannot apply the disk limit: writing /etc's files failed (${err.message})`,
+        );
+  });
+}
+
+async function writeEtc(dir: string, hostname: string, readOnly: boolean): Promise<MountBody[]> {
   const etc = join(dir, "etc");
   await mkdir(etc, { recursive: true, mode: 0o755 });
   const keep = (err: NodeJS.ErrnoException) => {
