@@ -14,7 +14,10 @@ import type { Harness } from "./sandbox.js";
 /** The spares on disk under `home`: every id with a record (`<id>.json`) or a directory. */
 export async function sparesOf(home: string): Promise<string[]> {
   const names = await readdir(join(home, "pool")).catch(() => [] as string[]);
-  return [...new Set(names.map((n) => n.replace(/(\.taken)?\.json$/, "")))].sort();
+  // A spare's directory, its record (`.taken` while handed out) and the temporary file of
+  // a record write its owner was killed in (`.spare_….json.<pid>.<random>.tmp`).
+  const ids = names.map((n) => /spare_[0-9a-f]+/.exec(n)?.[0]).filter((id): id is string => id !== undefined);
+  return [...new Set(ids)].sort();
 }
 
 /** The recorded sandbox state of a spare (its record in the pool directory). */
