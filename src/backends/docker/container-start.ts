@@ -28,7 +28,7 @@ import {
   workspaceContainerBody,
   workspaceUser,
 } from "./container.js";
-import { diskSupport, etcBinds, freshSocketDir, mountSlotDisk, storageSize } from "./disk-limit.js";
+import { etcBinds, freshSocketDir, mountSlotDisk, requireDiskSupport, storageSize } from "./disk-limit.js";
 import { ensureImage, imageRef } from "./image.js";
 import { limitExclusive } from "./qgroup.js";
 import { type Slot, slotPaths, slotVolume } from "./standby.js";
@@ -172,13 +172,7 @@ async function slotDisk(
     for (const d of [l.upper, l.work]) await mkdir(d, { recursive: true, mode: 0o700 });
     return { upper: l.upper, work: l.work };
   }
-  const support = await diskSupport(docker, endpoint);
-  if (!support.ok)
-    throw new PyroError(
-      "backend_unavailable",
-      `cannot apply the disk limit: ${support.message}`,
-      support.hint,
-    );
+  const support = await requireDiskSupport(docker, endpoint);
   const dirs = await mountSlotDisk(l.disk, mib, spec);
   const base = committed ? await imageRef(spec.rootfs) : undefined;
   return {

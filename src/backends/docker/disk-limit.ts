@@ -27,6 +27,7 @@ import { LAUNCH_ENV } from "../common.js";
 import { diskTemplates, ensureDiskImage } from "../disk-image.js";
 import { SOCKET_FS_OPTIONS } from "../linux/layout.js";
 import { CALL_MS, deadline, engineError, ignoreGone, withTimeout } from "./client.js";
+import type { MountBody } from "./container.js";
 import {
   type DiskSupport,
   type EngineInfo,
@@ -34,7 +35,6 @@ import {
   readMountinfo,
   rootQuotaOf,
 } from "./storage-quota.js";
-import type { MountBody } from "./container.js";
 
 const MiB = 1024 * 1024;
 
@@ -75,6 +75,21 @@ export async function diskSupport(docker: Docker, endpoint: string): Promise<Dis
       hint: "install btrfs-progs (npm run setup), or enable simple quotas on the engine's data root",
     };
   return s;
+}
+
+/** What a limited container is made with ({@link diskSupport}); where the limit cannot hold, the refusal. */
+export async function requireDiskSupport(
+  docker: Docker,
+  endpoint: string,
+): Promise<Extract<DiskSupport, { ok: true }>> {
+  const support = await diskSupport(docker, endpoint);
+  if (!support.ok)
+    throw new PyroError(
+      "backend_unavailable",
+      `cannot apply the disk limit: ${support.message}`,
+      support.hint,
+    );
+  return support;
 }
 
 function onPath(bin: string): boolean {

@@ -15,7 +15,7 @@ import {
   oneShotContainerBody,
   unappliedSettings,
 } from "./container.js";
-import { diskSupport, etcBinds, storageSize } from "./disk-limit.js";
+import { etcBinds, requireDiskSupport, storageSize } from "./disk-limit.js";
 import { ensureImage } from "./image.js";
 import { limitExclusive } from "./qgroup.js";
 import { StreamDemuxer } from "./stream.js";
@@ -34,13 +34,7 @@ async function oneShotDisk(
 ): Promise<{ storageSize: string; binds: MountBody[]; exclusive: boolean } | undefined> {
   const mib = spec.limits.disk_mib;
   if (mib === undefined) return undefined;
-  const support = await diskSupport(docker, endpoint);
-  if (!support.ok)
-    throw new PyroError(
-      "backend_unavailable",
-      `cannot apply the disk limit: ${support.message}`,
-      support.hint,
-    );
+  const support = await requireDiskSupport(docker, endpoint);
   return {
     storageSize: await storageSize(docker, support, image, mib),
     binds: await etcBinds(dir, hostnameFor(id), true),
