@@ -264,8 +264,17 @@ static void serve_client(int s, const struct layout *l) {
  * runs for it. While no host is connected the port reads as EOF and polls as readable
  * and hung up, so it is polled only while a host is there; the kernel's SIGIO (O_ASYNC)
  * says when one connects or sends.
+ *
+ * The driver (virtio_console) learns that a host connected from a control message it
+ * handles later, in a workqueue, but the host's data is readable as soon as it arrives:
+ * a request can be read and answered while the port still says no host is there, and
+ * the write fails (EAGAIN). Such a reply is kept, never dropped (the host waits for it),
+ * and written once the host shows up (SIGIO, or the look every second); nor is a partial
+ * line dropped at EOF (as likely a host not seen yet as one gone). The host sends one
+ * request per VM start and ends the VM when it gets no answer: no earlier host's
+ * leftovers can reach a later one.
  */
-struct port { int fd, host; size_t have; char buf[2048]; };
+struct port { int fd, host; size_t have, out_len; char buf[2048], out[1200]; };
 
 static void open_port(struct port *p, const char *name) {
   DIR *d = opendir("/sys/class/virtio-ports");
@@ -284,25 +293,45 @@ static void open_port(struct port *p, const char *name) {
   if (d) closedir(d);
 }
 
-/* Reads what the port holds: notes whether a host is there, answers a whole request line. */
-static void port_read(struct port *p, const struct layout *l) {
+/* Writes the kept reply: 1 when it is gone (sent, or the port failed), 0 when the port cannot take it yet. */
+static int port_flush(struct port *p) {
+  if (!p->out_len) return 1;
+  ssize_t n = write(p->fd, p->out, p->out_len);
+  if (n < 0 && errno == EAGAIN) return 0;
+  if (n > 0 && (size_t)n < p->out_len) {
+    memmove(p->out, p->out + n, p->out_len - (size_t)n);
+    p->out_len -= (size_t)n;
+    return 0;
+  }
+  p->out_len = 0;
+  return 1;
+}
+
+/* Whether the port says a host is connected (it polls as hung up while none is). */
+static int port_host(int fd) {
+  struct pollfd q = { .fd = fd, .events = POLLIN | POLLOUT };
+  return poll(&q, 1, 0) == 1 && !(q.revents & (POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Sends the kept reply (until it is sent, nothing more is read), reads and answers a request line, notes whether a host is there. */
+static void port_work(struct port *p, const struct layout *l) {
   for (;;) {
+    if (!port_flush(p)) {
+      p->host = port_host(p->fd);
+      return;
+    }
     if (p->have >= sizeof p->buf - 1) p->have = 0; /* an overlong line is dropped */
     ssize_t n = read(p->fd, p->buf + p->have, sizeof p->buf - 1 - p->have);
     if (n <= 0) {
-      p->host = n < 0 && errno == EAGAIN; /* EAGAIN: connected, nothing yet; 0: nobody */
-      if (!p->host) p->have = 0;
+      p->host = n < 0 && errno == EAGAIN; /* EAGAIN: connected, nothing yet; 0: nobody (yet) */
       return;
     }
-    p->host = 1;
     p->have += (size_t)n;
     p->buf[p->have] = 0;
     if (!memchr(p->buf, '\n', p->have)) continue;
-    char reply[1200];
-    setup(l, p->buf, reply, sizeof reply);
-    /* Non-blocking: a host that has gone loses its reply. One request per line read. */
-    if (write(p->fd, reply, strlen(reply)) < 0) { /* the host went away */ }
-    p->have = 0;
+    setup(l, p->buf, p->out, sizeof p->out);
+    p->out_len = strlen(p->out);
+    p->have = 0; /* one request per line read */
   }
 }
 
@@ -330,9 +359,10 @@ static int serve(const char *path, const char *port_name, const struct layout *l
   struct port p = { .fd = -1 };
   for (;;) {
     if (port_name && p.fd < 0) open_port(&p, port_name);
-    if (p.fd >= 0) port_read(&p, l);
-    struct pollfd fds[2] = { { .fd = s, .events = POLLIN }, { .fd = p.fd, .events = POLLIN } };
-    /* Without a host on the port: SIGIO, or a look every second (the port not found yet, a lost signal). */
+    if (p.fd >= 0) port_work(&p, l);
+    short port_events = p.out_len ? POLLOUT : POLLIN;
+    struct pollfd fds[2] = { { .fd = s, .events = POLLIN }, { .fd = p.fd, .events = port_events } };
+    /* Without a host on the port: SIGIO, or a look every second (the port not found yet, a lost signal, a kept reply). */
     struct timespec second = { .tv_sec = 1 };
     int n = ppoll(fds, p.host ? 2 : 1, port_name && !p.host ? &second : NULL, &waiting);
     if (n > 0 && (fds[0].revents & POLLIN)) serve_client(s, l);
