@@ -8,7 +8,8 @@ import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { CallToolResultSchema, ListToolsResultSchema } from "@modelcontextprotocol/sdk/types.js";
 import { createServer } from "../mcp/server.js";
 import { Pyro } from "../sdk/pyro.js";
-import { type BenchRow, median, row } from "./stats.js";
+import { waitQuiet } from "./settle.js";
+import { type BenchRow, row } from "./stats.js";
 
 const CLI_ENTRY = fileURLToPath(new URL("../../bin/pyro.js", import.meta.url));
 
@@ -38,6 +39,9 @@ export async function mcpRows(o: { quick: boolean; log: (s: string) => void }): 
     const id = w.workspace_id;
     clients = await connectClients(pyro, home);
     const { stdio, local } = clients;
+    const quiet = clients.pid === undefined ? null : await waitQuiet(clients.pid);
+    if (quiet)
+      o.log(`bench: mcp serve ${quiet.settled ? "settled" : "still busy"} after ${Math.round(quiet.ms)} ms`);
     // Raw requests: the server and the transport, not the SDK client's schema compilation
     // (Client.listTools compiles every output schema with Ajv: ~70 ms here, on any transport).
     const exec = (command: string) =>
@@ -80,6 +84,8 @@ interface Clients {
   stdio: Client;
   /** The same server in-process, on an in-memory transport. */
   local: Client;
+  /** The stdio server's process id. */
+  pid: number | undefined;
 }
 
 /** Both clients connected; on a failure, whichever was made is closed. */
@@ -92,20 +98,19 @@ async function connectClients(pyro: Pyro, home: string): Promise<Clients> {
   const stdio = new Client({ name: "pyro-bench", version: "0" });
   let local: Client | undefined;
   try {
-    await stdio.connect(
-      new StdioClientTransport({
-        command: process.execPath,
-        args: [CLI_ENTRY, "mcp", "serve", "--profile", "workspace-full"],
-        env,
-        cwd: home,
-        stderr: "ignore",
-      }),
-    );
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI_ENTRY, "mcp", "serve", "--profile", "workspace-full"],
+      env,
+      cwd: home,
+      stderr: "ignore",
+    });
+    await stdio.connect(transport);
     const server = createServer(pyro, { profile: "workspace-full", baseDir: home });
     const [a, b] = InMemoryTransport.createLinkedPair();
     local = new Client({ name: "pyro-bench-local", version: "0" });
     await Promise.all([server.connect(b), local.connect(a)]);
-    return { stdio, local };
+    return { stdio, local, pid: transport.pid ?? undefined };
   } catch (err) {
     await stdio.close().catch(() => {});
     await local?.close().catch(() => {});
@@ -131,9 +136,9 @@ async function listRow(stdio: Client, local: Client, runs: number): Promise<Benc
   const count = (await listOver(local)).tools.length;
   return row(
     `MCP stdio: tools/list (workspace-full, ${count} tools)`,
-    median(list),
+    list,
     "same server, in-memory transport",
-    median(listFloor),
+    listFloor,
     { max: 10 },
   );
 }
@@ -152,9 +157,9 @@ async function execRow(
   }
   return row(
     "MCP stdio: workspace_exec true, bwrap",
-    median(trip),
+    trip,
     "SDK execWorkspace true (in-process)",
-    median(tripFloor),
+    tripFloor,
     {
       max: 2,
     },
@@ -169,15 +174,16 @@ async function bigOutputRow(
 ): Promise<BenchRow> {
   const big: number[] = [];
   const bigFloor: number[] = [];
-  for (let i = 0; i < Math.max(3, runs / 8); i++) {
+  // At least 5 pairs: with 3, one slow run (a load spike) moved the median and the quartiles.
+  for (let i = 0; i < Math.max(5, runs / 4); i++) {
     big.push(await time(() => exec("seq 1 1400000")));
     bigFloor.push(await time(floor));
   }
   return row(
     "MCP stdio: workspace_exec of 10 MB output (fitted)",
-    median(big),
+    big,
     "SDK execWorkspace, same command and cap",
-    median(bigFloor),
+    bigFloor,
     { max: 1.5 },
   );
 }
