@@ -17,8 +17,16 @@
  *   the agent has opened them (through /proc/<helper>/fd: within the sandbox, where the
  *   commands already are).
  * - replies, lines: `S id pid outfd errfd` (started), `E id errno` (not started),
- *   `X pid status` (a command exited: its raw wait status; every child is reaped).
+ *   `X pid status` (a command exited: its raw wait status; every child is reaped), and
+ *   first of all `R 1` when the helper is its commands' subreaper (PR_SET_CHILD_SUBREAPER),
+ *   `R 0` when the kernel refused.
  * The helper exits when its stdin closes, and with the agent (PR_SET_PDEATHSIG).
+ *
+ * As subreaper the helper gets every orphan of its commands (a background job whose shell
+ * exited, a double fork), so while it lives every process of a command's session is a
+ * descendant of the helper: once a command's exit is reported, a helper whose only
+ * children are commands still running has nothing of it left anywhere, and the agent can
+ * skip the /proc scan of its hangup (Spawner.mayHaveLeftovers).
  */
 import { buildStaticBinary } from "./vm/static-binary.js";
 
@@ -42,6 +50,21 @@ export const SPAWN_HELPER_SOURCE = `#define _GNU_SOURCE
 
 static char *buf;
 static size_t have, cap;
+/*
+ * The signals posix_spawn sets to their default in the child: all of them. glibc's
+ * sigfillset leaves out its own two (32, 33), which its posix_spawn then sets to SIG_IGN
+ * in the child, and the exec keeps that: they are put in by their bits (bit N-1 is
+ * signal N; sigaddset refuses them too). A smaller set costs more, not less: glibc's
+ * child asks the disposition of each signal outside it.
+ */
+static sigset_t to_default;
+
+static void fill_to_default(void) {
+  sigfillset(&to_default);
+  unsigned long *w = (unsigned long *)&to_default;
+  size_t bits = 8 * sizeof *w;
+  for (int sig = 32; sig < SIGRTMIN; sig++) w[(size_t)(sig - 1) / bits] |= 1UL << ((size_t)(sig - 1) % bits);
+}
 
 /* The next NUL-terminated field of a frame, or NULL past its end. */
 static char *field(char **at, char *end) {
@@ -76,11 +99,10 @@ static void start(char *at, char *end) {
   posix_spawnattr_t at2;
   posix_spawnattr_init(&at2);
   posix_spawnattr_setflags(&at2, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  sigset_t none, all;
+  sigset_t none;
   sigemptyset(&none);
-  sigfillset(&all);
   posix_spawnattr_setsigmask(&at2, &none);
-  posix_spawnattr_setsigdefault(&at2, &all);
+  posix_spawnattr_setsigdefault(&at2, &to_default);
   char *argv[] = {"/bin/sh", "-c", cmd, NULL};
   pid_t pid;
   int err = posix_spawn(&pid, "/bin/sh", &fa, &at2, argv, env);
@@ -118,7 +140,9 @@ static void frame(char *p, uint32_t len) {
 int main(void) {
   /* With the agent: a parent gone before this line leaves stdin at EOF, which ends it too. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  dprintf(1, "R %d\\n", prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
   signal(SIGPIPE, SIG_IGN);
+  fill_to_default();
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);

@@ -128,6 +128,30 @@ async function timeout(p: Pyro, id: string) {
   expect((await p.execWorkspace(id, "echo still-here")).stdout).toBe("still-here\n");
 }
 
+/**
+ * What a command leaves running: its background jobs end with the call, a double-forked
+ * one too (still in its session); nohup and setsid outlive it. Each backend's agent finds
+ * them its own way (bwrap, gVisor, docker: through the command starter, which holds its
+ * commands' orphans; the VMs and host-compat: a /proc scan), so each is held here.
+ */
+async function leftovers(p: Pyro, id: string) {
+  const running = async (arg: string) =>
+    (await p.execWorkspace(id, `cat /proc/[0-9]*/cmdline | tr '\\0' ' '`)).stdout.includes(`sleep ${arg} `);
+  const r = await p.execWorkspace(id, "sleep 621 & (sleep 622 >/dev/null 2>&1 &); true");
+  expect(r.exit_code).toBe(0);
+  expect([await running("621"), await running("622")]).toEqual([false, false]);
+  await p.execWorkspace(id, "nohup sleep 623 >/dev/null 2>&1 & setsid sleep 624 >/dev/null 2>&1 &");
+  expect([await running("623"), await running("624")]).toEqual([true, true]);
+  // With survivors about, a later command's job still ends with it.
+  await p.execWorkspace(id, "(sleep 625 >/dev/null 2>&1 &); true");
+  expect(await running("625")).toBe(false);
+  await p.execWorkspace(
+    id,
+    `for d in /proc/[0-9]*; do case "$(tr '\\0' ' ' < $d/cmdline 2>/dev/null)" in "sleep 623 "|"sleep 624 ") kill \${d#/proc/};; esac; done`,
+  );
+  await expect.poll(async () => [await running("623"), await running("624")]).toEqual([false, false]);
+}
+
 /** duration_ms is the command's wall time, and the log records every command. */
 async function durationsAndLog(p: Pyro, id: string) {
   const slow = await p.execWorkspace(id, "sleep 0.5");
@@ -213,7 +237,7 @@ async function oneShot(ctx: ScenarioContext) {
 
 export const EXEC_SCENARIOS: Scenario[] = [
   {
-    name: "exec: exit codes, stderr, env, cwd, output caps (head and tail, per stream, per call), a timeout that kills the whole tree, durations and the log; a CLI SIGKILLed mid-exec (real backends)",
+    name: "exec: exit codes, stderr, env, cwd, output caps (head and tail, per stream, per call), a timeout that kills the whole tree, leftovers (background jobs end, nohup and setsid stay; real backends), durations and the log; a CLI SIGKILLed mid-exec (real backends)",
     run: (ctx) =>
       withWorkspace(
         ctx,
@@ -223,6 +247,7 @@ export const EXEC_SCENARIOS: Scenario[] = [
           await cwd(ctx, id);
           await caps(ctx.pyro, id);
           await timeout(ctx.pyro, id);
+          if (ctx.target.real) await leftovers(ctx.pyro, id);
           await durationsAndLog(ctx.pyro, id);
           // Needs the CLI in another process, which cannot reach the in-process fake.
           if (ctx.target.real) await cliKilled(ctx, id);

@@ -15,7 +15,7 @@
  * tests of exec run on both.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { accessSync, constants, openSync } from "node:fs";
+import { accessSync, constants, openSync, readFileSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import type { Readable } from "node:stream";
@@ -28,12 +28,17 @@ export interface StartedCommand {
   stderr: Readable;
   /** Its exit, as Node reports one: a code, or the signal that ended it. */
   exited: Promise<{ code: number | null; sig: NodeJS.Signals | null }>;
+  /** Started by the helper (its processes are the helper's descendants), not by the agent. */
+  viaHelper: boolean;
 }
 
 /** The helper's path in the agent's copy of the package: <app>/bin/pyro-spawn. */
 export const HELPER_PATH = fileURLToPath(new URL("../../../bin/pyro-spawn", import.meta.url));
 
 type Exit = { code: number | null; sig: NodeJS.Signals | null };
+
+/** How long the helper's ends of opened pipes are kept at most, waiting for a request to ride on. */
+const CLOSE_LATER_MS = 1000;
 
 /** How long the helper's self-test may take before commands are started by the agent. */
 const SELF_TEST_MS = 5000;
@@ -58,6 +63,11 @@ export class Spawner {
   private readonly starting = new Map<string, (r: StartedCommand | Error) => void>();
   private readonly waiting = new Map<number, { resolve: (e: Exit) => void; reject: (e: Error) => void }>();
   private ready: Promise<boolean> | null = null;
+  /** The helper's ends of opened pipes, closed with the next request (or by `closeTimer`). */
+  private toClose: number[] = [];
+  private closeTimer: NodeJS.Timeout | null = null;
+  /** The helper said it is its commands' subreaper (its first line, before any reply). */
+  private subreaper = false;
 
   constructor(private readonly path: string = HELPER_PATH) {}
 
@@ -79,8 +89,30 @@ export class Spawner {
     const entries = Object.entries(env).map(([k, v]) => `${k}=${v}`);
     return new Promise<StartedCommand>((resolve, reject) => {
       this.starting.set(id, (r) => (r instanceof Error ? reject(r) : resolve(r)));
-      helper.stdin!.write(frame(["S", id, cwd, String(entries.length), ...entries, command]));
+      const request = frame(["S", id, cwd, String(entries.length), ...entries, command]);
+      helper.stdin!.write(this.toClose.length > 0 ? Buffer.concat([this.takeCloses(), request]) : request);
     });
+  }
+
+  /**
+   * Whether a command that exited may have left processes behind (its hangup must scan
+   * /proc): false only when the helper is its commands' subreaper and its children, read
+   * from /proc, are all commands still running. Every process of a command's session is
+   * a descendant of its shell, so of the helper (orphans come to it): none other than
+   * running commands means none left. Anything unreadable or unknown answers true.
+   */
+  mayHaveLeftovers(): boolean {
+    const pid = this.helper?.pid;
+    if (!this.subreaper || this.dead || pid === undefined) return true;
+    let children: string;
+    try {
+      children = readFileSync(`/proc/${pid}/task/${pid}/children`, "latin1");
+    } catch {
+      return true;
+    }
+    for (const child of children.split(" "))
+      if (child !== "" && !this.waiting.has(Number(child))) return true;
+    return false;
   }
 
   private async open(lower: ((pid: number) => void) | undefined): Promise<boolean> {
@@ -125,6 +157,7 @@ export class Spawner {
   private fail(err: Error): void {
     if (this.dead) return;
     this.dead = true;
+    if (this.closeTimer) clearTimeout(this.closeTimer);
     this.helper?.kill("SIGKILL");
     for (const done of this.starting.values()) done(err);
     this.starting.clear();
@@ -140,6 +173,7 @@ export class Spawner {
       if (line[0] === "S") this.started(line[1]!, Number(line[2]), Number(line[3]), Number(line[4]));
       else if (line[0] === "E") this.take(line[1]!)?.(new Error(`cannot start /bin/sh: errno ${line[2]}`));
       else if (line[0] === "X") this.exited(Number(line[1]), Number(line[2]));
+      else if (line[0] === "R") this.subreaper = line[1] === "1";
     }
   }
 
@@ -167,7 +201,7 @@ export class Spawner {
     // Registered before the next line is read: the helper writes a command's `S` line
     // before it can reap it, so its `X` line always comes after.
     const exited = new Promise<Exit>((resolve, reject) => this.waiting.set(pid, { resolve, reject }));
-    done?.({ pid, stdout, stderr, exited });
+    done?.({ pid, stdout, stderr, exited, viaHelper: true });
   }
 
   /** A command exited (one whose pipes could not be opened has no waiter: nothing to tell). */
@@ -183,8 +217,29 @@ export class Spawner {
     return new net.Socket({ fd: own, readable: true, writable: false });
   }
 
+  /**
+   * The helper's ends of a command's pipes, once the agent has its own: closed with the
+   * next request, in the same write (a message of its own cost the helper a wake-up and
+   * both sides a system call per exec), or within CLOSE_LATER_MS when none comes. Until
+   * then the helper's copy only keeps the pipe open for a writer that outlives the
+   * agent's reading (it blocks when the pipe is full instead of getting EPIPE).
+   */
   private closeFds(...fds: number[]): void {
-    this.helper?.stdin?.write(frame(["C", ...fds.map(String)]));
+    this.toClose.push(...fds);
+    if (this.closeTimer) return;
+    this.closeTimer = setTimeout(() => {
+      if (this.toClose.length > 0) this.helper?.stdin?.write(this.takeCloses());
+    }, CLOSE_LATER_MS);
+    this.closeTimer.unref();
+  }
+
+  /** A `C` request for the pipe ends waiting to be closed (taken). */
+  private takeCloses(): Buffer {
+    if (this.closeTimer) clearTimeout(this.closeTimer);
+    this.closeTimer = null;
+    const fds = this.toClose;
+    this.toClose = [];
+    return frame(["C", ...fds.map(String)]);
   }
 }
 

@@ -143,6 +143,7 @@ async function startExecCommand(
       child.once("error", reject);
       child.once("exit", (code, sig) => resolve({ code, sig }));
     }),
+    viaHelper: false,
   };
 }
 
@@ -218,7 +219,10 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
     if (killing) await killing;
     // What the command left running in its session ends with it (see hangUpSession):
     // a background job or a fork bomb must not outlive the call; nohup and setsid do.
-    else if (child.pid !== undefined) await hangUpSession(child.pid, ["/bin/sh", "-c", args.command]);
+    // Started by the helper, which holds every process of its commands: nothing to scan
+    // for when it has none but commands still running (Spawner.mayHaveLeftovers).
+    else if (child.pid !== undefined && (!child.viaHelper || spawner.mayHaveLeftovers()))
+      await hangUpSession(child.pid, ["/bin/sh", "-c", args.command]);
     // Give the pipes a moment to deliver the tail of the output.
     const grace = new Promise((r) => setTimeout(r, PIPE_GRACE_MS).unref());
     await Promise.race([Promise.all([closed(out), closed(err)]), grace]);
