@@ -2,8 +2,11 @@
  * Byte-stream plumbing shared by every hop of the network path (the guest's forwarders,
  * the host's proxy and network helper): on the bottom floor, so each can use it.
  */
-import type net from "node:net";
+import net from "node:net";
 import type { Duplex } from "node:stream";
+
+/** The reused read buffer of spliceTo: libuv's own read size. */
+const RELAY_BUFFER_BYTES = 64 * 1024;
 
 /** Copies bytes both ways; when either side closes or fails, both go. */
 export function splice(a: Duplex, b: Duplex): void {
@@ -17,6 +20,49 @@ export function splice(a: Duplex, b: Duplex): void {
   }
   a.pipe(b);
   b.pipe(a);
+}
+
+/**
+ * Connects to `target` and copies bytes both ways between it and `client`, as splice()
+ * does. What comes from `target` (the download direction of a proxied connection) is
+ * read into one reused buffer (net's `onread`) rather than a new one per chunk: the
+ * agent's egress relay spent 25 ms of CPU per 10 MB with splice() against 18 ms this way
+ * (issue 18), and its reads no longer feed the garbage collector. A chunk the client
+ * cannot take at once still points into the buffer, so reading stops until the client's
+ * socket has written it.
+ */
+export function spliceTo(client: net.Socket, target: net.NetConnectOpts): net.Socket {
+  const buffer = Buffer.allocUnsafe(RELAY_BUFFER_BYTES);
+  let held = false;
+  const written = () => {
+    if (!held) return;
+    held = false;
+    upstream.resume();
+  };
+  const upstream = net.connect({
+    ...target,
+    onread: {
+      buffer,
+      callback: (n: number, buf: Uint8Array) => {
+        client.write(buf.subarray(0, n), written);
+        // Queued, not yet in the kernel: the chunk is still the buffer's bytes.
+        if (client.writableLength === 0) return true;
+        held = true;
+        return false;
+      },
+    },
+  });
+  const end = () => {
+    client.destroy();
+    upstream.destroy();
+  };
+  for (const s of [client, upstream]) {
+    s.on("error", end);
+    s.on("close", end);
+  }
+  client.pipe(upstream);
+  upstream.on("end", () => client.end());
+  return upstream;
 }
 
 /** `server.listen(where)` as a promise that rejects on a listen error (a port in use). */

@@ -14,7 +14,7 @@
 import { stat, writeFile } from "node:fs/promises";
 import net from "node:net";
 import { NetMux } from "../netmux.js";
-import { listen, splice } from "../pipe.js";
+import { listen, splice, spliceTo } from "../pipe.js";
 import { servePort } from "./serial.js";
 
 /** Where commands find the proxy: HTTP_PROXY, HTTPS_PROXY and ALL_PROXY point here. */
@@ -46,8 +46,7 @@ function listening(server: net.Server, sockets: Set<net.Socket>): NetHelper {
 export async function serveEgress(proxySocket: string, port = EGRESS_PORT): Promise<NetHelper> {
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
-    const upstream = net.connect({ path: proxySocket });
-    splice(client, upstream);
+    spliceTo(client, { path: proxySocket });
   });
   const helper = listening(server, sockets);
   await listen(server, { host: "127.0.0.1", port });
