@@ -174,6 +174,17 @@ export function exitCodeOf(code: number | null, sig: NodeJS.Signals | null): num
   return code !== null ? code : 128 + (sig ? (os.constants.signals[sig] ?? 0) : 0);
 }
 
+/**
+ * What a command left running in its session ends with it (see hangUpSession): a
+ * background job or a fork bomb must not outlive the call; nohup and setsid do. Started
+ * by the helper, which holds every process of its commands: nothing to scan for when it
+ * has none but commands still running (Spawner.mayHaveLeftovers).
+ */
+async function hangUpLeftovers(child: StartedCommand, command: string): Promise<void> {
+  if (child.pid === undefined || (child.viaHelper && !spawner.mayHaveLeftovers())) return;
+  await hangUpSession(child.pid, ["/bin/sh", "-c", command]);
+}
+
 /** See the module comment. */
 export const exec: OpHandler<"exec"> = async (args, ctx) => {
   const { signal } = ctx;
@@ -217,12 +228,7 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
     });
     clearTimeout(timer);
     if (killing) await killing;
-    // What the command left running in its session ends with it (see hangUpSession):
-    // a background job or a fork bomb must not outlive the call; nohup and setsid do.
-    // Started by the helper, which holds every process of its commands: nothing to scan
-    // for when it has none but commands still running (Spawner.mayHaveLeftovers).
-    else if (child.pid !== undefined && (!child.viaHelper || spawner.mayHaveLeftovers()))
-      await hangUpSession(child.pid, ["/bin/sh", "-c", args.command]);
+    else await hangUpLeftovers(child, args.command);
     // Give the pipes a moment to deliver the tail of the output.
     const grace = new Promise((r) => setTimeout(r, PIPE_GRACE_MS).unref());
     await Promise.race([Promise.all([closed(out), closed(err)]), grace]);
