@@ -10,6 +10,14 @@
  * (and polls as hung up), so between sessions the port is probed on a timer: EAGAIN
  * means a host is connected (the session starts), 0 means nobody yet. The kernel's
  * SIGIO on host connect would avoid the timer, but Node cannot set O_ASYNC on an fd.
+ *
+ * The driver (virtio_console) learns that a host connected from a control message it
+ * handles later, in a workqueue, while the host's first bytes are readable as soon as
+ * they arrive. A session started on those bytes alone would answer while the port still
+ * says no host is there: the write would wait, the next read would see EOF, and the
+ * session would end with the host's handshake swallowed (the host then waits out its
+ * timeout). So bytes read before the host is seen are kept, and the session starts
+ * once a read says a host is there (EAGAIN), with them.
  */
 import { closeSync, constants, openSync, readSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
@@ -31,8 +39,18 @@ const BUSY_WINDOW_MS = 2000;
 /** Monotonic time of the last session start or end on any port (the wall clock jumps after a restore). */
 let lastActivity = performance.now();
 
+/**
+ * Bytes read before their host was seen are dropped after this long without it: the
+ * host gave up (connected, wrote and left before the guest handled its connect), and
+ * they must not open the next host's session. The driver's workqueue takes far less.
+ */
+const EARLY_MAX_MS = 30_000;
+
 interface Waiter {
   fd: number;
+  /** Bytes read while no host was seen yet, and when the first of them came. */
+  early: Buffer[];
+  earlyAt: number;
   resolve: (host: { fd: number; first: Buffer | null }) => void;
   reject: (err: Error) => void;
 }
@@ -47,13 +65,17 @@ function pollAll(): void {
   timer = null;
   for (const [dev, w] of waiting) {
     try {
-      const n = readSync(w.fd, readBuf, 0, readBuf.length, null);
-      if (n === 0) continue; // no host on the other end yet
-      waiting.delete(dev);
-      w.resolve({ fd: w.fd, first: Buffer.from(readBuf.subarray(0, n)) });
+      for (let n = readSync(w.fd, readBuf, 0, readBuf.length, null); n > 0; ) {
+        if (w.early.length === 0) w.earlyAt = performance.now();
+        w.early.push(Buffer.from(readBuf.subarray(0, n)));
+        n = readSync(w.fd, readBuf, 0, readBuf.length, null);
+      }
+      // 0: no host seen on the other end yet (bytes read so far wait for it).
+      if (w.early.length > 0 && performance.now() - w.earlyAt > EARLY_MAX_MS) w.early = [];
     } catch (err) {
       waiting.delete(dev);
-      if ((err as NodeJS.ErrnoException).code === "EAGAIN") w.resolve({ fd: w.fd, first: null });
+      if ((err as NodeJS.ErrnoException).code === "EAGAIN")
+        w.resolve({ fd: w.fd, first: w.early.length > 0 ? Buffer.concat(w.early) : null });
       else {
         closeSync(w.fd);
         w.reject(err as Error);
@@ -128,6 +150,8 @@ function waitForHost(dev: string, signal: AbortSignal): Promise<{ fd: number; fi
     signal.addEventListener("abort", onAbort, { once: true });
     waiting.set(dev, {
       fd,
+      early: [],
+      earlyAt: 0,
       resolve: (host) => {
         signal.removeEventListener("abort", onAbort);
         resolve(host);
