@@ -19,6 +19,7 @@ import { PyroError } from "../../errors.js";
 import { connectUnix } from "../common.js";
 import { setupGuest } from "../vm/setup.js";
 import { setupSocket } from "./machine.js";
+import { describeSetupHelper } from "./setup-diagnosis.js";
 
 /** The longest reply line read from the guest (it answers "ok mounted=N" or "error ..."). */
 const REPLY_MAX = 2048;
@@ -41,11 +42,13 @@ export function setupRequest(o: {
  * Sends `request` to the setup helper's port of the VM whose sockets are in `sockets` and
  * resolves with `mounted` from its reply; its error reply, no reply within `timeoutMs`, or
  * a hang-up reject (the start then fails: nothing is retried on a VM in an unknown state).
+ * Without a reply in time, `describe` (setup-diagnosis.ts) says what the guest shows of
+ * its helper, for the error; a reply that comes meanwhile still counts.
  */
 export async function askSetupPort(
   sockets: string,
   request: string,
-  options: { timeoutMs: number; signal?: AbortSignal },
+  options: { timeoutMs: number; signal?: AbortSignal; describe?: () => Promise<string> },
 ): Promise<boolean> {
   const sock = await connectUnix(setupSocket(sockets), options.timeoutMs);
   return new Promise<boolean>((resolve, reject) => {
@@ -60,11 +63,11 @@ export async function askSetupPort(
       if (err) reject(err);
       else resolve(mounted);
     };
-    const timer = setTimeout(
-      () =>
-        done(new PyroError("timeout", `the VM's setup helper did not answer within ${options.timeoutMs} ms`)),
-      options.timeoutMs,
-    );
+    const timer = setTimeout(async () => {
+      const message = `the VM's setup helper did not answer within ${options.timeoutMs} ms`;
+      const guest = options.describe ? ` (guest: ${await options.describe()})` : "";
+      done(new PyroError("timeout", `${message}${guest}`));
+    }, options.timeoutMs);
     const onAbort = () => done(new PyroError("cancelled", "the start was cancelled"));
     if (options.signal?.aborted) return onAbort();
     options.signal?.addEventListener("abort", onAbort, { once: true });
@@ -140,9 +143,11 @@ export async function guestReady(
     entropy: randomBytes(64),
     mount: true,
   });
-  const port = askSetupPort(o.sockets, request, { timeoutMs: 60_000, ...sig }).then(() =>
-    Math.round(performance.now() - setupStarted),
-  );
+  const port = askSetupPort(o.sockets, request, {
+    timeoutMs: 60_000,
+    describe: () => describeSetupHelper(connect),
+    ...sig,
+  }).then(() => Math.round(performance.now() - setupStarted));
   const [answered_ms, setup_ms] = await Promise.all([handshake, port]);
   return { answered_ms, setup_ms, via: "port" };
 }

@@ -23,6 +23,7 @@ import { SERIAL_PORTS, type VmArtifacts } from "../vm/types.js";
 import { type Accel, qemuArgv, qmpSocket } from "./machine.js";
 import { connectPort } from "./ports.js";
 import { QmpClient } from "./qmp.js";
+import { describeSetupHelper } from "./setup-diagnosis.js";
 import { askSetupPort, setupRequest } from "./setup-port.js";
 
 /** A saved, paused VM that new workspaces start from. */
@@ -247,7 +248,7 @@ async function primeGuest(sockets: string, setupHelper: boolean): Promise<void> 
     await askSetupPort(
       sockets,
       setupRequest({ hostname: "pyro", timeMs: Date.now(), entropy: randomBytes(64), mount: false }),
-      { timeoutMs: 120_000 },
+      { timeoutMs: 120_000, describe: () => describeSetupHelper(() => connectPort(sockets, 10_000)) },
     );
 }
 

@@ -4,6 +4,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AgentClient } from "../../../src/agent/client.js";
 import { connectPort } from "../../../src/backends/qemu/ports.js";
+import { describeSetupHelper } from "../../../src/backends/qemu/setup-diagnosis.js";
 import { askSetupPort, setupRequest } from "../../../src/backends/qemu/setup-port.js";
 import { GUEST, SETUP_HELPER } from "../../../src/backends/vm/types.js";
 import { type Harness, openHarness, qemuSkipReason, suiteTitle } from "../../helpers/sandbox.js";
@@ -101,6 +102,11 @@ describe.skipIf(skip !== "")(
         );
       }
       expect(results).toEqual(["ok", "ok", "ok"]);
+      // What a setup port's timeout error would say of the helper (setup-diagnosis.ts): its
+      // server waiting with the port open, and the ports by name.
+      const seen = await describeSetupHelper(() => connectPort(sockets, 10_000));
+      expect(seen).toMatch(/^helper \d+: state S wchan \S+ fds .*\/dev\/vport\d+p\d+/);
+      expect(seen).toMatch(/ vport\d+p\d+=pyro\.setup /);
       await h.pyro.deleteWorkspace(id);
     });
   },
