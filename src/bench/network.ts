@@ -4,8 +4,8 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createEgressProxy, type EgressProxy } from "../net/proxy.js";
-import { Pyro } from "../sdk/pyro.js";
-import { type BenchRow, median, medianMs, round, row, sampleMs } from "./stats.js";
+import { WARM_GETS, workspaceGets } from "./network-workspace.js";
+import { type BenchRow, median, medianMs, round, row } from "./stats.js";
 
 /**
  * Egress proxy rows, on loopback only: every server listens on 127.0.0.1 and the proxy
@@ -55,7 +55,16 @@ export async function networkRows(o: NetworkRowsOptions): Promise<BenchRow[]> {
     o.extra.proxy_stats = proxy.stats();
 
     // Row 3: the same GET from inside a bwrap workspace, through its egress proxy.
-    const ws = await workspaceGet(dir, webPort, o.quick, o.log);
+    const ws = await workspaceGets({
+      dir,
+      name: NAME,
+      port: webPort,
+      bodyBytes: BODY_BYTES,
+      testHosts: TEST_HOSTS,
+      quick: o.quick,
+      floorGet: () => directGet(webPort),
+      log: o.log,
+    });
     if ("skipped" in ws) {
       o.log(`bench: proxy workspace row skipped: ${ws.skipped}`);
       o.extra.proxy_workspace_skipped = ws.skipped;
@@ -69,7 +78,7 @@ export async function networkRows(o: NetworkRowsOptions): Promise<BenchRow[]> {
           FLOOR_GET,
           ws.floor,
           { min: 0.5, inverse: true },
-          `${mbs(ms)}; timed inside the sandbox, node via HTTP_PROXY, after ${WARM_GETS} GETs warmed the path (they took ${ws.cold.map((t) => Math.round(t)).join(", ")} ms); floor alternated with it`,
+          `${mbs(ms)}; timed inside the sandbox, node via HTTP_PROXY, after ${WARM_GETS} GETs warmed the path and the client (they took ${ws.cold.map((t) => Math.round(t)).join(", ")} ms); floor alternated with it`,
         ),
       );
     }
@@ -155,85 +164,7 @@ async function setupRows(
   );
 }
 
-/**
- * GETs through a fresh workspace's path run slow until V8 has compiled the helper's
- * proxy and the agent's relay (measured: the first 3-5 GETs at 100-230 ms, then 40-60
- * ms, at a 28-58 ms floor): the row times the path warmed by this many GETs, which it
- * reports beside.
- */
-const WARM_GETS = 5;
-
-/**
- * A 10 MB GET made by node inside an `allowlist:bench.test` bwrap workspace, in batches
- * alternating with batches of the direct GET (the floor), so that both see the same load;
- * the samples of both and the times of the warming GETs. Or why bwrap cannot run here
- * (the row is skipped, as main.ts skips unavailable backends).
- */
-async function workspaceGet(
-  dir: string,
-  port: number,
-  quick: boolean,
-  log: (s: string) => void,
-): Promise<{ value: number[]; floor: number[]; cold: number[] } | { skipped: string }> {
-  // The environment cache comes from the configuration (PYRO_ENV_CACHE), like any client's.
-  const pyro = new Pyro({ home: join(dir, "home"), networkTestHosts: TEST_HOSTS });
-  try {
-    try {
-      await pyro.engine.chooseBackend("bwrap", false);
-    } catch (err) {
-      return { skipped: (err as Error).message };
-    }
-    log("bench: proxy: creating an allowlist:bench.test bwrap workspace");
-    const w = await pyro.createWorkspace({ backend: "bwrap", networkPolicy: `allowlist:${NAME}` });
-    try {
-      const inside = async (warm: number, timed: number): Promise<number[]> => {
-        const r = await pyro.execWorkspace(w.workspace_id, getScript(port, warm, timed));
-        if (r.exit_code !== 0) throw new Error(`workspace GET failed: ${r.stderr}${r.stdout}`);
-        return JSON.parse(r.stdout.trim().split("\n").pop()!) as number[];
-      };
-      const cold = await inside(0, WARM_GETS);
-      const [rounds, batch] = quick ? [3, 3] : [5, 4];
-      const value: number[] = [];
-      const floor: number[] = [];
-      for (let i = 0; i < rounds; i++) {
-        floor.push(...(await sampleMs(batch, () => directGet(port), 0)));
-        // One untimed GET per batch: each batch is a new node process, its client code cold.
-        value.push(...(await inside(1, batch)));
-      }
-      return { value, floor, cold };
-    } finally {
-      await pyro.deleteWorkspace(w.workspace_id);
-    }
-  } finally {
-    await pyro.close();
-  }
-}
-
 const directGet = (port: number) => readBody(http.get({ host: "127.0.0.1", port, path: "/", agent: false }));
-
-/** One node process in the workspace: `warm` GETs, then `timed` GETs whose times it prints as JSON. */
-function getScript(port: number, warm: number, timed: number): string {
-  const script = `
-const http = require("node:http");
-const p = new URL(process.env.HTTP_PROXY);
-const get = () => new Promise((ok, fail) => {
-  const t = performance.now();
-  http.get({ host: p.hostname, port: p.port, path: "http://${NAME}:${port}/", headers: { host: "${NAME}:${port}" }, agent: false }, (res) => {
-    let n = 0;
-    res.on("data", (c) => (n += c.length));
-    res.on("end", () => (n === ${BODY_BYTES} ? ok(performance.now() - t) : fail(new Error("short body " + n + " " + res.statusCode))));
-    res.on("error", fail);
-  }).on("error", fail);
-});
-(async () => {
-  for (let i = 0; i < ${warm}; i++) await get();
-  const times = [];
-  for (let i = 0; i < ${timed}; i++) times.push(await get());
-  console.log(JSON.stringify(times));
-})().catch((e) => { console.error(String(e)); process.exit(1); });
-`;
-  return `/run/pyro/runtime/bin/node -e '${script}'`;
-}
 
 async function listenLoopback(server: net.Server): Promise<number> {
   await new Promise<void>((r, j) => server.once("error", j).listen(0, "127.0.0.1", r));
