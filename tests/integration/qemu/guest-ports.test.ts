@@ -61,7 +61,8 @@ describe.skipIf(skip !== "")(
     }
 
     it("the setup helper answers a request it read before the guest saw its host connect", SLOW, async () => {
-      const { id, sockets } = await starved(`${B} pidof ${SETUP_HELPER}`);
+      // The agent too: the command's answer then gets out even if the spinning task starts first.
+      const { id, sockets } = await starved(`${B} pidof ${SETUP_HELPER}; ${AGENT_PIDS}`);
       const replies: string[] = [];
       for (let i = 0; i < 2; i++) {
         const request = setupRequest({
