@@ -17,16 +17,8 @@
  *   the agent has opened them (through /proc/<helper>/fd: within the sandbox, where the
  *   commands already are).
  * - replies, lines: `S id pid outfd errfd` (started), `E id errno` (not started),
- *   `X pid status` (a command exited: its raw wait status; every child is reaped), and
- *   first of all `R 1` when the helper is its commands' subreaper (PR_SET_CHILD_SUBREAPER),
- *   `R 0` when the kernel refused.
+ *   `X pid status` (a command exited: its raw wait status; every child is reaped).
  * The helper exits when its stdin closes, and with the agent (PR_SET_PDEATHSIG).
- *
- * As subreaper the helper gets every orphan of its commands (a background job whose shell
- * exited, a double fork), so while it lives every process of a command's session is a
- * descendant of the helper: once a command's exit is reported, a helper whose only
- * children are commands still running has nothing of it left anywhere, and the agent can
- * skip the /proc scan of its hangup (Spawner.mayHaveLeftovers).
  */
 import { buildStaticBinary } from "./vm/static-binary.js";
 
@@ -140,7 +132,6 @@ static void frame(char *p, uint32_t len) {
 int main(void) {
   /* With the agent: a parent gone before this line leaves stdin at EOF, which ends it too. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  dprintf(1, "R %d\\n", prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
   signal(SIGPIPE, SIG_IGN);
   fill_to_default();
   sigset_t chld;

@@ -15,7 +15,7 @@
  * tests of exec run on both.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { accessSync, constants, openSync, readFileSync } from "node:fs";
+import { accessSync, constants, openSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import type { Readable } from "node:stream";
@@ -28,8 +28,6 @@ export interface StartedCommand {
   stderr: Readable;
   /** Its exit, as Node reports one: a code, or the signal that ended it. */
   exited: Promise<{ code: number | null; sig: NodeJS.Signals | null }>;
-  /** Started by the helper (its processes are the helper's descendants), not by the agent. */
-  viaHelper: boolean;
 }
 
 /** The helper's path in the agent's copy of the package: <app>/bin/pyro-spawn. */
@@ -66,8 +64,6 @@ export class Spawner {
   /** The helper's ends of opened pipes, closed with the next request (or by `closeTimer`). */
   private toClose: number[] = [];
   private closeTimer: NodeJS.Timeout | null = null;
-  /** The helper said it is its commands' subreaper (its first line, before any reply). */
-  private subreaper = false;
 
   constructor(private readonly path: string = HELPER_PATH) {}
 
@@ -92,27 +88,6 @@ export class Spawner {
       const request = frame(["S", id, cwd, String(entries.length), ...entries, command]);
       helper.stdin!.write(this.toClose.length > 0 ? Buffer.concat([this.takeCloses(), request]) : request);
     });
-  }
-
-  /**
-   * Whether a command that exited may have left processes behind (its hangup must scan
-   * /proc): false only when the helper is its commands' subreaper and its children, read
-   * from /proc, are all commands still running. Every process of a command's session is
-   * a descendant of its shell, so of the helper (orphans come to it): none other than
-   * running commands means none left. Anything unreadable or unknown answers true.
-   */
-  mayHaveLeftovers(): boolean {
-    const pid = this.helper?.pid;
-    if (!this.subreaper || this.dead || pid === undefined) return true;
-    let children: string;
-    try {
-      children = readFileSync(`/proc/${pid}/task/${pid}/children`, "latin1");
-    } catch {
-      return true;
-    }
-    for (const child of children.split(" "))
-      if (child !== "" && !this.waiting.has(Number(child))) return true;
-    return false;
   }
 
   private async open(lower: ((pid: number) => void) | undefined): Promise<boolean> {
@@ -173,7 +148,6 @@ export class Spawner {
       if (line[0] === "S") this.started(line[1]!, Number(line[2]), Number(line[3]), Number(line[4]));
       else if (line[0] === "E") this.take(line[1]!)?.(new Error(`cannot start /bin/sh: errno ${line[2]}`));
       else if (line[0] === "X") this.exited(Number(line[1]), Number(line[2]));
-      else if (line[0] === "R") this.subreaper = line[1] === "1";
     }
   }
 
@@ -201,7 +175,7 @@ export class Spawner {
     // Registered before the next line is read: the helper writes a command's `S` line
     // before it can reap it, so its `X` line always comes after.
     const exited = new Promise<Exit>((resolve, reject) => this.waiting.set(pid, { resolve, reject }));
-    done?.({ pid, stdout, stderr, exited, viaHelper: true });
+    done?.({ pid, stdout, stderr, exited });
   }
 
   /** A command exited (one whose pipes could not be opened has no waiter: nothing to tell). */

@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
@@ -89,39 +89,6 @@ describe("the agent's command starter", () => {
       }),
     );
     expect(outs.map((o) => o.length)).toEqual(Array.from({ length: 30 }, (_, i) => i * 10000));
-  });
-
-  it("holds its commands' orphans (subreaper), so it knows when a command left nothing behind", async (ctx) => {
-    if (!helper) return ctx.skip();
-    const s = new Spawner(helper);
-    expect(await s.usable()).toBe(true);
-    const helperPid = (s as unknown as { helper: { pid: number } }).helper.pid;
-    const run = async (command: string) => {
-      const c = await s.start(command, "/", { PATH: "/usr/bin:/bin" });
-      c.stdout.resume();
-      c.stderr.resume();
-      return c;
-    };
-    await (await run("true")).exited;
-    expect(s.mayHaveLeftovers()).toBe(false);
-    // A command still running is not a leftover of another one.
-    const running = await run("exec sleep 30");
-    await (await run("true")).exited;
-    expect(s.mayHaveLeftovers()).toBe(false);
-    // A double fork: the subshell exits at once and its sleep is orphaned. Without the
-    // subreaper it would go to init, out of the helper's sight, and be missed.
-    await (await run("(sleep 30 >/dev/null 2>&1 &); true")).exited;
-    expect(s.mayHaveLeftovers()).toBe(true);
-    const children = (await readFile(`/proc/${helperPid}/task/${helperPid}/children`, "utf8"))
-      .trim()
-      .split(" ");
-    const orphan = Number(children.find((p) => Number(p) !== running.pid));
-    expect((await readFile(`/proc/${orphan}/comm`, "utf8")).trim()).toBe("sleep");
-    process.kill(orphan, "SIGKILL");
-    process.kill(running.pid!, "SIGKILL");
-    await running.exited;
-    // Reaped by the helper: nothing left again.
-    await expect.poll(() => s.mayHaveLeftovers(), { timeout: 10_000 }).toBe(false);
   });
 
   it("fails what is in flight when the helper dies, and is not used after", async (ctx) => {

@@ -143,7 +143,6 @@ async function startExecCommand(
       child.once("error", reject);
       child.once("exit", (code, sig) => resolve({ code, sig }));
     }),
-    viaHelper: false,
   };
 }
 
@@ -176,13 +175,10 @@ export function exitCodeOf(code: number | null, sig: NodeJS.Signals | null): num
 
 /**
  * What a command left running in its session ends with it (see hangUpSession): a
- * background job or a fork bomb must not outlive the call; nohup and setsid do. Started
- * by the helper, which holds every process of its commands: nothing to scan for when it
- * has none but commands still running (Spawner.mayHaveLeftovers).
+ * background job or a fork bomb must not outlive the call; nohup and setsid do.
  */
 async function hangUpLeftovers(child: StartedCommand, command: string): Promise<void> {
-  if (child.pid === undefined || (child.viaHelper && !spawner.mayHaveLeftovers())) return;
-  await hangUpSession(child.pid, ["/bin/sh", "-c", command]);
+  if (child.pid !== undefined) await hangUpSession(child.pid, ["/bin/sh", "-c", command]);
 }
 
 /** See the module comment. */
