@@ -3,8 +3,9 @@
  * agent-app.ts; the agent's side is src/agent/guest/spawner.ts). Node starts a child by
  * forking the whole agent (libuv's fork: ~1.7 ms of the agent blocked per command here,
  * more the more memory it holds); this small static program, started once by the agent,
- * starts each command with posix_spawn (a vfork: nothing copied), so a warm `exec true`
- * costs the agent a request line instead of a fork. Built on the host with its `cc`
+ * starts each command with a clone that shares its memory until the exec (as glibc's
+ * posix_spawn does: nothing copied), so a warm `exec true` costs the agent a request line
+ * instead of a fork. Built on the host with its `cc`
  * (static: no loader or library of the environment's), like the gVisor hostname helper;
  * without a compiler the agent starts commands itself, as before.
  *
@@ -17,8 +18,21 @@
  *   the agent has opened them (through /proc/<helper>/fd: within the sandbox, where the
  *   commands already are).
  * - replies, lines: `S id pid outfd errfd` (started), `E id errno` (not started),
- *   `X pid status` (a command exited: its raw wait status; every child is reaped).
- * The helper exits when its stdin closes, and with the agent (PR_SET_PDEATHSIG).
+ *   `X pid status` (a command exited: its raw wait status; every child is reaped), and
+ *   first of all `R 1` when the helper is its commands' subreaper (PR_SET_CHILD_SUBREAPER),
+ *   `R 0` when the kernel refused.
+ * The helper exits when its stdin closes, and with the agent (PR_SET_PDEATHSIG). Its one
+ * argument, when given, is the nice value of its commands: each is lowered between its
+ * clone and its exec, so it runs at that value from its first instruction, while the
+ * helper stays at the agent's own (it is also the reaper of their orphans, below: at the
+ * commands' priority it reaped a fork bomb's hundreds of zombies too slowly under load,
+ * and zombies count against the sandbox's pids limit).
+ *
+ * As subreaper the helper gets every orphan of its commands (a background job whose shell
+ * exited, a double fork), so while it lives every process of a command's session is a
+ * descendant of the helper: once a command's exit is reported, a helper whose only
+ * children are commands still running has nothing of it left anywhere, and the agent can
+ * skip the /proc scan of its hangup (Spawner.mayHaveLeftovers).
  */
 import { buildStaticBinary } from "./vm/static-binary.js";
 
@@ -27,13 +41,15 @@ export const SPAWN_HELPER_SOURCE = `#define _GNU_SOURCE
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,20 +58,48 @@ export const SPAWN_HELPER_SOURCE = `#define _GNU_SOURCE
 
 static char *buf;
 static size_t have, cap;
-/*
- * The signals posix_spawn sets to their default in the child: all of them. glibc's
- * sigfillset leaves out its own two (32, 33), which its posix_spawn then sets to SIG_IGN
- * in the child, and the exec keeps that: they are put in by their bits (bit N-1 is
- * signal N; sigaddset refuses them too). A smaller set costs more, not less: glibc's
- * child asks the disposition of each signal outside it.
- */
-static sigset_t to_default;
+/* The nice value of commands (the helper's argument), 0 to leave them at the helper's. */
+static int command_nice;
 
-static void fill_to_default(void) {
-  sigfillset(&to_default);
-  unsigned long *w = (unsigned long *)&to_default;
-  size_t bits = 8 * sizeof *w;
-  for (int sig = 32; sig < SIGRTMIN; sig++) w[(size_t)(sig - 1) / bits] |= 1UL << ((size_t)(sig - 1) % bits);
+/*
+ * glibc's own signals (32, 33) to their default in the helper, which never uses what
+ * they serve (it has one thread): then no signal of the helper has a handler, so none
+ * can run in a command's child before its exec, where it would share the helper's
+ * memory. (glibc's posix_spawn, used before, set these two to SIG_IGN in the child,
+ * which the exec kept: every command had them ignored.) Raw calls: glibc refuses them.
+ */
+static void default_glibc_signals(void) {
+  struct { void *handler; unsigned long flags; void *restorer; unsigned long mask; } dfl = { SIG_DFL, 0, NULL, 0 };
+  for (int sig = 32; sig < SIGRTMIN; sig++) syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
+}
+
+/* What a command's child needs, and what it reports when it cannot exec. */
+struct child_args { const char *cwd; char **env; char *cmd; int out, err; volatile int failed; };
+static char child_stack[64 * 1024] __attribute__((aligned(16)));
+
+/*
+ * A command's child, on its own stack, in the helper's memory until the exec (the helper
+ * waits): system calls only. A new session, the commands' nice value, SIGPIPE back to
+ * its default (the helper ignores it; no other signal is changed or caught), nothing
+ * blocked, stdin /dev/null and the two pipes, the cwd, then /bin/sh -c.
+ */
+static int command_main(void *p) {
+  struct child_args *a = p;
+  struct sigaction dfl = { .sa_handler = SIG_DFL };
+  sigset_t none;
+  sigemptyset(&none);
+  int null;
+  if (setsid() < 0 || (command_nice != 0 && setpriority(PRIO_PROCESS, 0, command_nice) != 0) ||
+      sigaction(SIGPIPE, &dfl, NULL) != 0 || sigprocmask(SIG_SETMASK, &none, NULL) != 0 ||
+      (null = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0 || dup2(null, 0) < 0 || dup2(a->out, 1) < 0 ||
+      dup2(a->err, 2) < 0 || chdir(a->cwd) != 0) {
+    a->failed = errno ? errno : EINVAL;
+    _exit(127);
+  }
+  char *argv[] = {"/bin/sh", "-c", a->cmd, NULL};
+  execve("/bin/sh", argv, a->env);
+  a->failed = errno ? errno : ENOEXEC;
+  _exit(127);
 }
 
 /* The next NUL-terminated field of a frame, or NULL past its end. */
@@ -82,24 +126,11 @@ static void start(char *at, char *end) {
   int o[2], e[2];
   if (pipe2(o, O_CLOEXEC) != 0) { dprintf(1, "E %s %d\\n", id, errno); free(env); return; }
   if (pipe2(e, O_CLOEXEC) != 0) { int err = errno; close(o[0]); close(o[1]); dprintf(1, "E %s %d\\n", id, err); free(env); return; }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, o[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, e[1], 2);
-  posix_spawn_file_actions_addchdir_np(&fa, cwd);
-  posix_spawnattr_t at2;
-  posix_spawnattr_init(&at2);
-  posix_spawnattr_setflags(&at2, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&at2, &none);
-  posix_spawnattr_setsigdefault(&at2, &to_default);
-  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-  pid_t pid;
-  int err = posix_spawn(&pid, "/bin/sh", &fa, &at2, argv, env);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&at2);
+  struct child_args a = { cwd, env, cmd, o[1], e[1], 0 };
+  pid_t pid = clone(command_main, child_stack + sizeof child_stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+  int err = pid < 0 ? errno : a.failed;
+  /* A child that could not exec has exited: reaped here, so no X line names it. */
+  if (pid > 0 && err) while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
   close(o[1]);
   close(e[1]);
   free(env);
@@ -129,11 +160,14 @@ static void frame(char *p, uint32_t len) {
   }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 2) return 2;
+  if (argc == 2) command_nice = atoi(argv[1]);
   /* With the agent: a parent gone before this line leaves stdin at EOF, which ends it too. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  dprintf(1, "R %d\\n", prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
   signal(SIGPIPE, SIG_IGN);
-  fill_to_default();
+  default_glibc_signals();
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);

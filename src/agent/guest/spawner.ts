@@ -15,7 +15,7 @@
  * tests of exec run on both.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { accessSync, constants, openSync } from "node:fs";
+import { accessSync, constants, openSync, readFileSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import type { Readable } from "node:stream";
@@ -28,6 +28,8 @@ export interface StartedCommand {
   stderr: Readable;
   /** Its exit, as Node reports one: a code, or the signal that ended it. */
   exited: Promise<{ code: number | null; sig: NodeJS.Signals | null }>;
+  /** Started by the helper (its processes are the helper's descendants), not by the agent. */
+  viaHelper: boolean;
 }
 
 /** The helper's path in the agent's copy of the package: <app>/bin/pyro-spawn. */
@@ -64,15 +66,19 @@ export class Spawner {
   /** The helper's ends of opened pipes, closed with the next request (or by `closeTimer`). */
   private toClose: number[] = [];
   private closeTimer: NodeJS.Timeout | null = null;
+  /** The helper said it is its commands' subreaper (its first line, before any reply). */
+  private subreaper = false;
 
   constructor(private readonly path: string = HELPER_PATH) {}
 
   /**
-   * Whether commands can go through the helper (started and self-tested once). `lower`
-   * (run once, on the helper) puts it below the agent in CPU and OOM priority: every
-   * command it starts inherits that from its first instruction.
+   * Whether commands can go through the helper (started and self-tested once). With
+   * `lower`, commands run below the agent: at nice `lower.nice`, set by the helper in
+   * each one before its exec (the helper itself stays at the agent's priority: it reaps
+   * their orphans), and below it for the OOM killer through `lower.oom`, run once on the
+   * helper, whose value every command inherits.
    */
-  usable(lower?: (pid: number) => void): Promise<boolean> {
+  usable(lower?: { nice: number; oom: (pid: number) => void }): Promise<boolean> {
     this.ready ??= this.open(lower);
     return this.ready.then((ok) => ok && !this.dead);
   }
@@ -90,13 +96,34 @@ export class Spawner {
     });
   }
 
-  private async open(lower: ((pid: number) => void) | undefined): Promise<boolean> {
+  /**
+   * Whether a command that exited may have left processes behind (its hangup must scan
+   * /proc): false only when the helper is its commands' subreaper and its children, read
+   * from /proc, are all commands still running. Every process of a command's session is
+   * a descendant of its shell, so of the helper (orphans come to it): none other than
+   * running commands means none left. Anything unreadable or unknown answers true.
+   */
+  mayHaveLeftovers(): boolean {
+    const pid = this.helper?.pid;
+    if (!this.subreaper || this.dead || pid === undefined) return true;
+    let children: string;
+    try {
+      children = readFileSync(`/proc/${pid}/task/${pid}/children`, "latin1");
+    } catch {
+      return true;
+    }
+    for (const child of children.split(" "))
+      if (child !== "" && !this.waiting.has(Number(child))) return true;
+    return false;
+  }
+
+  private async open(lower: { nice: number; oom: (pid: number) => void } | undefined): Promise<boolean> {
     try {
       accessSync(this.path, constants.X_OK);
     } catch {
       return false;
     }
-    const helper = spawn(this.path, [], { stdio: ["pipe", "pipe", "ignore"] });
+    const helper = spawn(this.path, lower ? [String(lower.nice)] : [], { stdio: ["pipe", "pipe", "ignore"] });
     this.helper = helper;
     helper.stdin!.on("error", () => this.fail(new Error("the command starter's input closed")));
     helper.stdout!.setEncoding("utf8");
@@ -104,7 +131,7 @@ export class Spawner {
     helper.stdout!.on("error", () => this.fail(new Error("the command starter's output failed")));
     helper.once("error", () => this.fail(new Error("the command starter could not start")));
     helper.once("exit", () => this.fail(new Error("the command starter exited")));
-    if (helper.pid !== undefined) lower?.(helper.pid);
+    if (helper.pid !== undefined) lower?.oom(helper.pid);
     // Not kept alive for it: the agent's own handles decide when it ends.
     helper.unref();
     (helper.stdout as unknown as { unref?: () => void }).unref?.();
@@ -148,6 +175,7 @@ export class Spawner {
       if (line[0] === "S") this.started(line[1]!, Number(line[2]), Number(line[3]), Number(line[4]));
       else if (line[0] === "E") this.take(line[1]!)?.(new Error(`cannot start /bin/sh: errno ${line[2]}`));
       else if (line[0] === "X") this.exited(Number(line[1]), Number(line[2]));
+      else if (line[0] === "R") this.subreaper = line[1] === "1";
     }
   }
 
@@ -175,7 +203,7 @@ export class Spawner {
     // Registered before the next line is read: the helper writes a command's `S` line
     // before it can reap it, so its `X` line always comes after.
     const exited = new Promise<Exit>((resolve, reject) => this.waiting.set(pid, { resolve, reject }));
-    done?.({ pid, stdout, stderr, exited });
+    done?.({ pid, stdout, stderr, exited, viaHelper: true });
   }
 
   /** A command exited (one whose pipes could not be opened has no waiter: nothing to tell). */

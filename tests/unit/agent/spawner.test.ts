@@ -1,5 +1,5 @@
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import os, { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -50,8 +50,15 @@ describe("the agent's command starter", () => {
     if (!helper) return ctx.skip(); // no C compiler here: the agent spawns commands itself
     const s = new Spawner(helper);
     let lowered = 0;
-    expect(await s.usable(() => lowered++)).toBe(true);
+    expect(await s.usable({ nice: 17, oom: () => lowered++ })).toBe(true);
     expect(lowered).toBe(1);
+    // Commands at the nice value asked for, from their first instruction (the shell's own
+    // nice, not a child's); the helper, which reaps their orphans, at the agent's.
+    const helperPid = (s as unknown as { helper: { pid: number } }).helper.pid;
+    const niced = await s.start('cut -d" " -f19 /proc/$$/stat', "/", { PATH: "/usr/bin:/bin" });
+    expect((await Promise.all([read(niced.stdout), niced.exited]))[0]).toBe("17\n");
+    const helperStat = await readFile(`/proc/${helperPid}/stat`, "utf8");
+    expect(Number(helperStat.slice(helperStat.lastIndexOf(")") + 2).split(" ")[16])).toBe(os.getPriority());
     const c = await s.start(
       'echo "$FOO $(pwd)"; cut -d" " -f6 /proc/$$/stat; echo $$; env | sort | tr "\\n" ,; echo err >&2; exit 7',
       "/tmp",
@@ -72,7 +79,10 @@ describe("the agent's command starter", () => {
     const s = new Spawner(helper);
     expect(await s.usable()).toBe(true);
     // No signal ignored or blocked, though the helper ignores SIGPIPE and blocks SIGCHLD.
-    const sigs = await s.start("grep -E '^Sig(Blk|Ign):' /proc/$$/status", "/", { PATH: "/usr/bin:/bin" });
+    // (The shell's exec'd grep reads its own: the shell blocks everything around a fork.)
+    const sigs = await s.start("exec grep -E '^Sig(Blk|Ign):' /proc/self/status", "/", {
+      PATH: "/usr/bin:/bin",
+    });
     expect((await Promise.all([read(sigs.stdout), sigs.exited]))[0]).toMatch(
       /^SigBlk:\s+0+\nSigIgn:\s+0+\n$/,
     );
@@ -89,6 +99,39 @@ describe("the agent's command starter", () => {
       }),
     );
     expect(outs.map((o) => o.length)).toEqual(Array.from({ length: 30 }, (_, i) => i * 10000));
+  });
+
+  it("holds its commands' orphans (subreaper), so it knows when a command left nothing behind", async (ctx) => {
+    if (!helper) return ctx.skip();
+    const s = new Spawner(helper);
+    expect(await s.usable()).toBe(true);
+    const helperPid = (s as unknown as { helper: { pid: number } }).helper.pid;
+    const run = async (command: string) => {
+      const c = await s.start(command, "/", { PATH: "/usr/bin:/bin" });
+      c.stdout.resume();
+      c.stderr.resume();
+      return c;
+    };
+    await (await run("true")).exited;
+    expect(s.mayHaveLeftovers()).toBe(false);
+    // A command still running is not a leftover of another one.
+    const running = await run("exec sleep 30");
+    await (await run("true")).exited;
+    expect(s.mayHaveLeftovers()).toBe(false);
+    // A double fork: the subshell exits at once and its sleep is orphaned. Without the
+    // subreaper it would go to init, out of the helper's sight, and be missed.
+    await (await run("(sleep 30 >/dev/null 2>&1 &); true")).exited;
+    expect(s.mayHaveLeftovers()).toBe(true);
+    const children = (await readFile(`/proc/${helperPid}/task/${helperPid}/children`, "utf8"))
+      .trim()
+      .split(" ");
+    const orphan = Number(children.find((p) => Number(p) !== running.pid));
+    expect((await readFile(`/proc/${orphan}/comm`, "utf8")).trim()).toBe("sleep");
+    process.kill(orphan, "SIGKILL");
+    process.kill(running.pid!, "SIGKILL");
+    await running.exited;
+    // Reaped by the helper: nothing left again.
+    await expect.poll(() => s.mayHaveLeftovers(), { timeout: 10_000 }).toBe(false);
   });
 
   it("fails what is in flight when the helper dies, and is not used after", async (ctx) => {

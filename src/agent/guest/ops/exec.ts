@@ -107,13 +107,26 @@ export function startCommand(
 function lowerPriority(pid: number): void {
   try {
     os.setPriority(pid, COMMAND_NICE);
-    // At the memory limit the OOM killer takes commands before the agent (raising the
-    // value needs no privilege; children inherit it like the nice value).
+    lowerOom(pid);
+  } catch {
+    // Exited already.
+  }
+}
+
+/**
+ * At the memory limit the OOM killer takes commands before the agent (raising the value
+ * needs no privilege; children inherit it like the nice value).
+ */
+function lowerOom(pid: number): void {
+  try {
     writeFileSync(`/proc/${pid}/oom_score_adj`, String(COMMAND_OOM_SCORE_ADJ));
   } catch {
     // Exited already.
   }
 }
+
+/** How the command starter lowers commands (spawner.ts): the nice value in each, OOM on itself. */
+const LOWER = { nice: COMMAND_NICE, oom: lowerOom };
 
 /** Commands without stdin go through the spawn helper where there is one (spawner.ts). */
 const spawner = new Spawner();
@@ -125,12 +138,12 @@ async function startExecCommand(
   marker: string,
   ctx: ExecContext,
 ): Promise<StartedCommand> {
-  // The helper's own priority is the commands' (lowered once where the agent lowers
-  // commands: they inherit it): nothing to set per command.
+  // The helper lowers each command itself, from its first instruction (LOWER, told once
+  // where the agent lowers commands): nothing to set per command here.
   if (
     !args.stdin &&
     !args.command.includes("\0") &&
-    (await spawner.usable(ctx.idleCommands ? lowerPriority : undefined))
+    (await spawner.usable(ctx.idleCommands ? LOWER : undefined))
   )
     return spawner.start(args.command, cwd, { ...BASE_ENV, ...args.env, [TREE_MARKER_VAR]: marker });
   const child = startCommand(args, cwd, marker, ctx);
@@ -143,6 +156,7 @@ async function startExecCommand(
       child.once("error", reject);
       child.once("exit", (code, sig) => resolve({ code, sig }));
     }),
+    viaHelper: false,
   };
 }
 
@@ -175,10 +189,13 @@ export function exitCodeOf(code: number | null, sig: NodeJS.Signals | null): num
 
 /**
  * What a command left running in its session ends with it (see hangUpSession): a
- * background job or a fork bomb must not outlive the call; nohup and setsid do.
+ * background job or a fork bomb must not outlive the call; nohup and setsid do. Started
+ * by the helper, which holds every process of its commands: nothing to scan for when it
+ * has none but commands still running (Spawner.mayHaveLeftovers).
  */
 async function hangUpLeftovers(child: StartedCommand, command: string): Promise<void> {
-  if (child.pid !== undefined) await hangUpSession(child.pid, ["/bin/sh", "-c", command]);
+  if (child.pid === undefined || (child.viaHelper && !spawner.mayHaveLeftovers())) return;
+  await hangUpSession(child.pid, ["/bin/sh", "-c", command]);
 }
 
 /** See the module comment. */
