@@ -8,8 +8,8 @@ import type { Duplex } from "node:stream";
 /** The reused read buffer of spliceTo: libuv's own read size. */
 const RELAY_BUFFER_BYTES = 64 * 1024;
 
-/** Copies bytes both ways; when either side closes or fails, both go. */
-export function splice(a: Duplex, b: Duplex): void {
+/** When either of `a` and `b` closes or fails, both go. */
+function endTogether(a: Duplex, b: Duplex): void {
   const end = () => {
     a.destroy();
     b.destroy();
@@ -18,6 +18,11 @@ export function splice(a: Duplex, b: Duplex): void {
     s.on("error", end);
     s.on("close", end);
   }
+}
+
+/** Copies bytes both ways; when either side closes or fails, both go. */
+export function splice(a: Duplex, b: Duplex): void {
+  endTogether(a, b);
   a.pipe(b);
   b.pipe(a);
 }
@@ -52,14 +57,7 @@ export function spliceTo(client: net.Socket, target: net.NetConnectOpts): net.So
       },
     },
   });
-  const end = () => {
-    client.destroy();
-    upstream.destroy();
-  };
-  for (const s of [client, upstream]) {
-    s.on("error", end);
-    s.on("close", end);
-  }
+  endTogether(client, upstream);
   client.pipe(upstream);
   upstream.on("end", () => client.end());
   return upstream;

@@ -1,4 +1,5 @@
 import { readdir, readFile } from "node:fs/promises";
+import { statFields } from "../backends/common.js";
 import { cpuTicks } from "./exec-cpu.js";
 
 /**
@@ -21,8 +22,7 @@ export async function treeCpuTicks(pid: number): Promise<number> {
     if (!/^[0-9]+$/.test(name)) continue;
     const stat = await readFile(`/proc/${name}/stat`, "utf8").catch(() => null);
     if (!stat) continue;
-    // The fields after the command name, which may hold spaces and parentheses.
-    const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+    const ppid = Number(statFields(stat)[1]);
     const p = Number(name);
     // With the reaped children's time: a child that lived within one window counts, and a
     // live child's time moves to its parent's when it is reaped (the sum does not drop).

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { exitOfStatus, Spawner } from "../../../src/agent/guest/spawner.js";
+import { statFields } from "../../../src/backends/common.js";
 import { prepareSpawnHelper } from "../../../src/backends/spawn-helper.js";
 
 /**
@@ -58,7 +59,7 @@ describe("the agent's command starter", () => {
     const niced = await s.start('cut -d" " -f19 /proc/$$/stat', "/", { PATH: "/usr/bin:/bin" });
     expect((await Promise.all([read(niced.stdout), niced.exited]))[0]).toBe("17\n");
     const helperStat = await readFile(`/proc/${helperPid}/stat`, "utf8");
-    expect(Number(helperStat.slice(helperStat.lastIndexOf(")") + 2).split(" ")[16])).toBe(os.getPriority());
+    expect(Number(statFields(helperStat)[16])).toBe(os.getPriority());
     const c = await s.start(
       'echo "$FOO $(pwd)"; cut -d" " -f6 /proc/$$/stat; echo $$; env | sort | tr "\\n" ,; echo err >&2; exit 7',
       "/tmp",
