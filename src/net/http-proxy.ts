@@ -1,13 +1,15 @@
-import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http";
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { Destination, Opened } from "./gate.js";
+import { forwardRequest } from "./http-forward.js";
 
 /**
  * The HTTP side of the proxy: `CONNECT host:port` tunnels and absolute-URI forwarding.
  *
  * Node's own parser reads the requests (with size and time limits); this file only
  * turns a request into a destination, asks `open` for a checked upstream socket, and
- * copies bytes. Each forwarded request gets its own upstream connection.
+ * copies bytes (a forwarded request's at the byte level: http-forward.ts). Each
+ * forwarded request gets its own upstream connection.
  */
 
 export interface HttpSideOptions {
@@ -19,19 +21,6 @@ export interface HttpSideOptions {
 /** Limits of the header phase; bodies and tunnels are not timed (they may be long). */
 export const MAX_HEADER_BYTES = 16 * 1024;
 export const HEADERS_TIMEOUT_MS = 30_000;
-
-/** Headers that describe one hop, never forwarded (RFC 9110 §7.6.1, plus the proxy ones). */
-const HOP_BY_HOP = new Set([
-  "connection",
-  "proxy-connection",
-  "keep-alive",
-  "proxy-authorization",
-  "proxy-authenticate",
-  "te",
-  "trailer",
-  "transfer-encoding",
-  "upgrade",
-]);
 
 export function createHttpSide(options: HttpSideOptions): http.Server {
   const server = http.createServer({
@@ -75,28 +64,7 @@ async function forward(req: IncomingMessage, res: ServerResponse, options: HttpS
     return sendText(res, status, options.refusalBody(target.dest, opened));
   }
   if (res.destroyed) return void opened.socket.destroy();
-  const upstreamSocket = opened.socket;
-  const upstream = http.request({
-    createConnection: () => upstreamSocket,
-    method: req.method,
-    path: target.path,
-    headers: { ...endToEnd(req.headers), host: target.hostHeader, connection: "close" },
-    setHost: false,
-  });
-  upstream.on("response", (up) => {
-    res.writeHead(up.statusCode ?? 502, endToEnd(up.headers));
-    up.pipe(res);
-    up.on("error", () => res.destroy());
-  });
-  upstream.on("error", () => {
-    if (!res.headersSent) sendText(res, 502, "upstream connection failed\n");
-    else res.destroy();
-  });
-  res.on("close", () => {
-    upstream.destroy();
-    upstreamSocket.destroy();
-  });
-  req.pipe(upstream);
+  forwardRequest(req, res, opened.socket, target);
 }
 
 /** Where a plain request goes: its absolute URI, or failing that its Host header (port 80). */
@@ -126,22 +94,6 @@ export function parseAuthority(text: string, defaultPort?: number): Destination 
   const port = m[2] === undefined ? defaultPort : Number(m[2]);
   if (port === undefined || port < 1 || port > 65535) return null;
   return { host: m[1]!, port };
-}
-
-/** Drops hop-by-hop headers, including any the Connection header names. */
-function endToEnd(headers: IncomingHttpHeaders): Record<string, string | string[]> {
-  const listed = new Set(
-    String(headers.connection ?? "")
-      .split(",")
-      .map((t) => t.trim().toLowerCase())
-      .filter(Boolean),
-  );
-  const out: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name)) continue;
-    out[name] = value;
-  }
-  return out;
 }
 
 function refusalResponse(
