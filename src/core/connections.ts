@@ -9,6 +9,8 @@ import { PyroError } from "../errors.js";
  */
 export class AgentConnections {
   private readonly clients = new Map<string, Promise<AgentClient>>();
+  /** The connections that are open, with the sandbox (its state, as JSON) each reached. */
+  private readonly opened = new Map<string, { client: AgentClient; sandbox: string }>();
 
   /** The cached connection to workspace `id`'s agent, or a new one through `backend.connect()`. */
   get(id: string, state: SandboxState | null, backend: WorkspaceBackend): Promise<AgentClient> {
@@ -20,14 +22,34 @@ export class AgentConnections {
       .connect(state, { timeoutMs: 5000 })
       .then(async (stream) => (await agentClient()).connect(stream, { timeoutMs: 10_000 }));
     this.clients.set(id, p);
-    p.catch(() => this.clients.delete(id));
+    p.then(
+      (client) => {
+        if (this.clients.get(id) === p) this.opened.set(id, { client, sandbox: JSON.stringify(state) });
+      },
+      () => this.clients.delete(id),
+    );
     return p;
+  }
+
+  /**
+   * Whether this instance holds an open connection to the agent of exactly this sandbox:
+   * then the sandbox runs (its agent answered on it, and the sandbox's end closes with it),
+   * and a use need not ask the backend again (a /proc read per exec on bwrap). A sandbox
+   * that died since is found by the request itself, whose broken connection is handled
+   * as before (workspace-agent.ts).
+   */
+  live(id: string, state: SandboxState | null): boolean {
+    const open = this.opened.get(id);
+    return (
+      open !== undefined && !open.client.closed && state !== null && open.sandbox === JSON.stringify(state)
+    );
   }
 
   /** Closes and forgets workspace `id`'s connection, if it has one. */
   async drop(id: string): Promise<void> {
     const p = this.clients.get(id);
     this.clients.delete(id);
+    this.opened.delete(id);
     if (p) await p.then((c) => c.close()).catch(() => {});
   }
 

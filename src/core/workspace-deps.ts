@@ -76,6 +76,8 @@ export interface WorkspaceInternals {
   client(w: WorkspaceRow, backend: WorkspaceBackend): Promise<AgentClient>;
   /** Closes and forgets workspace `id`'s agent connection. */
   dropClient(id: string): Promise<void>;
+  /** Whether an open agent connection proves `w`'s recorded sandbox runs (connections.ts `live`). */
+  liveClient(w: WorkspaceRow): boolean;
 }
 
 /** A workspace's recorded sandbox (null when none runs). */

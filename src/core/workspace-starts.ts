@@ -48,13 +48,26 @@ export async function refreshState(inner: WorkspaceInternals, w: WorkspaceRow): 
   if (w.state !== "running" && w.state !== "error") return w;
   const state = sandboxState(w);
   const backend = inner.deps.backend(w.backend);
-  if (state && (await backend.isRunning(state))) {
+  if ((w.state === "running" && (await stillLive(inner, w))) || (state && (await backend.isRunning(state)))) {
     // A helper that died (killed, host restarted it away) is started again on its own.
     if (inner.ws.net.needed(w) && !(await inner.ws.net.running(w.workspace_id)))
       return inner.startNetwork(w, backend);
     return w;
   }
   return ensureStarted(inner, w, false);
+}
+
+/**
+ * Whether an open agent connection shows `w`'s sandbox running. One turn of the event
+ * loop first: a sandbox that died since the last call has closed its end, and that close
+ * is seen in the turn, so the death is found here and the sandbox restarted, as the
+ * backend's own check would (without the turn, the request went out on the dead
+ * connection and came back as a sandbox that died during it).
+ */
+async function stillLive(inner: WorkspaceInternals, w: WorkspaceRow): Promise<boolean> {
+  if (!inner.liveClient(w)) return false;
+  await new Promise<void>((resolve) => setImmediate(resolve));
+  return inner.liveClient(w);
 }
 
 /**

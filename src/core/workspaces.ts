@@ -71,6 +71,7 @@ export class Workspaces {
       startSandbox: (w, spec) => this.startSandbox(w, spec),
       client: (w, backend) => this.client(w, backend),
       dropClient: (id) => this.dropClient(id),
+      liveClient: (w) => this.agents.live(w.workspace_id, sandboxState(w)),
     };
   }
 

@@ -48,6 +48,11 @@ function configure(db: Sqlite.Database, path: string, memory: boolean): void {
   // NORMAL is safe against application crashes in WAL mode; only a power loss can
   // drop the last commits, an acceptable trade for disposable workspaces.
   db.pragma("synchronous = NORMAL");
+  // A checkpoint (two fsyncs under NORMAL) every 1000 WAL pages, SQLite's default, landed
+  // in every ~110th exec's journal write and cost 0.1-0.15 ms per exec on average here;
+  // every 4000 pages (a WAL of at most ~16 MiB; the last connection to close, e.g. each
+  // CLI process, checkpoints and removes it) costs a quarter of that.
+  db.pragma("wal_autocheckpoint = 4000");
   db.pragma("foreign_keys = ON");
   // Deleted rows (command output, events, a deleted workspace's history) are overwritten
   // with zeros, not left in free pages for anyone who copies the file.

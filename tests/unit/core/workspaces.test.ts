@@ -211,6 +211,23 @@ describe("workspace core on the fake backend", () => {
     }
   });
 
+  it("asks the backend whether the sandbox runs only while no open agent connection shows it", async () => {
+    const w = await pyro.createWorkspace({});
+    let asked = 0;
+    const isRunning = t.backend.isRunning.bind(t.backend);
+    t.backend.isRunning = (state) => {
+      asked++;
+      return isRunning(state);
+    };
+    await pyro.execWorkspace(w.workspace_id, "true");
+    asked = 0;
+    for (let i = 0; i < 3; i++) await pyro.execWorkspace(w.workspace_id, "true");
+    expect(asked).toBe(0);
+    await t.backend.closeAll(); // the sandbox dies: the closed connection sends the next call to the backend
+    expect((await pyro.execWorkspace(w.workspace_id, "echo back")).stdout).toBe("back\n");
+    expect(asked).toBeGreaterThan(0);
+  });
+
   it("restarts a sandbox that died while marked running, and refuses exec on a stopped one", async () => {
     const w = await pyro.createWorkspace({ seedPath: seed });
     await pyro.writeWorkspaceFile(w.workspace_id, "keep.txt", "kept");
