@@ -54,6 +54,33 @@ describe("packTree without GNU tar (node-tar)", () => {
   });
 });
 
+describe("packTree with GNU tar", () => {
+  it("writes 64 KiB records (not tar's 10 KiB), and the archive still extracts whole", async (ctx) => {
+    const { findGnuTar, packTree, PACK_BLOCKING } = await import("../../../src/agent/tarsafe.js");
+    if (!(await findGnuTar())) ctx.skip(); // the node-tar fallback has no records to size
+    await mkdir(join(dir, "p"));
+    for (let i = 0; i < 30; i++) await writeFile(join(dir, "p", `f${i}`), Buffer.alloc(3000, i));
+    const { stream } = await packTree(join(dir, "p"), ["."]);
+    const chunks: Buffer[] = [];
+    for await (const c of stream as AsyncIterable<Buffer>) chunks.push(c);
+    const archive = Buffer.concat(chunks);
+    // ~110 KiB of headers and data: two 64 KiB records; 10 KiB records would make 110 KiB.
+    expect(PACK_BLOCKING * 512).toBe(65536);
+    expect(archive.length % 65536).toBe(0);
+    const sizes: number[] = [];
+    const parser = new tar.Parser({
+      onReadEntry: (e) => {
+        if (e.type === "File") sizes.push(e.size ?? -1);
+        e.resume();
+      },
+    });
+    const done = new Promise((r) => parser.on("end", r));
+    parser.end(archive);
+    await done;
+    expect(sizes).toEqual(Array.from({ length: 30 }, () => 3000));
+  });
+});
+
 describe("archiveValidator", () => {
   /** One ustar header block (type flag `type`) plus its body padded to 512 bytes. */
   function block(name: string, type: string, body: Buffer): Buffer {
