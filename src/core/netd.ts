@@ -26,7 +26,7 @@ import { procStartTime } from "../backends/common.js";
 import { PROXY_SOCKET } from "../backends/guest.js";
 import { kvmCheck } from "../backends/kvm.js";
 import { loadBackend } from "../backends/load.js";
-import { type ErrorObject, PyroError, toPyroError } from "../errors.js";
+import { PyroError, toPyroError } from "../errors.js";
 import { parsePolicy, parseTarget, policyAllows, ruleMatches } from "../net/policy.js";
 import { createEgressProxy } from "../net/proxy.js";
 import { StateStore } from "../state/store.js";
