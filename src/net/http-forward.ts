@@ -4,6 +4,7 @@ import {
   type BodyFraming,
   bodyFraming,
   ChunkedDecoder,
+  fieldValues,
   HttpFramingError,
   parseResponseHead,
   type ResponseHead,
@@ -60,6 +61,19 @@ function pairs(raw: string[]): [string, string][] {
   return out;
 }
 
+/** Fields whose meaning is this message's framing: the proxy writes its own. */
+const FRAMING = new Set(["content-length", "transfer-encoding", "host"]);
+
+/**
+ * How the request's body is framed, as Node's parser framed it (which reads the whole
+ * header list, whatever the Connection field names): chunked, a length, or no body.
+ */
+function requestFraming(req: IncomingMessage): { chunked: boolean; length: string | null } {
+  const chunked = /chunked/i.test(String(req.headers["transfer-encoding"] ?? ""));
+  const length = req.headers["content-length"];
+  return { chunked, length: !chunked && length !== undefined ? length : null };
+}
+
 /** Sends `req` upstream and relays the response into `res`; settles when both are done. */
 export function forwardRequest(
   req: IncomingMessage,
@@ -67,13 +81,13 @@ export function forwardRequest(
   up: Socket,
   target: ForwardTarget,
 ): void {
-  const chunked = /chunked/i.test(String(req.headers["transfer-encoding"] ?? ""));
-  const fields = endToEndFields(pairs(req.rawHeaders)).filter(([n]) => n.toLowerCase() !== "host");
+  const { chunked, length } = requestFraming(req);
+  const fields = endToEndFields(pairs(req.rawHeaders)).filter(([n]) => !FRAMING.has(n.toLowerCase()));
   const head = [
     `${req.method} ${target.path} HTTP/1.1`,
     `Host: ${target.hostHeader}`,
     ...fields.map(([n, v]) => `${n}: ${v}`),
-    ...(chunked ? ["Transfer-Encoding: chunked"] : []),
+    ...(chunked ? ["Transfer-Encoding: chunked"] : length !== null ? [`Content-Length: ${length}`] : []),
     "Connection: close",
     "",
     "",
@@ -88,12 +102,32 @@ export function forwardRequest(
 async function copyBody(req: IncomingMessage, up: Socket, chunked: boolean): Promise<void> {
   for await (const chunk of req as AsyncIterable<Buffer>) {
     if (up.destroyed) return;
-    const ok = chunked
-      ? up.write(`${chunk.length.toString(16)}\r\n`) && up.write(chunk) && up.write("\r\n")
-      : up.write(chunk);
-    if (!ok) await new Promise((resolve) => up.once("drain", resolve).once("close", resolve));
+    let ok: boolean;
+    if (chunked) {
+      // All three pieces go, whatever the buffer says after the first: a chunk's size,
+      // data and CRLF are one unit of the framing.
+      up.cork();
+      up.write(`${chunk.length.toString(16)}\r\n`);
+      up.write(chunk);
+      ok = up.write("\r\n");
+      up.uncork();
+    } else ok = up.write(chunk);
+    if (!ok) await drained(up);
   }
   if (chunked && !up.destroyed) up.write("0\r\n\r\n");
+}
+
+/** Resolves when `up` drains or closes, leaving no listener behind. */
+function drained(up: Socket): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      up.off("drain", done);
+      up.off("close", done);
+      resolve();
+    };
+    up.on("drain", done);
+    up.on("close", done);
+  });
 }
 
 /** Limit of the response head, as for requests. */
@@ -165,12 +199,20 @@ function finalHead(buf: Buffer): { head: ResponseHead; rest: Buffer } | { head: 
   }
 }
 
-/** The response's fields for the client: end-to-end ones, its length when it has one. */
+/**
+ * The response's fields for the client: end-to-end ones, with its length written by the
+ * proxy as one field (when the body has a length, or a HEAD, 204 or 304 response states a
+ * valid one), never as the upstream spelled it (`5, 5`, or twice).
+ */
 function responseFields(head: ResponseHead, framing: BodyFraming): [string, string][] {
-  const fields = endToEndFields(head.fields);
-  return framing.kind === "none" || framing.kind === "length"
-    ? fields
-    : fields.filter(([n]) => n.toLowerCase() !== "content-length");
+  const fields = endToEndFields(head.fields).filter(([n]) => n.toLowerCase() !== "content-length");
+  let length: number | null = framing.kind === "length" ? framing.bytes : null;
+  if (framing.kind === "none") {
+    const stated = fieldValues(head.fields, "content-length");
+    if (stated.length > 0 && stated.every((v) => /^[0-9]{1,15}$/.test(v) && v === stated[0]))
+      length = Number(stated[0]);
+  }
+  return length === null ? fields : [...fields, ["Content-Length", String(length)]];
 }
 
 /** Copies the body's bytes into `res` by its framing, holding `up` while `res` is full. */

@@ -35,6 +35,10 @@ const FIELD = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\x00-\x08\x0a-\x1f\x7f]*?
  */
 export function parseResponseHead(buf: Buffer, maxBytes: number): ResponseHead | null {
   const end = buf.indexOf("\r\n\r\n");
+  // A bare LF ends no line here: refuse it at once rather than wait for a CRLF CRLF
+  // that an upstream keeping its connection open would never send.
+  for (let nl = buf.indexOf(0x0a); nl >= 0 && (end < 0 || nl < end + 4); nl = buf.indexOf(0x0a, nl + 1))
+    if (nl === 0 || buf[nl - 1] !== 0x0d) throw new HttpFramingError("bare LF in the response head");
   if (end < 0) {
     if (buf.length > maxBytes) throw new HttpFramingError(`response head over ${maxBytes} bytes`);
     return null;

@@ -30,6 +30,9 @@ export function createHttpSide(options: HttpSideOptions): http.Server {
     requestTimeout: 0,
     requireHostHeader: false,
   });
+  // Every field counts (MAX_HEADER_BYTES bounds them): past Node's default of 2000,
+  // `req.headers` would silently miss fields, framing ones included.
+  server.maxHeadersCount = 0;
   server.on("request", (req, res) => void forward(req, res, options));
   server.on(
     "connect",

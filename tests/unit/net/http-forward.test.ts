@@ -5,6 +5,7 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { ChunkedDecoder } from "../../../src/net/http-framing.js";
 import { createEgressProxy, type EgressProxy } from "../../../src/net/proxy.js";
 
 /**
@@ -22,12 +23,15 @@ const seen: string[] = [];
 let answer: (socket: net.Socket) => void = () => {};
 /** When the upstream has read enough to answer: by default, a request's head. */
 let ready = (got: string) => got.includes("\r\n\r\n");
+/** Called with each new upstream connection (a test makes it read slowly). */
+let onConnection: (socket: net.Socket) => void = () => {};
 const proxies: EgressProxy[] = [];
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "pyro-fwd-"));
   upstream = net.createServer((s) => {
     s.on("error", () => {});
+    onConnection(s);
     let got = "";
     const at = seen.push("") - 1;
     let answered = false;
@@ -47,6 +51,7 @@ beforeAll(async () => {
 afterEach(async () => {
   seen.length = 0;
   ready = (got) => got.includes("\r\n\r\n");
+  onConnection = () => {};
   await Promise.all(proxies.splice(0).map((p) => p.close()));
 });
 
@@ -83,14 +88,14 @@ function answerWith(pieces: string[], close = true): void {
 }
 
 /** Sends raw requests on one connection; resolves with what came back once `done` holds. */
-function raw(path: string, request: string, done: (text: string) => boolean): Promise<string> {
+function raw(path: string, request: string, done: (text: string) => boolean, ms = 5000): Promise<string> {
   return new Promise((resolve, reject) => {
     const s = net.connect(path);
     let text = "";
     const timer = setTimeout(() => {
       s.destroy();
       reject(new Error(`timed out: ${JSON.stringify(text)}`));
-    }, 5000);
+    }, ms);
     const finish = () => {
       clearTimeout(timer);
       s.destroy();
@@ -210,5 +215,76 @@ describe("plain-HTTP forwarding", () => {
     const body = sent.slice(sent.indexOf("\r\n\r\n") + 4);
     expect(body.replace(/[0-9a-f]+\r\n|\r\n/g, "")).toBe("xyzuv");
     expect(body.endsWith("0\r\n\r\n")).toBe(true);
+  });
+
+  it("keeps a large chunked upload's framing whole when the upstream reads slowly", async () => {
+    onConnection = (s) => {
+      s.pause();
+      setTimeout(() => s.resume(), 300);
+    };
+    ready = (got) => got.endsWith("\r\n0\r\n\r\n");
+    answerWith(["HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"]);
+    const path = await startProxy();
+    const payload = "a".repeat(8_000_000);
+    const request =
+      `POST http://up.test:${port}/big HTTP/1.1\r\nHost: up.test:${port}\r\nTransfer-Encoding: chunked\r\n\r\n` +
+      `${payload.length.toString(16)}\r\n${payload}\r\n0\r\n\r\n`;
+    expect(await raw(path, request, (t) => t.endsWith("ok"))).toMatch(/^HTTP\/1\.1 200 OK/);
+    const sent = Buffer.from(seen[0]!, "latin1");
+    const out = new ChunkedDecoder().push(sent.subarray(sent.indexOf("\r\n\r\n") + 4));
+    expect(out.done).toBe(true);
+    expect(Buffer.concat(out.data).length).toBe(payload.length);
+  });
+
+  it("frames a request body itself, whatever the Connection field lists and however many fields come", async () => {
+    const smuggled = "GET /admin HTTP/1.1\r\nHost: other.test\r\n\r\n";
+    ready = (got) => got.endsWith(smuggled);
+    answerWith(["HTTP/1.1 204 No Content\r\n\r\n"]);
+    const path = await startProxy();
+    for (const extra of ["Connection: content-length\r\n", "a: b\r\n".repeat(2100)]) {
+      const request =
+        `POST http://up.test:${port}/p HTTP/1.1\r\nHost: up.test:${port}\r\n${extra}` +
+        `Content-Length: ${smuggled.length}\r\n\r\n${smuggled}`;
+      expect(await raw(path, request, (t) => t.includes("\r\n\r\n"))).toMatch(/^HTTP\/1\.1 204/);
+      const sent = seen.at(-1)!;
+      expect(sent.slice(0, sent.indexOf("\r\n\r\n") + 4)).toMatch(
+        new RegExp(`\r\nContent-Length: ${smuggled.length}\r\n`),
+      );
+    }
+  });
+
+  it("waits for a slow upstream's drain without piling up listeners", async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on("warning", onWarning);
+    const timers: NodeJS.Timeout[] = [];
+    onConnection = (s) => {
+      s.on("data", () => s.pause());
+      timers.push(setInterval(() => s.resume(), 3));
+    };
+    const total = 24 * 1024 * 1024;
+    ready = (got) => got.length >= total;
+    answerWith(["HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"]);
+    try {
+      const path = await startProxy();
+      const head = `PUT http://up.test:${port}/p HTTP/1.1\r\nHost: up.test:${port}\r\nContent-Length: ${total}\r\n\r\n`;
+      const text = await raw(path, head + "b".repeat(total), (t) => t.endsWith("ok"), 30_000);
+      expect(text).toMatch(/^HTTP\/1\.1 200 OK/);
+      expect(warnings).not.toContain("MaxListenersExceededWarning");
+    } finally {
+      process.off("warning", onWarning);
+      for (const t of timers) clearInterval(t);
+    }
+  });
+
+  it("refuses a response head with bare LF line ends at once, and writes one Content-Length", async () => {
+    answerWith(["HTTP/1.1 200 OK\nContent-Length: 2\n\nok"], false);
+    const path = await startProxy();
+    expect(await raw(path, get(path), (t) => t.includes("malformed response"))).toMatch(
+      /^HTTP\/1\.1 502 .*bare LF/s,
+    );
+    answerWith(["HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\nContent-Length: 2\r\n\r\nok"]);
+    const text = await raw(path, get(path), (t) => t.endsWith("ok"));
+    expect(text.match(/content-length: [^\r]*/gi)).toEqual(["Content-Length: 2"]);
   });
 });

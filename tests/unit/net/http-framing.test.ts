@@ -41,6 +41,8 @@ describe("parseResponseHead", () => {
       "HTTP/1.1 200 OK\r\nBad Name: 1\r\n\r\n",
       "HTTP/1.1 200 OK\r\nA: x\0y\r\n\r\n",
       "HTTP/1.1 200 OK\r\nA: x\ry\r\n\r\n",
+      "HTTP/1.1 200 OK\nA: 1\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nA: 1\n",
     ];
     for (const text of bad) expect(() => parseResponseHead(b(text), 1024), text).toThrow(HttpFramingError);
     expect(() => parseResponseHead(b(`HTTP/1.1 200 OK\r\nA: ${"x".repeat(100)}`), 64)).toThrow(/over 64/);
