@@ -240,7 +240,10 @@ class BodyReader {
       if (this.left === 0) this.finish();
     } else if (this.chunks) {
       const { data, done } = this.chunks.push(buf);
+      // One write to the client per read from the upstream, however many chunks it held.
+      this.res.cork();
       for (const d of data) this.write(d);
+      this.res.uncork();
       if (done) this.finish();
     } else this.write(buf);
   }
