@@ -88,9 +88,6 @@ const WORKSPACE_COLUMNS = [
   "secret_refs",
 ] as const;
 
-/** How close two activity times of a workspace must be for the later not to be written. */
-export const ACTIVITY_GRAIN_MS = 1000;
-
 const COMMAND_COUNT =
   "(SELECT COUNT(*) FROM commands c WHERE c.workspace_id = w.workspace_id) AS command_count";
 
@@ -290,13 +287,6 @@ export class StateStore {
         id,
       ) as { last_activity_at: string; ttl_seconds: number | null } | undefined;
       if (!cur) throw notFound(id);
-      // Activity is kept to the second: a burst of calls writes the row (and its two
-      // indexes) once per second rather than once per call.
-      if (
-        when >= cur.last_activity_at &&
-        Date.parse(when) - Date.parse(cur.last_activity_at) < ACTIVITY_GRAIN_MS
-      )
-        return;
       // biome-ignore lint/complexity/useMathMinMax: these are ISO strings, compared as text
       const last = when > cur.last_activity_at ? when : cur.last_activity_at;
       this.sql("UPDATE workspaces SET last_activity_at = ?, expires_at = ? WHERE workspace_id = ?").run(
