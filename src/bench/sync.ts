@@ -1,4 +1,5 @@
 import { execFile } from "node:child_process";
+import { closeSync, constants, mkdirSync, openSync } from "node:fs";
 import { lstat, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -61,6 +62,28 @@ export async function expectTree(dir: string, what: string, shape: TreeShape = B
     );
 }
 
+/**
+ * Microseconds of one file creation under `dir` (the mean over `n` empty files in
+ * directories of 100, made with direct system calls and left for the caller's clean-up).
+ * The push and export rows print it because their floor is mostly this on this machine:
+ * its ext4 has no journal, and such an ext4 allocates an inode only after skipping every
+ * free one deleted in the last 1-6 minutes in the directory's group, reading each one's
+ * deletion time (fs/ext4/ialloc.c, recently_deleted). Where other sessions or earlier
+ * samples have just deleted tens of thousands of files, a creation costs 0.3-1 ms of
+ * kernel CPU instead of ~20 µs, and `tar | tar` of the 10k-file tree takes 4-11 s
+ * instead of 0.8 s (docs/architecture.md, "Benchmarks").
+ */
+export function createCostUs(dir: string, n = 1000): number {
+  const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL;
+  const t = performance.now();
+  for (let i = 0; i < n; i++) {
+    const sub = join(dir, `c${Math.floor(i / 100)}`);
+    if (i % 100 === 0) mkdirSync(sub, { recursive: true });
+    closeSync(openSync(join(sub, `f${i % 100}`), flags, 0o600));
+  }
+  return ((performance.now() - t) * 1000) / n;
+}
+
 /** Times `fn` alone `runs` times; `after` (a check or clean-up) runs untimed after each. */
 async function timedRuns(
   runs: number,
@@ -109,7 +132,12 @@ export async function syncRows(o: {
       );
     try {
       const rows = [await resetRow(pyro, big.workspace_id, quick, cpMs)];
-      return [...rows, ...(await throughputRows(pyro, big.workspace_id, seed, out))];
+      // The creation cost where the copies land, before and after their samples.
+      const before = createCostUs(join(scratch, "probe-before"));
+      const copies = await throughputRows(pyro, big.workspace_id, seed, out);
+      const after = createCostUs(join(scratch, "probe-after"));
+      const note = `a file creation here ${Math.round(before)} µs before, ${Math.round(after)} µs after (floor allocator-bound above ~100 µs)`;
+      return [...rows, ...copies.map((r) => ({ ...r, note: `${r.note}; ${note}` }))];
     } finally {
       await pyro.deleteWorkspace(big.workspace_id);
     }

@@ -1,8 +1,8 @@
-import { mkdir, mkdtemp, rm, truncate } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, truncate } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BIG_TREE, expectTree, makeTree, treeStats } from "../../../src/bench/sync.js";
+import { BIG_TREE, createCostUs, expectTree, makeTree, treeStats } from "../../../src/bench/sync.js";
 
 /**
  * The sync rows check every copy they time (bench/sync.ts): the export row once timed an
@@ -35,5 +35,15 @@ describe("the sync rows' tree check", () => {
     await expect(expectTree(tree, "a small tree")).rejects.toThrow(/not 10000 \/ 102400000/);
     await truncate(join(tree, "d1", "f2.bin"), 10);
     await expect(expectTree(tree, "a short copy", SHAPE)).rejects.toThrow(/12 files \/ 1110 bytes/);
+  });
+});
+
+describe("the creation-cost probe beside the push and export rows", () => {
+  it("creates n empty files in directories of 100 and returns the microseconds per file", async () => {
+    const probe = join(dir, "probe");
+    const us = createCostUs(probe, 250);
+    expect(Number.isFinite(us) && us > 0).toBe(true);
+    expect(await treeStats(probe)).toEqual({ files: 250, bytes: 0 });
+    expect((await readdir(probe)).sort()).toEqual(["c0", "c1", "c2"]);
   });
 });
