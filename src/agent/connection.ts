@@ -14,6 +14,7 @@ import {
   ProtocolViolation,
 } from "./frames.js";
 import { MAX_MESSAGE_BYTES } from "./messages.js";
+import { drained } from "./pipe.js";
 
 /** Why a connection closed. */
 export type CloseReason =
@@ -143,17 +144,9 @@ export class FramedConnection {
     }
   }
 
-  private drained(): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const done = () => {
-        this.stream.off("drain", done);
-        this.stream.off("close", done);
-        if (this.closed) reject(new Error("connection closed"));
-        else resolve();
-      };
-      this.stream.on("drain", done);
-      this.stream.on("close", done);
-    });
+  private async drained(): Promise<void> {
+    await drained(this.stream);
+    if (this.closed) throw new Error("connection closed");
   }
 
   private finish(reason: CloseReason): void {

@@ -20,6 +20,19 @@ function endTogether(a: Duplex, b: Duplex): void {
   }
 }
 
+/** Resolves once `s` drains or closes (a writer's backpressure wait), leaving no listener behind. */
+export function drained(s: Duplex): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      s.off("drain", done);
+      s.off("close", done);
+      resolve();
+    };
+    s.on("drain", done);
+    s.on("close", done);
+  });
+}
+
 /** Copies bytes both ways; when either side closes or fails, both go. */
 export function splice(a: Duplex, b: Duplex): void {
   endTogether(a, b);

@@ -1,10 +1,11 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
+import { drained } from "../agent/pipe.js";
 import {
   type BodyFraming,
   bodyFraming,
   ChunkedDecoder,
-  fieldValues,
+  contentLength,
   HttpFramingError,
   parseResponseHead,
   type ResponseHead,
@@ -117,19 +118,6 @@ async function copyBody(req: IncomingMessage, up: Socket, chunked: boolean): Pro
   if (chunked && !up.destroyed) up.write("0\r\n\r\n");
 }
 
-/** Resolves when `up` drains or closes, leaving no listener behind. */
-function drained(up: Socket): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      up.off("drain", done);
-      up.off("close", done);
-      resolve();
-    };
-    up.on("drain", done);
-    up.on("close", done);
-  });
-}
-
 /** Limit of the response head, as for requests. */
 const MAX_RESPONSE_HEAD = 16 * 1024;
 
@@ -140,7 +128,7 @@ const MAX_RESPONSE_HEAD = 16 * 1024;
  * closes early gets 502 before the head, a destroyed response after it.
  */
 function relayResponse(up: Socket, res: ServerResponse, method: string): void {
-  let pending: Buffer | null = Buffer.alloc(0);
+  let pending: Buffer = Buffer.alloc(0);
   let body: BodyReader | null = null;
   const fail = (why: string) => {
     up.destroy();
@@ -156,7 +144,7 @@ function relayResponse(up: Socket, res: ServerResponse, method: string): void {
   const onData = (chunk: Buffer) => {
     try {
       if (body) return body.push(chunk);
-      pending = pending!.length === 0 ? chunk : Buffer.concat([pending!, chunk]);
+      pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
       const found = finalHead(pending);
       if (!found.head) {
         pending = found.rest;
@@ -168,7 +156,6 @@ function relayResponse(up: Socket, res: ServerResponse, method: string): void {
         found.head.reason || undefined,
         responseFields(found.head, framing).flat(),
       );
-      pending = null;
       body = new BodyReader(framing, res, up);
       body.push(found.rest);
     } catch (err) {
@@ -206,12 +193,8 @@ function finalHead(buf: Buffer): { head: ResponseHead; rest: Buffer } | { head: 
  */
 function responseFields(head: ResponseHead, framing: BodyFraming): [string, string][] {
   const fields = endToEndFields(head.fields).filter(([n]) => n.toLowerCase() !== "content-length");
-  let length: number | null = framing.kind === "length" ? framing.bytes : null;
-  if (framing.kind === "none") {
-    const stated = fieldValues(head.fields, "content-length");
-    if (stated.length > 0 && stated.every((v) => /^[0-9]{1,15}$/.test(v) && v === stated[0]))
-      length = Number(stated[0]);
-  }
+  const stated = framing.kind === "none" ? contentLength(head.fields) : null;
+  const length = framing.kind === "length" ? framing.bytes : typeof stated === "number" ? stated : null;
   return length === null ? fields : [...fields, ["Content-Length", String(length)]];
 }
 

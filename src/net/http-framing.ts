@@ -70,11 +70,16 @@ export function bodyFraming(method: string, head: ResponseHead): BodyFraming {
   if (method === "HEAD" || head.status === 204 || head.status === 304) return { kind: "none" };
   const codings = fieldValues(head.fields, "transfer-encoding").map((c) => c.toLowerCase());
   if (codings.length > 0) return codings.at(-1) === "chunked" ? { kind: "chunked" } : { kind: "close" };
-  const lengths = fieldValues(head.fields, "content-length");
-  if (lengths.length === 0) return { kind: "close" };
-  if (!lengths.every((v) => /^[0-9]{1,15}$/.test(v) && v === lengths[0]))
-    throw new HttpFramingError("invalid or conflicting Content-Length");
-  return { kind: "length", bytes: Number(lengths[0]) };
+  const length = contentLength(head.fields);
+  if (length === "invalid") throw new HttpFramingError("invalid or conflicting Content-Length");
+  return length === null ? { kind: "close" } : { kind: "length", bytes: length };
+}
+
+/** The length the Content-Length fields state: null without one, "invalid" unless one decimal value. */
+export function contentLength(fields: [string, string][]): number | null | "invalid" {
+  const lengths = fieldValues(fields, "content-length");
+  if (lengths.length === 0) return null;
+  return lengths.every((v) => /^[0-9]{1,15}$/.test(v) && v === lengths[0]) ? Number(lengths[0]) : "invalid";
 }
 
 /** Longest chunk-size line (size and extensions) and trailer section accepted. */
