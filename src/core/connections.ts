@@ -7,28 +7,34 @@ import { PyroError } from "../errors.js";
  * instance, so an SDK user or the MCP server gets warm round trips while a CLI call makes
  * one connection; a connection that fails to open is forgotten at once.
  */
+/** A cached connection: the client, the sandbox it was opened to (its state, as JSON), and the client once open. */
+interface Cached {
+  client: Promise<AgentClient>;
+  sandbox: string;
+  open?: AgentClient;
+}
+
 export class AgentConnections {
-  private readonly clients = new Map<string, Promise<AgentClient>>();
-  /** The connections that are open, with the sandbox (its state, as JSON) each reached. */
-  private readonly opened = new Map<string, { client: AgentClient; sandbox: string }>();
+  private readonly clients = new Map<string, Cached>();
 
   /** The cached connection to workspace `id`'s agent, or a new one through `backend.connect()`. */
   get(id: string, state: SandboxState | null, backend: WorkspaceBackend): Promise<AgentClient> {
     const cached = this.clients.get(id);
-    if (cached) return cached;
+    if (cached) return cached.client;
     if (!state)
       return Promise.reject(new PyroError("workspace_stopped", `workspace ${id} has no running sandbox`));
-    const p = backend
+    const client = backend
       .connect(state, { timeoutMs: 5000 })
       .then(async (stream) => (await agentClient()).connect(stream, { timeoutMs: 10_000 }));
-    this.clients.set(id, p);
-    p.then(
-      (client) => {
-        if (this.clients.get(id) === p) this.opened.set(id, { client, sandbox: JSON.stringify(state) });
+    const entry: Cached = { client, sandbox: JSON.stringify(state) };
+    this.clients.set(id, entry);
+    client.then(
+      (c) => {
+        entry.open = c;
       },
       () => this.clients.delete(id),
     );
-    return p;
+    return client;
   }
 
   /**
@@ -39,18 +45,20 @@ export class AgentConnections {
    * as before (workspace-agent.ts).
    */
   live(id: string, state: SandboxState | null): boolean {
-    const open = this.opened.get(id);
+    const entry = this.clients.get(id);
     return (
-      open !== undefined && !open.client.closed && state !== null && open.sandbox === JSON.stringify(state)
+      entry?.open !== undefined &&
+      !entry.open.closed &&
+      state !== null &&
+      entry.sandbox === JSON.stringify(state)
     );
   }
 
   /** Closes and forgets workspace `id`'s connection, if it has one. */
   async drop(id: string): Promise<void> {
-    const p = this.clients.get(id);
+    const entry = this.clients.get(id);
     this.clients.delete(id);
-    this.opened.delete(id);
-    if (p) await p.then((c) => c.close()).catch(() => {});
+    if (entry) await entry.client.then((c) => c.close()).catch(() => {});
   }
 
   /** Closes every connection (the sandboxes keep running). */
