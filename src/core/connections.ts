@@ -32,7 +32,11 @@ export class AgentConnections {
       (c) => {
         entry.open = c;
       },
-      () => this.clients.delete(id),
+      () => {
+        // Only this entry: a connection that fails after a drop must not take a newer one
+        // with it (that one would stay open, unknown to closeAll, and keep the process up).
+        if (this.clients.get(id) === entry) this.clients.delete(id);
+      },
     );
     return client;
   }
