@@ -204,6 +204,13 @@ export interface WorkspaceBackend {
     options?: { timeoutMs?: number },
   ): Promise<import("node:stream").Duplex>;
   /**
+   * Optional: a process in the sandbox's own network namespace (pid and start time), for
+   * a backend whose agent does not serve egress: the workspace's network helper listens
+   * on 127.0.0.1:3128 in that namespace itself (core/netd-attach.ts), attached after
+   * every start. Null when the state names no such process.
+   */
+  egressNamespace?(state: SandboxState): Promise<{ pid: number; start_time: string } | null>;
+  /**
    * Optional, for VMs (nothing can be bound into them): the byte channel of the network
    * mux (agent/netmux.ts) that carries the VM's egress and published ports. One session
    * at a time, held by the workspace's network helper (core/netd.ts).

@@ -21,7 +21,8 @@ export type AgentChannel = { listen: string } | { stdio: true } | { vm: string }
  * ports (agent/guest/net.ts), as paths inside the sandbox.
  */
 export interface GuestNet {
-  egress: string;
+  /** The proxy socket the agent relays 127.0.0.1:3128 to; absent where the host listens there itself. */
+  egress?: string;
   forward: string;
 }
 
@@ -77,7 +78,13 @@ export function agentArgv(
     ...(options.tmp ? ["--tmp", options.tmp] : []),
     ...(options.readOnly ? ["--read-only"] : []),
     ...(options.alias ? ["--alias", options.alias] : []),
-    ...(options.net ? ["--egress", options.net.egress, "--forward", options.net.forward] : []),
+    ...(options.net
+      ? [
+          ...(options.net.egress ? ["--egress", options.net.egress] : ["--host-egress"]),
+          "--forward",
+          options.net.forward,
+        ]
+      : []),
   );
 }
 

@@ -23,6 +23,7 @@ export const BACKEND_FEATURES = [
   "runOnce",
   "adoptSpare",
   "diskLimitSupport",
+  "egressNamespace",
 ] as const;
 export type BackendFeature = (typeof BACKEND_FEATURES)[number];
 
@@ -60,6 +61,7 @@ export class LazyBackend implements WorkspaceBackend {
   declare runOnce?: WorkspaceBackend["runOnce"];
   declare adoptSpare?: WorkspaceBackend["adoptSpare"];
   declare diskLimitSupport?: WorkspaceBackend["diskLimitSupport"];
+  declare egressNamespace?: WorkspaceBackend["egressNamespace"];
   private loading: Promise<WorkspaceBackend> | undefined;
   private real: WorkspaceBackend | undefined;
   private oneShot: Promise<OneShotRunner> | undefined;

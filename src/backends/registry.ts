@@ -105,7 +105,7 @@ const ENTRIES: { readonly [N in BackendName]: BackendEntry } = {
     optIn: false,
     isolating: true,
     executionMode: "guest_agent",
-    features: ["connectPort", "openDisk", "runOnce", "adoptSpare"],
+    features: ["connectPort", "openDisk", "runOnce", "adoptSpare", "egressNamespace"],
     load: async () => new (await import("./bwrap/backend.js")).BwrapBackend(),
     oneShot: async () => {
       const [{ bwrapRunOnce }, { detectLaunchTools }] = await Promise.all([

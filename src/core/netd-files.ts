@@ -34,6 +34,8 @@ export interface NetdReady {
 
 export const NETD_CONFIG = "netd.json";
 export const READY_FILE = "netd.ready.json";
+/** The helper's control socket (core/netd-attach.ts), beside READY_FILE: never in the sandbox's view. */
+export const CTL_SOCKET = "netd.ctl.sock";
 /**
  * The subdirectory of the net directory the sandbox sees (at /run/pyro/net): only the
  * proxy socket, not the helper's configuration, report or log.

@@ -32,7 +32,8 @@ import { createEgressProxy } from "../net/proxy.js";
 import { StateStore } from "../state/store.js";
 import type { PublishedPort, WorkspaceRow } from "../state/types.js";
 import { atomicWriteFile } from "../util/fs.js";
-import { type NetdConfig, type NetdReady, READY_FILE, SANDBOX_NET_DIR } from "./netd-files.js";
+import { SandboxListener, serveControl } from "./netd-attach.js";
+import { CTL_SOCKET, type NetdConfig, type NetdReady, READY_FILE, SANDBOX_NET_DIR } from "./netd-files.js";
 
 export { NETD_CONFIG, type NetdConfig, type NetdReady, READY_FILE, SANDBOX_NET_DIR } from "./netd-files.js";
 
@@ -140,6 +141,29 @@ async function publish(
   return { server, port: { host_port: bound, guest_port: p.guest_port } };
 }
 
+/**
+ * For a backend whose sandbox has a network namespace of its own (`egressNamespace`):
+ * the helper listens on 127.0.0.1:3128 inside it and hands each connection to the proxy
+ * (core/netd-attach.ts). Attached now when the workspace's sandbox already runs (a helper
+ * started again beside it), and on every request on the control socket (a new sandbox).
+ */
+async function listenInSandbox(
+  backend: WorkspaceBackend,
+  row: () => WorkspaceRow | null,
+  proxy: net.Server,
+  controlPath: string,
+): Promise<{ listener: SandboxListener; control: net.Server }> {
+  const listener = new SandboxListener((socket) => proxy.emit("connection", socket));
+  const w = row();
+  const holder = w?.state === "running" && w.runtime.sandbox ? await backend.egressNamespace?.(w.runtime.sandbox as SandboxState) : null;
+  if (holder)
+    await listener.attach(holder).catch((err) => {
+      // A sandbox that died meanwhile: its next start attaches again.
+      process.stderr.write(`pyro-netd: not listening in the sandbox: ${toPyroError(err).message}\n`);
+    });
+  return { listener, control: await serveControl(controlPath, (h) => listener.attach(h)) };
+}
+
 export async function runNetd(config: NetdConfig): Promise<void> {
   const store = StateStore.open(config.db);
   const row = () => store.getWorkspace(config.workspace_id);
@@ -181,6 +205,8 @@ export async function runNetd(config: NetdConfig): Promise<void> {
     proxyPort = (tcp.server.address() as net.AddressInfo).port;
     servers.push(tcp.server);
   }
+  const inSandbox = backend.egressNamespace ? await listenInSandbox(backend, row, proxy.server, join(config.dir, CTL_SOCKET)) : null;
+  if (inSandbox) servers.push(inSandbox.control);
   const forward = makeForwarder(backend, row, socketPath);
   const published: PublishedPort[] = [];
   for (const p of config.published) {
@@ -210,6 +236,7 @@ export async function runNetd(config: NetdConfig): Promise<void> {
     process.once("SIGINT", resolve);
   });
   for (const s of servers) s.close();
+  inSandbox?.listener.close();
   store.close();
 }
 

@@ -12,7 +12,7 @@ import { readFileSync } from "node:fs";
 import { readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { EGRESS_PORT } from "../agent/guest/net.js";
-import type { SandboxSpec, WorkspaceBackend } from "../backends/backend.js";
+import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import {
   LAUNCH_ENV,
   logTail,
@@ -24,7 +24,7 @@ import { ACTIONS, PyroError } from "../errors.js";
 import { formatPolicy, formatRule, parsePolicy, parseTarget } from "../net/policy.js";
 import type { NetworkPolicy, PublishedPort, WorkspaceRow } from "../state/types.js";
 import { makeDirs } from "../util/fs.js";
-import { NETD_CONFIG, type NetdConfig, type NetdReady, READY_FILE, SANDBOX_NET_DIR } from "./netd-files.js";
+import { CTL_SOCKET, NETD_CONFIG, type NetdConfig, type NetdReady, READY_FILE, SANDBOX_NET_DIR } from "./netd-files.js";
 
 /** How long a starting helper may take to bind everything. */
 const NETD_START_MS = 10_000;
@@ -194,6 +194,26 @@ export class WorkspaceNetwork {
         );
       }
       await new Promise((r) => setTimeout(r, 15));
+    }
+  }
+
+  /**
+   * After every sandbox start, before anything runs in it: where the backend's sandbox
+   * has a network namespace of its own (`egressNamespace`, bwrap), asks the workspace's
+   * helper to listen on 127.0.0.1:3128 in it (core/netd-attach.ts) and waits for it. A
+   * failure stops the new sandbox (fail closed: a workspace whose policy is not `off`
+   * does not run without its proxy) and is the start's error.
+   */
+  async attach(w: WorkspaceRow, backend: WorkspaceBackend, state: SandboxState): Promise<void> {
+    if (!backend.egressNamespace || !this.needed(w)) return;
+    try {
+      const holder = await backend.egressNamespace(state);
+      if (!holder) throw new PyroError("backend_unavailable", "the sandbox's state names no process in it");
+      const { requestAttach } = await import("./netd-attach.js");
+      await requestAttach(join(this.dir(w.workspace_id), CTL_SOCKET), holder);
+    } catch (err) {
+      await backend.stop(state).catch(() => {});
+      throw err;
     }
   }
 

@@ -87,6 +87,7 @@ export async function createWorkspace(inner: WorkspaceInternals, options: Create
     // A started spare of the pool when one fits (mcp serve), else a sandbox of its own.
     const spare = (await deps.pool?.take(backend, spec)) ?? null;
     const state = spare ?? (await backend.start(spec, options.signal ? { signal: options.signal } : {}));
+    await ws.net.attach(created, backend, state);
     const w = inner.setState(id, "running", { runtime: { sandbox: state, owner: null } });
     recordCreated(inner, w, environment, backend, seed, spare !== null);
     return workspaceView(w, backend.executionMode);

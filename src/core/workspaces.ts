@@ -343,6 +343,7 @@ export class Workspaces {
       const backend = this.engine.backend(w.backend);
       await this.startNetwork(w, backend);
       started = await backend.start(spec);
+      await this.net.attach(w, backend, started);
     } catch (err) {
       const e = toPyroError(err);
       if (e.code !== "cancelled")

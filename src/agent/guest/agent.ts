@@ -48,6 +48,11 @@ export interface GuestOptions {
   idleCommands?: boolean;
   /** The host proxy's socket: serve 127.0.0.1:3128 forwarding to it (guest/net.ts). */
   egress?: string;
+  /**
+   * The host listens on 127.0.0.1:3128 in this sandbox's network namespace itself
+   * (core/netd-attach.ts): serve no egress, only point apt at it.
+   */
+  hostEgress?: boolean;
   /** A unix socket to serve published ports on (guest/net.ts). */
   forward?: string;
   /** Inside a VM: serve egress and published ports over the virtio-serial port with this name (guest/net.ts). */
@@ -65,7 +70,7 @@ export interface GuestOptions {
 export const READ_ONLY_OPS = ["ping", "info", "file_list", "file_read", "tar_out"] as const;
 
 export const USAGE =
-  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET] [--forward SOCKET] [--net-mux PORT_NAME] [--net-listen SOCKET] [--read-only]";
+  "usage: main.js --root DIR (--listen SOCKET | --stdio | --serial PORT_PREFIX) [--tmp DIR] [--alias PATH] [--vm DIR] [--idle-commands] [--egress SOCKET | --host-egress] [--forward SOCKET] [--net-mux PORT_NAME] [--net-listen SOCKET] [--read-only]";
 
 /** Parses `--root DIR (--listen PATH | --stdio) [--tmp DIR]`; throws `invalid_argument`. */
 export function parseGuestArgs(argv: readonly string[]): GuestOptions {
@@ -90,6 +95,7 @@ export function parseGuestArgs(argv: readonly string[]): GuestOptions {
     else if (arg === "--net-listen") opts.netListen = value();
     else if (arg === "--stdio") opts.stdio = true;
     else if (arg === "--idle-commands") opts.idleCommands = true;
+    else if (arg === "--host-egress") opts.hostEgress = true;
     else if (arg === "--read-only") opts.readOnly = true;
     else throw new AgentError("invalid_argument", `unknown argument '${arg}'; ${USAGE}`);
   }
@@ -159,7 +165,7 @@ async function startNetHelpers(opts: GuestOptions): Promise<NetHelper[]> {
   if (opts.egress) {
     helpers.push(await serveEgress(opts.egress));
     await configureApt();
-  }
+  } else if (opts.hostEgress) await configureApt();
   if (opts.netListen) {
     await removeStaleSocket(opts.netListen);
     helpers.push(await serveNetMuxOn(opts.netListen));

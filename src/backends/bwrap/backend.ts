@@ -66,6 +66,13 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
     return bwrapRunOnce(spec, await this.launchTools());
   }
 
+  async egressNamespace(state: SandboxState): Promise<{ pid: number; start_time: string } | null> {
+    const s = this.sandboxState.read(state);
+    return s.agent_pid !== undefined && s.agent_start_time !== undefined
+      ? { pid: s.agent_pid, start_time: s.agent_start_time }
+      : null;
+  }
+
   agentRoot(): string {
     return IN_SANDBOX.workspace;
   }
@@ -132,7 +139,8 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
         idleCommands: true,
         tmp: AGENT_TMP,
         nonDumpable: true,
-        ...(spec.netDir ? { net: guestNet(IN_SANDBOX) } : {}),
+        // Egress: the network helper listens in the sandbox itself (egressNamespace).
+        ...(spec.netDir ? { net: { forward: guestNet(IN_SANDBOX).forward } } : {}),
       },
     );
     const seccompFile = join(spec.dir, "seccomp.bpf");
