@@ -138,7 +138,9 @@ export function requestAttach(path: string, holder: NamespaceHolder, timeoutMs =
       try {
         answer = JSON.parse(text.trim());
       } catch {
-        return reject(new PyroError("backend_unavailable", "the workspace's network helper closed an attach"));
+        return reject(
+          new PyroError("backend_unavailable", "the workspace's network helper closed an attach"),
+        );
       }
       if (answer.ok) return resolve();
       const e = answer.error;

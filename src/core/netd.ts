@@ -155,7 +155,10 @@ async function listenInSandbox(
 ): Promise<{ listener: SandboxListener; control: net.Server }> {
   const listener = new SandboxListener((socket) => proxy.emit("connection", socket));
   const w = row();
-  const holder = w?.state === "running" && w.runtime.sandbox ? await backend.egressNamespace?.(w.runtime.sandbox as SandboxState) : null;
+  const holder =
+    w?.state === "running" && w.runtime.sandbox
+      ? await backend.egressNamespace?.(w.runtime.sandbox as SandboxState)
+      : null;
   if (holder)
     await listener.attach(holder).catch((err) => {
       // A sandbox that died meanwhile: its next start attaches again.
@@ -205,7 +208,9 @@ export async function runNetd(config: NetdConfig): Promise<void> {
     proxyPort = (tcp.server.address() as net.AddressInfo).port;
     servers.push(tcp.server);
   }
-  const inSandbox = backend.egressNamespace ? await listenInSandbox(backend, row, proxy.server, join(config.dir, CTL_SOCKET)) : null;
+  const inSandbox = backend.egressNamespace
+    ? await listenInSandbox(backend, row, proxy.server, join(config.dir, CTL_SOCKET))
+    : null;
   if (inSandbox) servers.push(inSandbox.control);
   const forward = makeForwarder(backend, row, socketPath);
   const published: PublishedPort[] = [];

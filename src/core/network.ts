@@ -24,7 +24,14 @@ import { ACTIONS, PyroError } from "../errors.js";
 import { formatPolicy, formatRule, parsePolicy, parseTarget } from "../net/policy.js";
 import type { NetworkPolicy, PublishedPort, WorkspaceRow } from "../state/types.js";
 import { makeDirs } from "../util/fs.js";
-import { CTL_SOCKET, NETD_CONFIG, type NetdConfig, type NetdReady, READY_FILE, SANDBOX_NET_DIR } from "./netd-files.js";
+import {
+  CTL_SOCKET,
+  NETD_CONFIG,
+  type NetdConfig,
+  type NetdReady,
+  READY_FILE,
+  SANDBOX_NET_DIR,
+} from "./netd-files.js";
 
 /** How long a starting helper may take to bind everything. */
 const NETD_START_MS = 10_000;

@@ -59,7 +59,10 @@ async function openNamespace(holder: NamespaceHolder): Promise<{ fd: number; id:
   }
   try {
     if ((await procStartTime(holder.pid)) !== holder.start_time)
-      throw new PyroError("backend_unavailable", `the sandbox's process ${holder.pid} is gone (its pid was reused)`);
+      throw new PyroError(
+        "backend_unavailable",
+        `the sandbox's process ${holder.pid} is gone (its pid was reused)`,
+      );
     const s = fstatSync(fd);
     const id = `${s.dev}:${s.ino}`;
     if (id === namespaceId("/proc/self/ns/net"))
@@ -98,7 +101,9 @@ export async function listenInNamespace(
       const fail = (why: string) => {
         clearTimeout(timer);
         child.kill("SIGKILL");
-        reject(new PyroError("backend_unavailable", `cannot listen on 127.0.0.1:${port} in the sandbox: ${why}`));
+        reject(
+          new PyroError("backend_unavailable", `cannot listen on 127.0.0.1:${port} in the sandbox: ${why}`),
+        );
       };
       const timer = setTimeout(() => fail(`no answer in ${LISTEN_MS / 1000} s`), LISTEN_MS);
       child.on("error", (err) => fail(`nsenter: ${err.message}`));

@@ -11,9 +11,13 @@ const can = isRoot && hasUnshare;
 
 /** A process alone in a new network namespace (loopback up), as a sandbox's agent is. */
 async function namespaceHolder(): Promise<{ child: ChildProcess; holder: NamespaceHolder }> {
-  const child = spawn("unshare", ["--net", "sh", "-c", "ip link set lo up 2>/dev/null; echo up; exec sleep 120"], {
-    stdio: ["ignore", "pipe", "inherit"],
-  });
+  const child = spawn(
+    "unshare",
+    ["--net", "sh", "-c", "ip link set lo up 2>/dev/null; echo up; exec sleep 120"],
+    {
+      stdio: ["ignore", "pipe", "inherit"],
+    },
+  );
   await new Promise<void>((resolve) => child.stdout?.once("data", () => resolve()));
   const pid = child.pid as number;
   return { child, holder: { pid, start_time: (await procStartTime(pid)) as string } };
