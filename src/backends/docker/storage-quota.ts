@@ -106,7 +106,7 @@ function mountOf(mountinfo: string, path: string): Mount | null {
   let best: (Mount & { point: string }) | null = null;
   for (const line of mountinfo.split("\n")) {
     const [left, right] = line.split(" - ");
-    const point = unescape(left?.split(" ")[4]);
+    const point = unescapeMountPath(left?.split(" ")[4]);
     const [fstype, source, superOpts] = right?.split(" ") ?? [];
     if (!point || !fstype) continue;
     const inside = path === point || path.startsWith(point.endsWith("/") ? point : `${point}/`);
@@ -122,7 +122,7 @@ function mountOf(mountinfo: string, path: string): Mount | null {
 }
 
 /** mountinfo writes a space, tab, newline or backslash in a path as an octal escape. */
-function unescape(p: string | undefined): string | undefined {
+function unescapeMountPath(p: string | undefined): string | undefined {
   return p?.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8)));
 }
 
