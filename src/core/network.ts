@@ -148,6 +148,11 @@ export class WorkspaceNetwork {
     return r && !r.error && (await sameProcessAlive(r.pid, r.start_time)) ? r : null;
   }
 
+  /** Makes the directory the sandbox binds (at /run/pyro/net): it must exist before a start. */
+  async prepare(id: string): Promise<void> {
+    await makeDirs(join(this.dir(id), SANDBOX_NET_DIR), 0o700);
+  }
+
   /**
    * Makes the helper's state match the row: started when needed and not running,
    * stopped when not needed. Returns the published ports as bound (host port 0 resolved)
@@ -156,7 +161,7 @@ export class WorkspaceNetwork {
   async ensure(w: WorkspaceRow, backend: WorkspaceBackend): Promise<PublishedPort[] | null> {
     const dir = this.dir(w.workspace_id);
     // The sandbox's view must exist before it starts, whatever the policy (a bind needs its source).
-    await makeDirs(join(dir, SANDBOX_NET_DIR), 0o700);
+    await this.prepare(w.workspace_id);
     if (!this.needed(w)) {
       await this.stop(w.workspace_id);
       return null;

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
-import type { WorkspaceBackend } from "../backends/backend.js";
+import type { SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { PyroError } from "../errors.js";
 import type { NetworkPolicy, PublishedPort, WorkspaceRow, WorkspaceSeed } from "../state/types.js";
 import { removeTree } from "../util/mounts.js";
@@ -82,12 +82,9 @@ export async function createWorkspace(inner: WorkspaceInternals, options: Create
       bytes: seed.bytes,
       file_count: seed.file_count,
     });
-    created = await inner.startNetwork(created, backend);
-    const spec = ws.sandboxSpec(created);
-    // A started spare of the pool when one fits (mcp serve), else a sandbox of its own.
-    const spare = (await deps.pool?.take(backend, spec)) ?? null;
-    const state = spare ?? (await backend.start(spec, options.signal ? { signal: options.signal } : {}));
-    await ws.net.attach(created, backend, state);
+    const started = await startFirst(inner, created, backend, options.signal);
+    created = started.row;
+    const { state, spare } = started;
     const w = inner.setState(id, "running", { runtime: { sandbox: state, owner: null } });
     recordCreated(inner, w, environment, backend, seed, spare !== null);
     return workspaceView(w, backend.executionMode);
@@ -95,6 +92,44 @@ export async function createWorkspace(inner: WorkspaceInternals, options: Create
     await rollbackCreate(inner, id, created, backend);
     throw err;
   }
+}
+
+/**
+ * The new workspace's first sandbox (a spare of the pool when one fits) and its network
+ * helper, started side by side: neither needs the other until the helper attaches to the
+ * sandbox (core/netd-attach.ts); only the directory the sandbox binds must exist first.
+ * A failure leaves nothing running but what the caller's rollback removes.
+ */
+async function startFirst(
+  inner: WorkspaceInternals,
+  created: WorkspaceRow,
+  backend: WorkspaceBackend,
+  signal: AbortSignal | undefined,
+): Promise<{ row: WorkspaceRow; state: SandboxState; spare: SandboxState | null }> {
+  const { ws, deps } = inner;
+  await ws.net.prepare(created.workspace_id);
+  const spec = ws.sandboxSpec(created);
+  // Before the helper starts: a hand-out moves the net directory's entries (bwrap/pool.ts).
+  const spare = (await deps.pool?.take(backend, spec)) ?? null;
+  const network = inner.startNetwork(created, backend);
+  network.catch(() => {});
+  let state: SandboxState;
+  try {
+    state = spare ?? (await backend.start(spec, signal ? { signal } : {}));
+  } catch (err) {
+    // The rollback stops the helper: it must have written its report first.
+    await network.catch(() => {});
+    throw err;
+  }
+  let row: WorkspaceRow;
+  try {
+    row = await network;
+  } catch (err) {
+    await backend.stop(state).catch(() => {});
+    throw err;
+  }
+  await ws.net.attach(row, backend, state);
+  return { row, state, spare };
 }
 
 /** The create's event in the workspace's history, and the engine event hosts see. */
