@@ -296,6 +296,7 @@ export interface NetworkDoctor {
 /** How each backend reaches its helper, in words for doctor (docs/network.md). */
 function channelOf(b: WorkspaceBackend): string {
   if (b.executionMode === "host_compat") return "a loopback proxy port (no isolation: not enforced)";
+  if (b.egressNamespace) return "the helper's own listener in the sandbox's network namespace";
   if (b.connectPort) return "the proxy's unix socket, bound read-only into the sandbox";
   if (b.connectNet) return "the network mux on the VM's agent channel";
   return "none: only the off policy";
