@@ -27,6 +27,24 @@ interface ServeFlags {
 /** How long a shutdown waits for calls in flight (they are cancelled first). */
 const DRAIN_MS = 10_000;
 
+/**
+ * How long a stdio server may go on after its host closed stdin: the drain, closing the
+ * engine, then the process's natural end. Past it, whatever still holds the event loop
+ * is named on stderr and the process exits (a host waits for its server to go).
+ */
+const EXIT_GRACE_MS = DRAIN_MS + 10_000;
+
+/** Ends this process if it is still alive EXIT_GRACE_MS from now, naming what kept it. */
+function exitWatchdog(stderr: NodeJS.WritableStream): void {
+  setTimeout(() => {
+    const open = process.getActiveResourcesInfo().filter((r) => r !== "Timeout");
+    stderr.write(
+      `pyro mcp: still running ${EXIT_GRACE_MS / 1000} s after the host closed stdin; ending it (still open: ${open.join(", ") || "nothing"})\n`,
+    );
+    process.exit(typeof process.exitCode === "number" ? process.exitCode : 0);
+  }, EXIT_GRACE_MS).unref();
+}
+
 /** `pyro mcp serve`: the product entrypoint that MCP hosts launch. */
 export function registerMcp(program: Command, ctx: CliContext): void {
   const mcp = program
@@ -129,6 +147,7 @@ async function serve(ctx: CliContext, o: ServeFlags): Promise<number> {
       await server.connect(transport);
       log(`serving ${what} on stdio`);
       await ended;
+      exitWatchdog(ctx.io.stderr);
       await server.close();
     }
     return EXIT_OK;

@@ -103,11 +103,18 @@ class RawClient {
     return r.message.result.structuredContent;
   }
 
+  /**
+   * Closes stdin and waits for the server to end on its own. A server that does not is a
+   * bug: its watchdog (cli/commands/mcp.ts) ends it and names what held it open, which
+   * this turns into the failure's message.
+   */
   async close(): Promise<void> {
     if (!this.alive) return;
     const exited = new Promise((r) => this.child.once("exit", r));
     this.child.stdin.end();
     await exited;
+    const held = /pyro mcp: still running.*$/m.exec(this.stderr);
+    if (held) throw new Error(`the server did not end after its stdin closed: ${held[0]}`);
   }
 }
 
