@@ -114,6 +114,9 @@ export async function serveControl(
   return server;
 }
 
+/** No helper answers on the control socket (none, or one of an older build without it). */
+export class HelperUnreachable extends PyroError {}
+
 /** Asks the helper listening on `path` to attach to `holder`'s namespace; throws its error. */
 export function requestAttach(path: string, holder: NamespaceHolder, timeoutMs = ATTACH_MS): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -129,7 +132,10 @@ export function requestAttach(path: string, holder: NamespaceHolder, timeoutMs =
     s.on("error", (err) => {
       clearTimeout(timer);
       reject(
-        new PyroError("backend_unavailable", `cannot reach the workspace's network helper: ${err.message}`),
+        new HelperUnreachable(
+          "backend_unavailable",
+          `cannot reach the workspace's network helper: ${err.message}`,
+        ),
       );
     });
     s.on("close", () => {

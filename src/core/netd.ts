@@ -154,16 +154,17 @@ async function listenInSandbox(
   controlPath: string,
 ): Promise<{ listener: SandboxListener; control: net.Server }> {
   const listener = new SandboxListener((socket) => proxy.emit("connection", socket));
+  // Beside a running sandbox (a policy no longer off, a helper started again): attached
+  // now, and a failure is the helper's (fail closed: reported, the caller's error). A
+  // sandbox that is gone is left to its next start, which attaches.
   const w = row();
-  const holder =
-    w?.state === "running" && w.runtime.sandbox
-      ? await backend.egressNamespace?.(w.runtime.sandbox as SandboxState)
-      : null;
-  if (holder)
-    await listener.attach(holder).catch((err) => {
-      // A sandbox that died meanwhile: its next start attaches again.
-      process.stderr.write(`pyro-netd: not listening in the sandbox: ${toPyroError(err).message}\n`);
-    });
+  const state = w?.state === "running" ? (w.runtime.sandbox as SandboxState | null) : null;
+  if (state && (await backend.isRunning(state))) {
+    const holder = await backend.egressNamespace?.(state);
+    if (!holder)
+      throw new PyroError("backend_unavailable", "no process of the running sandbox was found to listen in");
+    await listener.attach(holder);
+  }
   return { listener, control: await serveControl(controlPath, (h) => listener.attach(h)) };
 }
 

@@ -33,8 +33,8 @@ import {
   SANDBOX_NET_DIR,
 } from "./netd-files.js";
 
-/** How long a starting helper may take to bind everything. */
-const NETD_START_MS = 10_000;
+/** How long a starting helper may take to bind everything (its listener in a sandbox: up to 10 s of it). */
+const NETD_START_MS = 20_000;
 
 /** The most published ports of one workspace. */
 const MAX_PUBLISHED = 32;
@@ -220,9 +220,17 @@ export class WorkspaceNetwork {
     if (!backend.egressNamespace || !this.needed(w)) return;
     try {
       const holder = await backend.egressNamespace(state);
-      if (!holder) throw new PyroError("backend_unavailable", "the sandbox's state names no process in it");
-      const { requestAttach } = await import("./netd-attach.js");
-      await requestAttach(join(this.dir(w.workspace_id), CTL_SOCKET), holder);
+      if (!holder)
+        throw new PyroError("backend_unavailable", "no process of the new sandbox was found to listen in");
+      const { requestAttach, HelperUnreachable } = await import("./netd-attach.js");
+      const path = join(this.dir(w.workspace_id), CTL_SOCKET);
+      await requestAttach(path, holder).catch(async (err) => {
+        if (!(err instanceof HelperUnreachable)) throw err;
+        // A live helper that has no control socket (one an older build started): a new one.
+        await this.stop(w.workspace_id);
+        await this.ensure(w, backend);
+        await requestAttach(path, holder);
+      });
     } catch (err) {
       await backend.stop(state).catch(() => {});
       throw err;

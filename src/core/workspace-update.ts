@@ -39,7 +39,15 @@ export async function updateWorkspace(inner: WorkspaceInternals, idOrName: strin
   });
   // The helper reads the policy per connection: starting or stopping it is all a change needs.
   if (policy !== undefined && updated.state === "running")
-    await inner.startNetwork(updated, deps.backend(w.backend));
+    await inner.startNetwork(updated, deps.backend(w.backend)).catch(async (err) => {
+      // The change did not take (the helper could not start or listen): the policy it had.
+      const back = ws.journal(w.workspace_id, (store) => {
+        store.recordEvent(w.workspace_id, "update", { network_policy: w.network_policy, reverted: true });
+        return store.updateWorkspace(w.workspace_id, { network_policy: w.network_policy });
+      });
+      await inner.startNetwork(back, deps.backend(w.backend)).catch(() => {});
+      throw err;
+    });
   return workspaceView(updated, deps.backend(w.backend).executionMode);
 }
 

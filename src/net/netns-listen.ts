@@ -102,7 +102,13 @@ export async function listenInNamespace(
         clearTimeout(timer);
         child.kill("SIGKILL");
         reject(
-          new PyroError("backend_unavailable", `cannot listen on 127.0.0.1:${port} in the sandbox: ${why}`),
+          new PyroError(
+            "backend_unavailable",
+            `cannot listen on 127.0.0.1:${port} in the sandbox: ${why}`,
+            why === "EADDRINUSE"
+              ? `a process in the workspace holds port ${port}, the proxy's: end it (with the network policy off), or restart the workspace (stop, then start)`
+              : undefined,
+          ),
         );
       };
       const timer = setTimeout(() => fail(`no answer in ${LISTEN_MS / 1000} s`), LISTEN_MS);

@@ -1,4 +1,4 @@
-import { closeSync, openSync } from "node:fs";
+import { closeSync, openSync, readFileSync, readlinkSync } from "node:fs";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import * as z from "zod/mini";
@@ -7,7 +7,7 @@ import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import { agentApp } from "../agent-app.js";
 import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
-import { sameProcessAlive, waitForSocket } from "../common.js";
+import { procStartTime, sameProcessAlive, waitForSocket } from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
 import { agentArgv, guestNet, sandboxHostname } from "../guest.js";
 import { CgroupLimits, detectCgroups, limitedCgroup } from "../linux/cgroups.js";
@@ -52,6 +52,41 @@ const BWRAP_STATE = stateReader("bwrap", {
 });
 type BwrapState = z.output<z.ZodMiniObject<typeof socketSandboxShape>> & Partial<ResetBase>;
 
+/** How deep below the launcher the sandbox's first process may be (launcher → bwrap → bwrap). */
+const SANDBOX_DEPTH = 4;
+
+/** The first descendant of `root` (breadth first) whose network namespace is not this process's. */
+export function processInOtherNetns(root: number): number | null {
+  let own: string;
+  try {
+    own = readlinkSync("/proc/self/ns/net");
+  } catch {
+    return null;
+  }
+  let level = [root];
+  for (let depth = 0; depth < SANDBOX_DEPTH && level.length > 0; depth++) {
+    const next: number[] = [];
+    for (const pid of level) {
+      let children: string;
+      try {
+        children = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8");
+      } catch {
+        continue;
+      }
+      for (const c of children.split(" ").filter(Boolean).map(Number)) {
+        try {
+          if (readlinkSync(`/proc/${c}/ns/net`) !== own) return c;
+        } catch {
+          continue;
+        }
+        next.push(c);
+      }
+    }
+    level = next;
+  }
+  return null;
+}
+
 /**
  * The bubblewrap backend: Linux namespaces (mount, pid, ipc, uts, net, cgroup), all
  * capabilities dropped, a seccomp filter, cgroup limits, and a copy-on-write root per
@@ -66,11 +101,19 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
     return bwrapRunOnce(spec, await this.launchTools());
   }
 
+  /**
+   * The agent, where the state records it (a sandbox that can reset in place); else the
+   * first process below the launcher that is in a network namespace other than this
+   * process's (the sandbox's init), found through the recorded launcher.
+   */
   async egressNamespace(state: SandboxState): Promise<{ pid: number; start_time: string } | null> {
     const s = this.sandboxState.read(state);
-    return s.agent_pid !== undefined && s.agent_start_time !== undefined
-      ? { pid: s.agent_pid, start_time: s.agent_start_time }
-      : null;
+    if (s.agent_pid !== undefined && s.agent_start_time !== undefined)
+      return { pid: s.agent_pid, start_time: s.agent_start_time };
+    if (!(await sameProcessAlive(s.pid, s.start_time))) return null;
+    const pid = processInOtherNetns(s.pid);
+    const start = pid === null ? null : await procStartTime(pid);
+    return pid !== null && start !== null ? { pid, start_time: start } : null;
   }
 
   agentRoot(): string {
