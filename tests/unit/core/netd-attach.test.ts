@@ -47,26 +47,10 @@ it("a bad request is answered with an error and attaches nothing; no helper is a
   server = await serveControl(path, async () => {
     calls++;
   });
-  const answer = await new Promise<string>((resolve) => {
-    const s = net.connect({ path });
-    let t = "";
-    s.on("data", (d) => {
-      t += d;
-    });
-    s.on("close", () => resolve(t));
-    s.write('{"attach":{"pid":1,"start_time":5}}\n');
-  });
-  expect(JSON.parse(answer).error.code).toBe("invalid_argument");
-  const huge = await new Promise<string>((resolve) => {
-    const s = net.connect({ path });
-    let t = "";
-    s.on("data", (d) => {
-      t += d;
-    });
-    s.on("close", () => resolve(t));
-    s.on("error", () => resolve(t));
-    s.write("x".repeat(5000));
-  });
+  expect(JSON.parse(await rawAnswer(path, '{"attach":{"pid":1,"start_time":5}}\n')).error.code).toBe(
+    "invalid_argument",
+  );
+  const huge = await rawAnswer(path, "x".repeat(5000));
   expect(JSON.parse(huge).error.code).toBe("invalid_argument");
   expect(calls).toBe(0);
   await expect(requestAttach(join(dir, "none.sock"), { pid: 1234, start_time: "1" })).rejects.toMatchObject({
@@ -74,3 +58,17 @@ it("a bad request is answered with an error and attaches nothing; no helper is a
     message: expect.stringContaining("cannot reach the workspace's network helper"),
   });
 });
+
+/** Writes `text` on the control socket as is; what comes back before the helper closes. */
+function rawAnswer(path: string, text: string): Promise<string> {
+  return new Promise((resolve) => {
+    const s = net.connect({ path });
+    let got = "";
+    s.on("data", (d) => {
+      got += d;
+    });
+    s.on("close", () => resolve(got));
+    s.on("error", () => resolve(got));
+    s.write(text);
+  });
+}
