@@ -134,7 +134,8 @@ export function requestAttach(path: string, holder: NamespaceHolder, timeoutMs =
       reject(
         new HelperUnreachable(
           "backend_unavailable",
-          `cannot reach the workspace's network helper: ${err.message}`,
+          `cannot reach the workspace's network helper: ${(err as NodeJS.ErrnoException).code ?? err.message}`,
+          "the next use of the workspace starts its helper again",
         ),
       );
     });

@@ -24,6 +24,7 @@ import { ACTIONS, PyroError } from "../errors.js";
 import { formatPolicy, formatRule, parsePolicy, parseTarget } from "../net/policy.js";
 import type { NetworkPolicy, PublishedPort, WorkspaceRow } from "../state/types.js";
 import { makeDirs } from "../util/fs.js";
+import { acquireLock } from "../util/lock.js";
 import {
   CTL_SOCKET,
   NETD_CONFIG,
@@ -159,15 +160,44 @@ export class WorkspaceNetwork {
    * for the caller to record, so a restart binds the same ones.
    */
   async ensure(w: WorkspaceRow, backend: WorkspaceBackend): Promise<PublishedPort[] | null> {
-    const dir = this.dir(w.workspace_id);
     // The sandbox's view must exist before it starts, whatever the policy (a bind needs its source).
     await this.prepare(w.workspace_id);
-    if (!this.needed(w)) {
-      await this.stop(w.workspace_id);
-      return null;
+    return this.locked(w.workspace_id, async () => {
+      if (!this.needed(w)) {
+        await this.stopUnlocked(w.workspace_id);
+        return null;
+      }
+      // Checked under the lock: a helper another client just started is the one.
+      const live = await this.running(w.workspace_id);
+      return live ? live.published : this.startHelper(w, backend);
+    });
+  }
+
+  /**
+   * One helper change at a time per workspace, across processes (two clients that each
+   * found no helper must not both start one: the second would fail to listen where the
+   * first does, and its report would hide it).
+   */
+  private async locked<T>(id: string, f: () => Promise<T>): Promise<T> {
+    let release: (() => Promise<void>) | null = null;
+    try {
+      release = await acquireLock(join(this.dir(id), "netd.lock"), {
+        timeoutMs: 2 * NETD_START_MS,
+        pollMs: 25,
+      });
+    } catch (err) {
+      // No net directory: no helper was ever started here, nothing to race with.
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
     }
-    const live = await this.running(w.workspace_id);
-    if (live) return live.published;
+    try {
+      return await f();
+    } finally {
+      await release?.();
+    }
+  }
+
+  private async startHelper(w: WorkspaceRow, backend: WorkspaceBackend): Promise<PublishedPort[]> {
+    const dir = this.dir(w.workspace_id);
     await rm(join(dir, READY_FILE), { force: true });
     const config: NetdConfig = {
       workspace_id: w.workspace_id,
@@ -221,7 +251,11 @@ export class WorkspaceNetwork {
     try {
       const holder = await backend.egressNamespace(state);
       if (!holder)
-        throw new PyroError("backend_unavailable", "no process of the new sandbox was found to listen in");
+        throw new PyroError(
+          "backend_unavailable",
+          "no process of the new sandbox was found to listen in (it ended as it started)",
+          "try again; `pyro doctor` checks the backend",
+        );
       const { requestAttach, HelperUnreachable } = await import("./netd-attach.js");
       const path = join(this.dir(w.workspace_id), CTL_SOCKET);
       await requestAttach(path, holder).catch(async (err) => {
@@ -238,7 +272,11 @@ export class WorkspaceNetwork {
   }
 
   /** Stops the helper (published ports are unbound; the proxy socket goes away). */
-  async stop(id: string): Promise<void> {
+  stop(id: string): Promise<void> {
+    return this.locked(id, () => this.stopUnlocked(id));
+  }
+
+  private async stopUnlocked(id: string): Promise<void> {
     const r = await this.ready(id);
     if (r) await terminateAndWait(r.pid, r.start_time, 2000);
     await rm(join(this.dir(id), READY_FILE), { force: true });

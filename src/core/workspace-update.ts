@@ -27,6 +27,14 @@ export async function updateWorkspace(inner: WorkspaceInternals, idOrName: strin
     if (inner.deps.store().nameTaken(patch.name, w.workspace_id))
       throw new PyroError("conflict", `a workspace named '${patch.name}' already exists`);
   }
+  const backend = deps.backend(w.backend);
+  // The network first (the helper reads the policy per connection: starting or stopping
+  // it is all a change needs): a policy the helper cannot apply changes nothing at all.
+  if (policy !== undefined && w.state === "running")
+    await inner.startNetwork({ ...w, network_policy: policy }, backend).catch(async (err) => {
+      await inner.startNetwork(w, backend).catch(() => {});
+      throw err;
+    });
   const updated = ws.journal(w.workspace_id, (store) => {
     const row = store.updateWorkspace(w.workspace_id, {
       ...(patch.name !== undefined ? { name: patch.name } : {}),
@@ -37,18 +45,7 @@ export async function updateWorkspace(inner: WorkspaceInternals, idOrName: strin
     store.recordEvent(w.workspace_id, "update", patch as Record<string, unknown>);
     return row;
   });
-  // The helper reads the policy per connection: starting or stopping it is all a change needs.
-  if (policy !== undefined && updated.state === "running")
-    await inner.startNetwork(updated, deps.backend(w.backend)).catch(async (err) => {
-      // The change did not take (the helper could not start or listen): the policy it had.
-      const back = ws.journal(w.workspace_id, (store) => {
-        store.recordEvent(w.workspace_id, "update", { network_policy: w.network_policy, reverted: true });
-        return store.updateWorkspace(w.workspace_id, { network_policy: w.network_policy });
-      });
-      await inner.startNetwork(back, deps.backend(w.backend)).catch(() => {});
-      throw err;
-    });
-  return workspaceView(updated, deps.backend(w.backend).executionMode);
+  return workspaceView(updated, backend.executionMode);
 }
 
 /** The capability blocks of a workspace: destinations its proxy refused. */

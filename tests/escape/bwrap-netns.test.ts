@@ -122,7 +122,7 @@ describe.skipIf(skip !== "")(
         id,
         `nohup python3 -c 'import socket,time; s=socket.socket(); s.bind(("127.0.0.1",3128)); s.listen(); time.sleep(600)' >/dev/null 2>&1 & echo $! > squat.pid; sleep 0.5`,
       );
-      const err = await pyro.updateWorkspace(id, { networkPolicy: "egress" }).then(
+      const err = await pyro.updateWorkspace(id, { networkPolicy: "egress", name: "renamed" }).then(
         () => null,
         (e: { code: string; message: string; hint?: string }) => e,
       );
@@ -132,7 +132,9 @@ describe.skipIf(skip !== "")(
       });
       expect(err?.hint).toContain("holds port 3128");
       // Nothing changed: the policy is the one it had, and the workspace works.
-      expect((await pyro.getWorkspace(id)).network_policy).toBe("off");
+      const now = await pyro.getWorkspace(id);
+      expect(now.network_policy).toBe("off");
+      expect(now.name).not.toBe("renamed");
       await pyro.execWorkspace(id, "kill $(cat squat.pid)");
       await pyro.updateWorkspace(id, { networkPolicy: "egress" });
       const r = await pyro.execWorkspace(id, CURL_403);
@@ -166,6 +168,36 @@ describe.skipIf(skip !== "")(
       expect(readlinkSync(`/proc/${found!.pid}/ns/net`)).not.toBe(readlinkSync("/proc/self/ns/net"));
       // A launcher that is not the recorded one (a reused pid) finds nothing.
       expect(await backend.egressNamespace!({ ...bare, start_time: "1" } as never)).toBeNull();
+    });
+
+    it("two clients that both find the helper dead start one helper between them", async () => {
+      const w = await pyro.createWorkspace({ backend: "bwrap", networkPolicy: "egress" });
+      const id = w.workspace_id;
+      const others = [0, 1].map(() => new Pyro({ home, environmentsDir: ENV_CACHE }));
+      try {
+        for (let round = 0; round < 3; round++) {
+          process.kill(helperPid(id), "SIGKILL");
+          await new Promise((r) => setTimeout(r, 100));
+          const results = await Promise.all(others.map((p) => p.execWorkspace(id, CURL_403)));
+          expect(results.map((r) => r.stdout)).toEqual(["403", "403"]);
+          const helpers = readdirSync("/proc").filter((p) => {
+            try {
+              return (
+                /^\d+$/.test(p) &&
+                (() => {
+                  const cmd = readFileSync(`/proc/${p}/cmdline`, "utf8");
+                  return cmd.includes("netd.js") && cmd.includes(join(home, "workspaces", id));
+                })()
+              );
+            } catch {
+              return false;
+            }
+          });
+          expect(helpers).toEqual([String(helperPid(id))]);
+        }
+      } finally {
+        for (const p of others) await p.close();
+      }
     });
   },
 );

@@ -55,11 +55,11 @@ type BwrapState = z.output<z.ZodMiniObject<typeof socketSandboxShape>> & Partial
 /** How deep below the launcher the sandbox's first process may be (launcher → bwrap → bwrap). */
 const SANDBOX_DEPTH = 4;
 
-/** The first descendant of `root` (breadth first) whose network namespace is not this process's. */
+/** The first descendant of `root` (breadth first) whose network namespace is not `root`'s. */
 export function processInOtherNetns(root: number): number | null {
   let own: string;
   try {
-    own = readlinkSync("/proc/self/ns/net");
+    own = readlinkSync(`/proc/${root}/ns/net`);
   } catch {
     return null;
   }
