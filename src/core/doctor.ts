@@ -5,7 +5,7 @@ import { type ProbeReport, probeAll } from "../backends/registry.js";
 import type { EnvironmentInfo } from "../env/cache.js";
 import { loadConfig } from "./config.js";
 import type { Engine } from "./engine.js";
-import { type NetworkDoctor, networkDoctor } from "./network.js";
+import { type NetworkDoctor, networkDoctor } from "./network-doctor.js";
 import { poolDirOf, poolReport, SERVE_POOL_SIZE, type SpareReport } from "./pool.js";
 import { keepVerdict, verdictsFile } from "./probe-cache.js";
 

@@ -19,9 +19,12 @@
  */
 import { lstatSync, readdirSync, readlinkSync } from "node:fs";
 import path from "node:path";
+import { Writable } from "node:stream";
 import * as tar from "tar";
 import { linkStaysInside } from "../agent/tarsafe.js";
 import { PyroError } from "../errors.js";
+import { TreeOps } from "./tree-ops.js";
+import { SwitchingSteps, workerScript } from "./tree-worker.js";
 import { TreeWriter } from "./tree-writer.js";
 
 const posix = path.posix;
@@ -91,7 +94,8 @@ function checkName(raw: string): { name: string } | { problem: string } {
 }
 
 /** Where an archive's bytes go: node-tar's parser (write returns false until "drain"). */
-export type ArchiveInput = Pick<tar.Parser, "write" | "end" | "once" | "off" | "on">;
+/** Where the archive's bytes go: write (false: wait for `drain`), end. */
+export type ArchiveInput = Pick<Writable, "write" | "end" | "once" | "off" | "on">;
 
 /** A streaming extraction: write the archive's bytes to `input`; `done` settles with the result. */
 export interface UntrustedUnpacker {
@@ -130,9 +134,7 @@ export function untrustedUnpacker(
   const result: Extracted = { files: 0, bytes: 0, entries: 0, top: [] };
   // Exports land as files the invoking user made: its umask applies (snapshots keep modes).
   const umask = mode === "export" ? process.umask() : 0;
-  const writer = new TreeWriter(tree, mode === "snapshot", report, {
-    impliedDirs: () => result.entries + UNTRUSTED_LIMITS.impliedDirsOverEntries,
-  });
+  const { writer, worker } = writerFor(tree, mode, report, () => result.entries);
   const parser = new tar.Parser({
     strict: false,
     onwarn: (code, message) => {
@@ -168,19 +170,97 @@ export function untrustedUnpacker(
     if (problems.length > 0) entry.resume();
     else writer.write(normalName(raw), entry);
   });
-  const done = new Promise<void>((resolve, reject) => {
-    parser.on("error", reject);
-    parser.on("end", () => resolve());
-  }).then(() => {
-    writer.finish();
+  const done = settled(
+    parser,
+    async () => {
+      writer.finish();
+      await worker?.done();
+    },
+    async () => worker?.stop(),
+    () => checked(),
+  );
+  const checked = (): Extracted => {
     if (oversize) throw tooLarge(label, maxBytes);
     if (problems.length > 0) throw refusal(label, problems);
     verifyTree(tree, mode, label, result);
     return result;
-  });
+  };
   // A caller that stops feeding (a failed export) must not leave an unhandled rejection.
   done.catch(() => {});
-  return { input: parser, done, refused: refused.signal };
+  return { input: feeding(parser, worker), done, refused: refused.signal };
+}
+
+/**
+ * The parser's input. When the files are made on a worker, each write's steps go to it
+ * once the parser has taken the bytes, and the write completes (the caller's
+ * backpressure) only when the worker has room again; else when the parser has.
+ */
+function feeding(parser: tar.Parser, worker: SwitchingSteps | null): Writable {
+  return new Writable({
+    highWaterMark: 256 * 1024,
+    write(chunk: Buffer, _encoding, callback) {
+      const taken = parser.write(chunk);
+      if (!worker) return taken ? callback() : void parser.once("drain", () => callback());
+      worker.flush();
+      const room = worker.room();
+      if (room) void room.then(() => callback());
+      else callback();
+    },
+    final(callback) {
+      parser.end();
+      callback();
+    },
+  });
+}
+
+/**
+ * The unpacker's writer. A large export's files are made on a worker thread while this
+ * one parses and checks (as `tar | tar` overlaps; tree-worker.ts); a snapshot's, here
+ * (its latency counts more).
+ */
+function writerFor(
+  tree: string,
+  mode: UntrustedMode,
+  report: (problem: string) => void,
+  entries: () => number,
+): { writer: TreeWriter; worker: SwitchingSteps | null } {
+  const script = mode === "export" ? workerScript() : null;
+  const worker = script ? new SwitchingSteps(script, report) : null;
+  const writer = new TreeWriter(
+    tree,
+    mode === "snapshot",
+    report,
+    { impliedDirs: () => entries() + UNTRUSTED_LIMITS.impliedDirsOverEntries },
+    worker ?? new TreeOps(report),
+  );
+  return { writer, worker };
+}
+
+/**
+ * An unpacker's `done`: once the parser has ended, the writer's last steps, then the
+ * checks; after a parse error, the writer stopped first. Either way nothing is written
+ * after it settles (the caller removes the tree then).
+ */
+function settled(
+  parser: tar.Parser,
+  finish: () => Promise<void>,
+  stop: () => Promise<void>,
+  checked: () => Extracted,
+): Promise<Extracted> {
+  const parsed = new Promise<void>((resolve, reject) => {
+    parser.on("error", reject);
+    parser.on("end", () => resolve());
+  });
+  return parsed.then(
+    async () => {
+      await finish();
+      return checked();
+    },
+    async (err: unknown) => {
+      await stop();
+      throw err;
+    },
+  );
 }
 
 type Entry = tar.ReadEntry;
