@@ -11,7 +11,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { isMainThread, parentPort, Worker } from "node:worker_threads";
+import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
 import { type DirMeta, type FileMeta, type Owner, TreeOps, type TreeSteps } from "./tree-ops.js";
 
 type Step =
@@ -25,6 +25,8 @@ type Step =
 interface Batch {
   steps: Step[];
   data: Uint8Array;
+  /** What the batch counted for against IN_FLIGHT_BYTES: acknowledged as is. */
+  cost: number;
 }
 
 type Answer = { ack: number } | { failure: string } | { done: true };
@@ -34,6 +36,15 @@ export const IN_FLIGHT_BYTES = 8 * 1024 * 1024;
 
 /** A batch goes when it holds this much data (or at `flush`). */
 const BATCH_BYTES = 256 * 1024;
+
+/**
+ * What a step without data counts for against IN_FLIGHT_BYTES, besides its path: an
+ * archive of many empty files must not queue unbounded steps either.
+ */
+const STEP_COST = 256;
+
+/** Marks the workers this file starts, so that importing it in another worker does nothing. */
+const MARK = "pyro-tree-worker";
 
 /**
  * The worker's script: this file as built (also when this code runs from src/ under a test
@@ -51,45 +62,60 @@ export class WorkerSteps implements TreeSteps {
   private steps: Step[] = [];
   private chunks: Uint8Array[] = [];
   private bytes = 0;
+  /** What the queued steps count for (their data, STEP_COST and paths). */
+  private cost = 0;
   private inFlight = 0;
+  /** The thread ended (stopped, or died): nothing waits for it any more. */
+  private dead = false;
   private waiting: (() => void)[] = [];
   private readonly finished: Promise<void>;
   private finish: () => void = () => {};
 
   constructor(script: string, onFailure: (problem: string) => void) {
-    this.worker = new Worker(script);
-    // Never what keeps a process alive: an abandoned extraction's worker goes with it.
-    this.worker.unref();
-    let failed: (err: Error) => void = () => {};
-    this.finished = new Promise<void>((resolve, reject) => {
+    this.worker = new Worker(script, { workerData: MARK });
+    this.finished = new Promise<void>((resolve) => {
       this.finish = resolve;
-      failed = reject;
     });
-    this.finished.catch(() => {});
     this.worker.on("message", (a: Answer) => {
       if ("ack" in a) {
         this.inFlight -= a.ack;
-        if (this.inFlight < IN_FLIGHT_BYTES) for (const w of this.waiting.splice(0)) w();
+        if (this.inFlight < IN_FLIGHT_BYTES) this.release();
       } else if ("failure" in a) onFailure(a.failure);
       else this.finish();
     });
-    this.worker.on("error", (err) => {
-      onFailure(`the writer failed (${err.message})`);
-      failed(err);
-    });
-    this.worker.on("exit", () => failed(new Error("the writer's thread ended")));
+    // A thread that dies (its script failed to load, it ran out of memory) refuses the
+    // archive and releases every wait: the caller's writes go on (to nothing), and `done`
+    // settles, so the caller can remove the tree.
+    const died = (why: string) => {
+      if (this.dead) return;
+      this.dead = true;
+      onFailure(`the writer's thread ended (${why})`);
+      this.release();
+      this.finish();
+    };
+    this.worker.on("error", (err) => died(err.message));
+    this.worker.on("exit", (code) => died(`exit ${code}`));
+  }
+
+  private release(): void {
+    for (const w of this.waiting.splice(0)) w();
   }
 
   mkdir(at: string, name: string): void {
-    this.steps.push(["mkdir", at, name]);
+    this.queue(["mkdir", at, name], at.length);
   }
 
   symlink(target: string, at: string, name: string, owner?: Owner): void {
-    this.steps.push(["symlink", target, at, name, owner]);
+    this.queue(["symlink", target, at, name, owner], at.length + target.length);
   }
 
   open(at: string, name: string): void {
-    this.steps.push(["open", at, name]);
+    this.queue(["open", at, name], at.length);
+  }
+
+  private queue(step: Step, chars: number): void {
+    this.steps.push(step);
+    this.cost += STEP_COST + 2 * chars;
   }
 
   write(data: Uint8Array): void {
@@ -97,15 +123,19 @@ export class WorkerSteps implements TreeSteps {
     this.steps.push(["write", data.length]);
     this.chunks.push(data);
     this.bytes += data.length;
+    this.cost += data.length;
     if (this.bytes >= BATCH_BYTES) this.flush();
   }
 
   close(meta: FileMeta): void {
-    this.steps.push(["close", meta]);
+    this.queue(["close", meta], 0);
   }
 
   finishDirs(dirs: DirMeta[]): void {
-    this.steps.push(["finishDirs", dirs]);
+    this.queue(
+      ["finishDirs", dirs],
+      dirs.reduce((n, d) => n + d.at.length, 0),
+    );
     this.flush();
   }
 
@@ -118,21 +148,27 @@ export class WorkerSteps implements TreeSteps {
       data.set(c, off);
       off += c.length;
     }
-    const batch: Batch = { steps: this.steps, data };
-    this.inFlight += this.bytes;
+    const batch: Batch = { steps: this.steps, data, cost: this.cost };
+    if (!this.dead) {
+      this.inFlight += this.cost;
+      this.worker.postMessage(batch, [data.buffer]);
+    }
     this.steps = [];
     this.chunks = [];
     this.bytes = 0;
-    this.worker.postMessage(batch, [data.buffer]);
+    this.cost = 0;
   }
 
-  /** Resolves once less than IN_FLIGHT_BYTES of data waits for the worker. */
+  /** Resolves once less than IN_FLIGHT_BYTES waits for the worker (null: there is room). */
   room(): Promise<void> | null {
-    if (this.inFlight < IN_FLIGHT_BYTES) return null;
+    if (this.dead || this.inFlight < IN_FLIGHT_BYTES) return null;
     return new Promise((resolve) => this.waiting.push(resolve));
   }
 
-  /** Resolves when the worker has run `finishDirs`; the thread is ended either way. */
+  /**
+   * Resolves when the worker has run `finishDirs`, or has died (its death refused the
+   * archive); the thread is ended either way.
+   */
   async done(): Promise<void> {
     try {
       await this.finished;
@@ -143,7 +179,9 @@ export class WorkerSteps implements TreeSteps {
 
   /** Ends the thread (after which nothing more is written); safe more than once. */
   async stop(): Promise<void> {
-    for (const w of this.waiting.splice(0)) w();
+    this.dead = true;
+    this.release();
+    this.finish();
     await this.worker.terminate();
   }
 }
@@ -239,8 +277,8 @@ function serve(port: NonNullable<typeof parentPort>): void {
         port.postMessage({ done: true } satisfies Answer);
       }
     }
-    port.postMessage({ ack: batch.data.length } satisfies Answer);
+    port.postMessage({ ack: batch.cost } satisfies Answer);
   });
 }
 
-if (!isMainThread && parentPort) serve(parentPort);
+if (!isMainThread && parentPort && workerData === MARK) serve(parentPort);

@@ -93,7 +93,6 @@ function checkName(raw: string): { name: string } | { problem: string } {
   return { name };
 }
 
-/** Where an archive's bytes go: node-tar's parser (write returns false until "drain"). */
 /** Where the archive's bytes go: write (false: wait for `drain`), end. */
 export type ArchiveInput = Pick<Writable, "write" | "end" | "once" | "off" | "on">;
 
@@ -187,7 +186,7 @@ export function untrustedUnpacker(
   };
   // A caller that stops feeding (a failed export) must not leave an unhandled rejection.
   done.catch(() => {});
-  return { input: feeding(parser, worker), done, refused: refused.signal };
+  return { input: feeding(parser, worker, report), done, refused: refused.signal };
 }
 
 /**
@@ -195,10 +194,31 @@ export function untrustedUnpacker(
  * once the parser has taken the bytes, and the write completes (the caller's
  * backpressure) only when the worker has room again; else when the parser has.
  */
-function feeding(parser: tar.Parser, worker: SwitchingSteps | null): Writable {
+function feeding(
+  parser: tar.Parser,
+  worker: SwitchingSteps | null,
+  report: (problem: string) => void,
+): Writable {
+  // node-tar would inflate gzip and zstd by itself, a thousandfold per write: pyro's
+  // agents send plain tar, so a compressed archive is refused before it is parsed. The
+  // first MAGIC_BYTES are held until they are all in.
+  let head: Buffer | null = Buffer.alloc(0);
+  let compressed = false;
+  const sniff = (chunk: Buffer, last: boolean): Buffer | null => {
+    if (head === null) return compressed ? null : chunk;
+    head = Buffer.concat([head, chunk]);
+    if (head.length < MAGIC_BYTES && !last) return null;
+    const all = head;
+    head = null;
+    compressed = isCompressed(all);
+    if (compressed) report("the archive is compressed (pyro's agents send plain tar)");
+    return compressed ? null : all;
+  };
   return new Writable({
     highWaterMark: 256 * 1024,
-    write(chunk: Buffer, _encoding, callback) {
+    write(received: Buffer, _encoding, callback) {
+      const chunk = sniff(received, false);
+      if (!chunk) return callback();
       const taken = parser.write(chunk);
       if (!worker) return taken ? callback() : void parser.once("drain", () => callback());
       worker.flush();
@@ -207,6 +227,9 @@ function feeding(parser: tar.Parser, worker: SwitchingSteps | null): Writable {
       else callback();
     },
     final(callback) {
+      const rest = sniff(Buffer.alloc(0), true);
+      if (rest && rest.length > 0) parser.write(rest);
+      worker?.flush();
       parser.end();
       callback();
     },
@@ -260,6 +283,16 @@ function settled(
       await stop();
       throw err;
     },
+  );
+}
+
+/** How many bytes tell a compressed archive (zstd's magic). */
+const MAGIC_BYTES = 4;
+
+/** gzip (1f 8b) or zstd (28 b5 2f fd) magic at the start. */
+function isCompressed(b: Buffer): boolean {
+  return (
+    (b[0] === 0x1f && b[1] === 0x8b) || (b[0] === 0x28 && b[1] === 0xb5 && b[2] === 0x2f && b[3] === 0xfd)
   );
 }
 

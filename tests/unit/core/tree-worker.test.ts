@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -103,6 +103,22 @@ describe.skipIf(!script)(
         expect(got.length).toBe(500);
         expect(got.every((b) => b === i)).toBe(true);
       }
+    });
+
+    it("a worker that dies refuses the archive and releases every wait", async () => {
+      const broken = join(dir, "broken.mjs");
+      writeFileSync(broken, 'throw new Error("boom");\n');
+      const problems: string[] = [];
+      const w = new WorkerSteps(broken, (p) => problems.push(p));
+      w.open(join(dir, "f"), "f");
+      for (let i = 0; i < 40; i++) w.write(Buffer.alloc(256 * 1024));
+      w.flush();
+      await w.room(); // released by the death, not left waiting
+      w.finishDirs([]);
+      await w.done();
+      expect(problems).toHaveLength(1);
+      expect(problems[0]).toContain("the writer's thread ended");
+      expect(w.room()).toBeNull();
     });
 
     it("writes nothing once stopped", async () => {

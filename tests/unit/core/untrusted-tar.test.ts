@@ -1,6 +1,7 @@
 import { lstat, mkdir, mkdtemp, readdir, readlink, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { gzipSync } from "node:zlib";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ExportWriter } from "../../../src/core/transfer.js";
 
@@ -185,6 +186,21 @@ describe("archives from a hijacked agent", () => {
       expect(await readdir(dir)).toEqual([]);
     });
   }
+
+  it("refuses a compressed archive before parsing it (gzip and zstd magic, however the bytes are split)", async () => {
+    const plain = tarOf(block({ name: "a", type: "0", body: Buffer.alloc(4096, 1) }));
+    const gz = gzipSync(plain);
+    for (const [i, data] of [gz, Buffer.concat([Buffer.from([0x28, 0xb5, 0x2f, 0xfd]), plain])].entries()) {
+      const w = new ExportWriter(join(dir, `out${i}`), "export");
+      await w.begin();
+      for (const b of data) w.write(Buffer.from([b])); // one byte at a time: the magic split
+      await expect(w.commit("directory")).rejects.toMatchObject({
+        code: "path_outside_workspace",
+        message: expect.stringContaining("compressed"),
+      });
+    }
+    expect(await readdir(dir)).toEqual([]);
+  });
 
   it("refuses a hard link, even to a file inside the archive", async () => {
     const data = tarOf(
