@@ -127,7 +127,11 @@ describe("the agent's command starter", () => {
       .trim()
       .split(" ");
     const orphan = Number(children.find((p) => Number(p) !== running.pid));
-    expect((await readFile(`/proc/${orphan}/comm`, "utf8")).trim()).toBe("sleep");
+    // Forked by the subshell before it exited, but on a busy machine maybe not yet past
+    // its exec of sleep (its name is still "sh" until then).
+    await expect
+      .poll(async () => (await readFile(`/proc/${orphan}/comm`, "utf8")).trim(), { timeout: 10_000 })
+      .toBe("sleep");
     process.kill(orphan, "SIGKILL");
     process.kill(running.pid!, "SIGKILL");
     await running.exited;
