@@ -59,6 +59,14 @@ export interface ApplyStats {
   bytes: number;
   whiteouts: number;
   skipped: number;
+  /** Entries that replaced or removed something already in the root (whiteouts included). */
+  removed: number;
+  /**
+   * What this layer added, as util/fs.ts treeSizeSync counts a tree (regular files'
+   * sizes, hard links each time; non-directories; directories): exact for the whole root
+   * while no layer applied so far has `removed` anything.
+   */
+  added: { bytes: number; files: number; dirs: number };
 }
 
 /** Refusal of a layer past LayerLimits. */
@@ -123,8 +131,8 @@ export function resolveInRoot(root: string, parts: readonly string[]): string {
   return path.join(root, ...cur, last);
 }
 
-/** Makes the directories of `dir` (inside root, resolved) exist. */
-function ensureDir(root: string, parts: readonly string[]): void {
+/** Makes the directories of `dir` (inside root, resolved) exist; counts what it made and replaced. */
+function ensureDir(root: string, parts: readonly string[], stats: ApplyStats): void {
   for (let i = 1; i <= parts.length; i++) {
     const p = resolveInRoot(root, parts.slice(0, i));
     let st: ReturnType<typeof lstatSync> | undefined;
@@ -132,13 +140,19 @@ function ensureDir(root: string, parts: readonly string[]): void {
       st = lstatSync(p);
     } catch {
       mkdirSync(p, 0o755);
+      stats.added.dirs++;
       continue;
     }
     if (st.isSymbolicLink()) {
       // resolveInRoot never follows the last part: follow this one as a parent would.
       const again = resolveInRoot(root, [...parts.slice(0, i), "."]);
-      if (!lstatSyncSafe(again)?.isDirectory()) mkdirSync(again, { recursive: false });
+      if (!lstatSyncSafe(again)?.isDirectory()) {
+        // Where the link points may hold something else: the tally is not exact any more.
+        stats.removed++;
+        mkdirSync(again, { recursive: false });
+      }
     } else if (!st.isDirectory()) {
+      stats.removed++;
       unlinkSync(p);
       mkdirSync(p, 0o755);
     }
@@ -192,7 +206,15 @@ export async function applyLayer(
   onBytes?: (n: number) => void,
   limits: LayerLimits = LAYER_LIMITS,
 ): Promise<ApplyStats> {
-  const stats: ApplyStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, skipped: 0 };
+  const stats: ApplyStats = {
+    entries: 0,
+    files: 0,
+    bytes: 0,
+    whiteouts: 0,
+    skipped: 0,
+    removed: 0,
+    added: { bytes: 0, files: 0, dirs: 0 },
+  };
   const asRoot = process.getuid?.() === 0;
   // Read once (the call sets it back): what `open` and `mkdir` take off a mode.
   const umask = process.umask();
@@ -208,7 +230,7 @@ export async function applyLayer(
     const key = parentParts.join("/");
     let parent = dirs.get(key);
     if (parent === undefined) {
-      ensureDir(root, parentParts);
+      ensureDir(root, parentParts, stats);
       const host = resolveInRoot(root, [...parentParts, "."]);
       parent = { host, setgid: (Number(lstatSyncSafe(host)?.mode ?? 0) & 0o2000) !== 0 };
       dirs.set(key, parent);
@@ -218,6 +240,7 @@ export async function applyLayer(
   const remove = (p: string) => {
     const st = lstatSyncSafe(p);
     if (!st) return;
+    stats.removed++;
     if (st.isDirectory() || st.isSymbolicLink()) dirs.clear();
     removeAt(p);
   };
@@ -294,7 +317,10 @@ export async function applyLayer(
         const st = lstatSyncSafe(target);
         if (st && !st.isDirectory()) remove(target);
         const made = !st?.isDirectory();
-        if (made) mkdirSync(target, exactMode ? mode : 0o700);
+        if (made) {
+          mkdirSync(target, exactMode ? mode : 0o700);
+          stats.added.dirs++;
+        }
         if (!made || !exactMode) chmodSync(target, mode);
         if (!made || !rootOwned) owner(target, e, false);
         // A directory that gains or loses setgid changes the group its new children get.
@@ -318,6 +344,7 @@ export async function applyLayer(
         }
         mine.add(target);
         stats.files++;
+        stats.added.files++;
         let closed = false;
         const close = () => {
           if (closed) return;
@@ -332,6 +359,7 @@ export async function applyLayer(
             limits.check?.(stats.bytes + chunk.length, stats.entries);
             writeSync(fd, chunk);
             stats.bytes += chunk.length;
+            stats.added.bytes += chunk.length;
             onBytes?.(chunk.length);
           } catch (err) {
             fail(err);
@@ -362,6 +390,7 @@ export async function applyLayer(
         if (!e.linkpath) throw unsafe(label, `symlink '${e.path}' has no target`);
         // The target means something inside the sandbox only; it is stored as written.
         symlinkSync(e.linkpath, target);
+        stats.added.files++;
         if (!rootOwned) owner(target, e, true);
         try {
           lutimesSync(target, mtime, mtime);
@@ -387,6 +416,8 @@ export async function applyLayer(
         if (source !== target) {
           remove(target);
           linkSync(source, target);
+          stats.added.files++;
+          if (st.isFile()) stats.added.bytes += Number(st.size);
         }
         mine.add(target);
         e.resume();

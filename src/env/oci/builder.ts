@@ -9,7 +9,7 @@ import { pidAlive, treeSizeSync } from "../../util/fs.js";
 import { acquireLock } from "../../util/lock.js";
 import type { BuildContext, Builder, BuildOutput, VersionCheck } from "../builder.js";
 import type { EnvironmentSpec } from "../catalog.js";
-import { applyLayer, LAYER_LIMITS } from "./apply.js";
+import { type ApplyStats, applyLayer, LAYER_LIMITS } from "./apply.js";
 import { LayerFollower } from "./follow.js";
 import { formatReference, type ImageReference, parseReference } from "./reference.js";
 import { type Descriptor, RegistryClient, RegistryUnreachable } from "./registry.js";
@@ -124,6 +124,9 @@ export class OciBuilder implements Builder {
       report(`layer ${i + 1}/${layers.length}`);
     });
     let skipped = 0;
+    // The root's size as the layers add to it; walked again only when a layer removed something.
+    const size = { bytes: 0, files: 0, dirs: 0 };
+    let removed = 0;
     for (let i = 0; i < layers.length; i++) {
       const l = layers[i] as Descriptor;
       try {
@@ -140,7 +143,12 @@ export class OciBuilder implements Builder {
           total_count: layers.length,
         });
         const label = `layer ${i + 1}/${layers.length} (${l.digest})`;
-        skipped += await this.applyOne(ctx.rootfs, l, label, partial, fetched[i] as Promise<void>);
+        const stats = await this.applyOne(ctx.rootfs, l, label, partial, fetched[i] as Promise<void>);
+        skipped += stats.skipped;
+        removed += stats.removed;
+        size.bytes += stats.added.bytes;
+        size.files += stats.added.files;
+        size.dirs += stats.added.dirs;
       } catch (err) {
         await this.abandon(err, l, stop, fetched);
         throw err;
@@ -163,7 +171,7 @@ export class OciBuilder implements Builder {
       user: cfg.User || null,
       skipped_entries: skipped,
     };
-    return { source_detail: detail, size: treeSizeSync(ctx.rootfs) };
+    return { source_detail: detail, size: removed === 0 ? size : treeSizeSync(ctx.rootfs) };
   }
 
   /**
@@ -206,7 +214,7 @@ export class OciBuilder implements Builder {
     label: string,
     partial: string | null,
     download: Promise<void>,
-  ): Promise<number> {
+  ): Promise<ApplyStats> {
     // Held to the bounds whether followed or from the store: a digest the registry
     // named (a tag's manifest) vouches for nothing (unpack-budget.ts).
     const budget = new LayerBudget({
@@ -227,7 +235,7 @@ export class OciBuilder implements Builder {
       });
       await follower?.finish();
       await download;
-      return stats.skipped;
+      return stats;
     } finally {
       await follower?.close();
     }

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { applyLayer } from "../../../src/env/oci/apply.js";
 import type { PyroError } from "../../../src/errors.js";
+import { treeSizeSync } from "../../../src/util/fs.js";
 
 /** Layers are hostile: applying one writes nothing outside its root, timestamps included. */
 describe("applyLayer and directory times", () => {
@@ -72,5 +73,48 @@ t.close()`,
     }
     const ok = await mkdtemp(join(dir, "root-"));
     expect((await applyLayer(ok, createReadStream(layer), "big")).files).toBe(5);
+  });
+
+  it("tallies what a layer adds as a walk of the root would, and counts what it replaces", async () => {
+    const first = join(dir, "tally-1.tar");
+    const second = join(dir, "tally-2.tar");
+    // Directories (one only implied by a file under it), files, an empty file, symlinks,
+    // hard links (counted with their size each time, as the walk does), a FIFO (skipped)
+    // and a repeated directory entry.
+    execFileSync("python3", [
+      "-c",
+      `import tarfile, sys, io
+def add(t, name, kind, data=b"", target=""):
+    i = tarfile.TarInfo(name); i.type = kind; i.mode = 0o755
+    if kind == tarfile.REGTYPE: i.size = len(data); t.addfile(i, io.BytesIO(data))
+    else:
+        i.linkname = target; t.addfile(i)
+t = tarfile.open(sys.argv[1], "w")
+add(t, "etc", tarfile.DIRTYPE)
+add(t, "etc/passwd", tarfile.REGTYPE, b"root:x:0:0:")
+add(t, "usr/lib/deep/file.so", tarfile.REGTYPE, b"y" * 70000)
+add(t, "empty", tarfile.REGTYPE)
+add(t, "lib", tarfile.SYMTYPE, target="usr/lib")
+add(t, "lib/via-link", tarfile.REGTYPE, b"z" * 10)
+add(t, "hard", tarfile.LNKTYPE, target="usr/lib/deep/file.so")
+add(t, "fifo", tarfile.FIFOTYPE)
+add(t, "etc", tarfile.DIRTYPE)
+t.close()
+t = tarfile.open(sys.argv[2], "w")
+add(t, "etc/.wh.passwd", tarfile.REGTYPE)
+add(t, "empty", tarfile.REGTYPE, b"now full")
+t.close()`,
+      first,
+      second,
+    ]);
+    const root = await mkdtemp(join(dir, "tally-"));
+    const one = await applyLayer(root, createReadStream(first), "one");
+    expect(one.removed).toBe(0);
+    expect(one.skipped).toBe(1);
+    expect(one.added).toEqual(treeSizeSync(root));
+    expect(one.added).toEqual({ bytes: 10 + 70000 * 2 + 11, files: 6, dirs: 4 });
+    const two = await applyLayer(root, createReadStream(second), "two");
+    // The whiteout and the replaced file: the tally is no longer the root's size.
+    expect(two.removed).toBe(2);
   });
 });
