@@ -226,9 +226,28 @@ export async function applyLayer(
    * could change a resolution goes away or becomes a symlink.
    */
   const dirs = new Map<string, Parent>();
+  /**
+   * The parent one level below one already resolved, when it is missing (made here) or a
+   * directory: one lstat instead of resolving every component again. Anything else (a
+   * symlink to follow, a file to replace) takes ensureDir's way.
+   */
+  const below = (parentParts: string[]): Parent | undefined => {
+    const up = parentParts.length > 0 ? dirs.get(parentParts.slice(0, -1).join("/")) : undefined;
+    if (up === undefined) return undefined;
+    const host = path.join(up.host, parentParts[parentParts.length - 1] as string);
+    let st = lstatSyncSafe(host);
+    if (st === undefined) {
+      mkdirSync(host, 0o755);
+      stats.added.dirs++;
+      st = lstatSync(host);
+    } else if (!st.isDirectory()) return undefined;
+    const parent = { host, setgid: (Number(st.mode) & 0o2000) !== 0 };
+    dirs.set(parentParts.join("/"), parent);
+    return parent;
+  };
   const parentOf = (parentParts: string[]): Parent => {
     const key = parentParts.join("/");
-    let parent = dirs.get(key);
+    let parent = dirs.get(key) ?? below(parentParts);
     if (parent === undefined) {
       ensureDir(root, parentParts, stats);
       const host = resolveInRoot(root, [...parentParts, "."]);
