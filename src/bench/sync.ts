@@ -119,10 +119,14 @@ export async function syncRows(o: {
     await makeTree(seed);
     await expectTree(seed, "the seed");
     const out = (name: string, i: number) => join(scratch, `${name}-${i}`);
+    // Nothing a sample writes is removed before the rows are done (the scratch directory
+    // goes at the end): a deletion of 10k files makes the next creations in its group
+    // cost up to 1 ms each on this machine (createCostUs), and once made whichever side
+    // ran after a deletion the slower one.
     const cpMs = await timedRuns(
       3,
       (i) => pexec("cp", ["-a", seed, out("cp", i)]).then(() => undefined),
-      (i) => rm(out("cp", i), { recursive: true, force: true }),
+      async () => {},
     );
     const big = await pyro.createWorkspace({ backend: "bwrap", seedPath: seed });
     const seeded = big.workspace_seed;
@@ -134,7 +138,20 @@ export async function syncRows(o: {
       const rows = [await resetRow(pyro, big.workspace_id, quick, cpMs)];
       // The creation cost where the copies land, before and after their samples.
       const before = createCostUs(join(scratch, "probe-before"));
-      const copies = await throughputRows(pyro, big.workspace_id, seed, out);
+      // Pushes go to a workspace of their own, each to a new place: nothing is removed
+      // between samples, and the exported workspace holds only the seed.
+      const sink = await pyro.createWorkspace({ backend: "bwrap" });
+      let copies: BenchRow[];
+      try {
+        copies = await throughputRows(
+          pyro,
+          { exported: big.workspace_id, pushed: sink.workspace_id },
+          seed,
+          out,
+        );
+      } finally {
+        await pyro.deleteWorkspace(sink.workspace_id);
+      }
       const after = createCostUs(join(scratch, "probe-after"));
       const note = `a file creation here ${Math.round(before)} µs before, ${Math.round(after)} µs after (floor allocator-bound above ~100 µs)`;
       return [...rows, ...copies.map((r) => ({ ...r, note: `${r.note}; ${note}` }))];
@@ -201,7 +218,7 @@ async function alternately(runs: number, steps: Record<string, Step>): Promise<R
 
 async function throughputRows(
   pyro: Pyro,
-  id: string,
+  ids: { exported: string; pushed: string },
   seed: string,
   out: (name: string, i: number) => string,
 ): Promise<BenchRow[]> {
@@ -211,29 +228,21 @@ async function throughputRows(
         await mkdir(out("tar", i));
         await pexec("sh", ["-c", 'tar -C "$1" -cf - . | tar -C "$2" -xf -', "sh", seed, out("tar", i)]);
       },
-      after: async (i) => {
-        await expectTree(out("tar", i), "the tar | tar copy");
-        await rm(out("tar", i), { recursive: true, force: true });
-      },
+      after: (i) => expectTree(out("tar", i), "the tar | tar copy"),
     },
     push: {
       fn: async (i) => {
-        const r = await pyro.syncPushWorkspace(id, seed, { dest: `/workspace/pushed${i}` });
+        const r = await pyro.syncPushWorkspace(ids.pushed, seed, { dest: `/workspace/pushed${i}` });
         if (r.files < BIG_TREE.files) throw new Error(`bench: sync push wrote ${r.files} files`);
       },
-      after: async (i) => {
-        await pyro.execWorkspace(id, `rm -rf pushed${i}`);
-      },
+      after: async () => {},
     },
-    // The workspace holds the seed again (each push is removed first): the export is of BIG_TREE.
+    // The exported workspace holds the seed alone: the export is of BIG_TREE.
     export: {
       fn: async (i) => {
-        await pyro.exportWorkspace(id, "/workspace", out("export", i));
+        await pyro.exportWorkspace(ids.exported, "/workspace", out("export", i));
       },
-      after: async (i) => {
-        await expectTree(out("export", i), "the export");
-        await rm(out("export", i), { recursive: true, force: true });
-      },
+      after: (i) => expectTree(out("export", i), "the export"),
     },
   });
   return [
