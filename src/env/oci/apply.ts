@@ -98,16 +98,23 @@ export function entryComponents(raw: string, layer: string): string[] {
  * The host path of `parts` inside `root`, following symlinks in every component but the
  * last as if `root` were `/`. Components past a missing one are taken literally.
  */
-export function resolveInRoot(root: string, parts: readonly string[]): string {
+export function resolveInRoot(
+  root: string,
+  parts: readonly string[],
+  /** Set when a `..` climbed back over a missing component: creating it later (a symlink) changes the answer. */
+  seen?: { unstable: boolean },
+): string {
   const todo = [...parts];
   const last = todo.pop();
   if (last === undefined) return root;
   const cur: string[] = [];
   let hops = 0;
+  let missing = false;
   while (todo.length > 0) {
     const c = todo.shift() as string;
     if (c === "" || c === ".") continue;
     if (c === "..") {
+      if (missing && seen) seen.unstable = true;
       cur.pop();
       continue;
     }
@@ -126,6 +133,7 @@ export function resolveInRoot(root: string, parts: readonly string[]): string {
       todo.unshift(...target.split("/"));
       continue;
     }
+    if (!st) missing = true;
     cur.push(c);
   }
   return path.join(root, ...cur, last);
@@ -250,9 +258,11 @@ export async function applyLayer(
     let parent = dirs.get(key) ?? below(parentParts);
     if (parent === undefined) {
       ensureDir(root, parentParts, stats);
-      const host = resolveInRoot(root, [...parentParts, "."]);
+      const seen = { unstable: false };
+      const host = resolveInRoot(root, [...parentParts, "."], seen);
       parent = { host, setgid: (Number(lstatSyncSafe(host)?.mode ?? 0) & 0o2000) !== 0 };
-      dirs.set(key, parent);
+      // Not kept when it depends on something missing: a later symlink there would move it.
+      if (!seen.unstable) dirs.set(key, parent);
     }
     return parent;
   };
@@ -376,7 +386,8 @@ export async function applyLayer(
             if (stats.bytes + chunk.length > limits.bytes)
               throw tooBig(label, `it unpacks to more than ${limits.bytes} bytes`);
             limits.check?.(stats.bytes + chunk.length, stats.entries);
-            writeSync(fd, chunk);
+            // A short write (a filling disk) goes on from where it stopped, or fails.
+            for (let at = 0; at < chunk.length; ) at += writeSync(fd, chunk, at);
             stats.bytes += chunk.length;
             stats.added.bytes += chunk.length;
             onBytes?.(chunk.length);

@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { createReadStream } from "node:fs";
 import { mkdir, open, readdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
@@ -20,6 +19,7 @@ import {
   type Statfs,
   type UnpackBounds,
 } from "./unpack-budget.js";
+import { zstdStream } from "./zstd.js";
 
 /** How many layers download at once (the rest of the image applies meanwhile, in order). */
 const PARALLEL = 3;
@@ -111,9 +111,8 @@ export class OciBuilder implements Builder {
         done_count: applied,
         total_count: layers.length,
       });
-    await mkdir(join(this.options.storeDir, "blobs", "sha256"), { recursive: true, mode: 0o700 });
-    await mkdir(join(this.options.storeDir, "partial"), { recursive: true, mode: 0o700 });
-    await mkdir(join(this.options.storeDir, "locks"), { recursive: true, mode: 0o700 });
+    for (const d of ["blobs/sha256", "partial", "locks"])
+      await mkdir(join(this.options.storeDir, d), { recursive: true, mode: 0o700 });
     await this.sweepPartials();
     await this.checkDownloads(layers);
 
@@ -123,10 +122,8 @@ export class OciBuilder implements Builder {
       got += n;
       report(`layer ${i + 1}/${layers.length}`);
     });
-    let skipped = 0;
     // The root's size as the layers add to it; walked again only when a layer removed something.
-    const size = { bytes: 0, files: 0, dirs: 0 };
-    let removed = 0;
+    const sum: Tally = { skipped: 0, removed: 0, size: { bytes: 0, files: 0, dirs: 0 } };
     for (let i = 0; i < layers.length; i++) {
       const l = layers[i] as Descriptor;
       try {
@@ -143,12 +140,7 @@ export class OciBuilder implements Builder {
           total_count: layers.length,
         });
         const label = `layer ${i + 1}/${layers.length} (${l.digest})`;
-        const stats = await this.applyOne(ctx.rootfs, l, label, partial, fetched[i] as Promise<void>);
-        skipped += stats.skipped;
-        removed += stats.removed;
-        size.bytes += stats.added.bytes;
-        size.files += stats.added.files;
-        size.dirs += stats.added.dirs;
+        tally(sum, await this.applyOne(ctx.rootfs, l, label, partial, fetched[i] as Promise<void>));
       } catch (err) {
         await this.abandon(err, l, stop, fetched);
         throw err;
@@ -169,9 +161,9 @@ export class OciBuilder implements Builder {
       env: cfg.Env ?? [],
       working_dir: cfg.WorkingDir || null,
       user: cfg.User || null,
-      skipped_entries: skipped,
+      skipped_entries: sum.skipped,
     };
-    return { source_detail: detail, size: removed === 0 ? size : treeSizeSync(ctx.rootfs) };
+    return { source_detail: detail, size: sum.removed === 0 ? sum.size : treeSizeSync(ctx.rootfs) };
   }
 
   /**
@@ -371,34 +363,17 @@ export class OciBuilder implements Builder {
   }
 }
 
-/**
- * Decompresses a zstd layer with the `zstd` program (Node 20's zlib has no zstd; Debian's
- * `zstd` package is in scripts/setup). Its failure fails the stream.
- */
-function zstdStream(input: Readable): Readable {
-  const child = spawn("zstd", ["-dc"], { stdio: ["pipe", "pipe", "pipe"] });
-  const out = child.stdout;
-  // zstd stopping early (an error) closes its stdin: that failure is reported below.
-  child.stdin.on("error", () => {});
-  input.pipe(child.stdin);
-  out.once("close", () => {
-    if (child.exitCode === null) child.kill();
-  });
-  let err = "";
-  child.stderr.on("data", (d: Buffer) => {
-    err += d.toString().slice(0, 500);
-  });
-  child.on("error", (e) =>
-    out.destroy(
-      new PyroError(
-        "build_failed",
-        `cannot run zstd to unpack a zstd layer: ${e.message}`,
-        "install Debian's zstd package",
-      ),
-    ),
-  );
-  child.on("close", (code) => {
-    if (code !== 0) out.destroy(new PyroError("build_failed", `zstd failed on a layer: ${err.trim()}`));
-  });
-  return out;
+/** A pull's running totals over its layers. */
+interface Tally {
+  skipped: number;
+  removed: number;
+  size: { bytes: number; files: number; dirs: number };
+}
+
+function tally(sum: Tally, s: ApplyStats): void {
+  sum.skipped += s.skipped;
+  sum.removed += s.removed;
+  sum.size.bytes += s.added.bytes;
+  sum.size.files += s.added.files;
+  sum.size.dirs += s.added.dirs;
 }

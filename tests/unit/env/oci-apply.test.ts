@@ -117,4 +117,34 @@ t.close()`,
     // The whiteout and the replaced file: the tally is no longer the root's size.
     expect(two.removed).toBe(2);
   });
+
+  it("resolves a parent again once a missing component it climbed back over became a symlink", async () => {
+    // `a -> zqx/../zqb` resolves to zqb while zqx is missing; once zqx is a symlink to
+    // zqc/zqa, a is zqc/zqb. Entries under a must follow (as with no cache at all).
+    const layer = join(dir, "stale.tar");
+    execFileSync("python3", [
+      "-c",
+      `import tarfile, sys, io
+t = tarfile.open(sys.argv[1], "w")
+def add(name, kind, target=""):
+    i = tarfile.TarInfo(name); i.type = kind; i.mode = 0o755
+    if kind == tarfile.REGTYPE: i.size = 1; t.addfile(i, io.BytesIO(b"x"))
+    else:
+        i.linkname = target; t.addfile(i)
+add("a", tarfile.SYMTYPE, "zqx/../zqb")
+add("a/f", tarfile.REGTYPE)
+add("zqx", tarfile.SYMTYPE, "zqc/zqa")
+add("zqc", tarfile.DIRTYPE)
+add("zqc/zqa", tarfile.DIRTYPE)
+add("a/g", tarfile.REGTYPE)
+add("a/sub/h", tarfile.REGTYPE)
+t.close()`,
+      layer,
+    ]);
+    const root = await mkdtemp(join(dir, "stale-"));
+    await applyLayer(root, createReadStream(layer), "stale");
+    expect((await lstat(join(root, "zqb", "f"))).isFile()).toBe(true);
+    expect((await lstat(join(root, "zqc", "zqb", "g"))).isFile()).toBe(true);
+    expect((await lstat(join(root, "zqc", "zqb", "sub", "h"))).isFile()).toBe(true);
+  });
 });
