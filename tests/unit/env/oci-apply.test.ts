@@ -8,6 +8,27 @@ import { applyLayer } from "../../../src/env/oci/apply.js";
 import type { PyroError } from "../../../src/errors.js";
 import { treeSizeSync } from "../../../src/util/fs.js";
 
+/** One entry of `tarOf`: a directory, a file (its text, repeated), a symlink, a hard link or a FIFO. */
+type Entry = ["d", string] | ["f", string, string?, number?] | ["s" | "h", string, string] | ["p", string];
+
+const TAR_SCRIPT = `import tarfile, sys, io, json
+t = tarfile.open(sys.argv[1], "w")
+for e in json.loads(sys.argv[2]):
+    i = tarfile.TarInfo(e[1]); i.mode = 0o755; i.mtime = 1000000000
+    if e[0] == "f":
+        data = (e[2] if len(e) > 2 else "").encode() * (e[3] if len(e) > 3 else 1)
+        i.size = len(data); t.addfile(i, io.BytesIO(data)); continue
+    i.type = {"d": tarfile.DIRTYPE, "s": tarfile.SYMTYPE, "h": tarfile.LNKTYPE, "p": tarfile.FIFOTYPE}[e[0]]
+    if len(e) > 2: i.linkname = e[2]
+    t.addfile(i)
+t.close()`;
+
+/** Writes a tar of `entries`, in order (mode 0755, dated 2001), with python3's tarfile; returns its path. */
+function tarOf(path: string, entries: Entry[]): string {
+  execFileSync("python3", ["-c", TAR_SCRIPT, path, JSON.stringify(entries)]);
+  return path;
+}
+
 /** Layers are hostile: applying one writes nothing outside its root, timestamps included. */
 describe("applyLayer and directory times", () => {
   let dir: string;
@@ -24,20 +45,13 @@ describe("applyLayer and directory times", () => {
     const fixed = new Date("2020-02-02T00:00:00Z");
     await utimes(victim, fixed, fixed);
     await utimes(join(victim, "x"), fixed, fixed);
-    const layer = join(dir, "layer.tar");
     // Directories a, b and b/x dated 2001, then a -> the victim and b -> the victim's parent.
-    execFileSync("python3", [
-      "-c",
-      `import tarfile, sys
-t = tarfile.open(sys.argv[1], "w")
-for name in ("a", "b", "b/x"):
-    d = tarfile.TarInfo(name); d.type = tarfile.DIRTYPE; d.mode = 0o755; d.mtime = 1000000000; t.addfile(d)
-for name, target in (("a", sys.argv[2]), ("b", sys.argv[3])):
-    s = tarfile.TarInfo(name); s.type = tarfile.SYMTYPE; s.linkname = target; t.addfile(s)
-t.close()`,
-      layer,
-      victim,
-      victim,
+    const layer = tarOf(join(dir, "layer.tar"), [
+      ["d", "a"],
+      ["d", "b"],
+      ["d", "b/x"],
+      ["s", "a", victim],
+      ["s", "b", victim],
     ]);
     const root = join(dir, "root");
     await mkdir(root);
@@ -48,17 +62,10 @@ t.close()`,
   });
 
   it("refuses a layer past its bounds (bytes or entries) with build_failed", async () => {
-    const layer = join(dir, "big.tar");
-    execFileSync("python3", [
-      "-c",
-      `import tarfile, sys, io
-t = tarfile.open(sys.argv[1], "w")
-for i in range(5):
-    data = b"x" * 4096
-    f = tarfile.TarInfo(f"f{i}"); f.size = len(data); t.addfile(f, io.BytesIO(data))
-t.close()`,
-      layer,
-    ]);
+    const layer = tarOf(
+      join(dir, "big.tar"),
+      [0, 1, 2, 3, 4].map((n): Entry => ["f", `f${n}`, "x", 4096]),
+    );
     for (const [limits, why] of [
       [{ bytes: 10_000, entries: 100 }, /more than 10000 bytes/],
       [{ bytes: 1e9, entries: 3 }, /more than 3 entries/],
@@ -76,36 +83,23 @@ t.close()`,
   });
 
   it("tallies what a layer adds as a walk of the root would, and counts what it replaces", async () => {
-    const first = join(dir, "tally-1.tar");
-    const second = join(dir, "tally-2.tar");
     // Directories (one only implied by a file under it), files, an empty file, symlinks,
     // hard links (counted with their size each time, as the walk does), a FIFO (skipped)
     // and a repeated directory entry.
-    execFileSync("python3", [
-      "-c",
-      `import tarfile, sys, io
-def add(t, name, kind, data=b"", target=""):
-    i = tarfile.TarInfo(name); i.type = kind; i.mode = 0o755
-    if kind == tarfile.REGTYPE: i.size = len(data); t.addfile(i, io.BytesIO(data))
-    else:
-        i.linkname = target; t.addfile(i)
-t = tarfile.open(sys.argv[1], "w")
-add(t, "etc", tarfile.DIRTYPE)
-add(t, "etc/passwd", tarfile.REGTYPE, b"root:x:0:0:")
-add(t, "usr/lib/deep/file.so", tarfile.REGTYPE, b"y" * 70000)
-add(t, "empty", tarfile.REGTYPE)
-add(t, "lib", tarfile.SYMTYPE, target="usr/lib")
-add(t, "lib/via-link", tarfile.REGTYPE, b"z" * 10)
-add(t, "hard", tarfile.LNKTYPE, target="usr/lib/deep/file.so")
-add(t, "fifo", tarfile.FIFOTYPE)
-add(t, "etc", tarfile.DIRTYPE)
-t.close()
-t = tarfile.open(sys.argv[2], "w")
-add(t, "etc/.wh.passwd", tarfile.REGTYPE)
-add(t, "empty", tarfile.REGTYPE, b"now full")
-t.close()`,
-      first,
-      second,
+    const first = tarOf(join(dir, "tally-1.tar"), [
+      ["d", "etc"],
+      ["f", "etc/passwd", "root:x:0:0:"],
+      ["f", "usr/lib/deep/file.so", "y", 70000],
+      ["f", "empty"],
+      ["s", "lib", "usr/lib"],
+      ["f", "lib/via-link", "z", 10],
+      ["h", "hard", "usr/lib/deep/file.so"],
+      ["p", "fifo"],
+      ["d", "etc"],
+    ]);
+    const second = tarOf(join(dir, "tally-2.tar"), [
+      ["f", "etc/.wh.passwd"],
+      ["f", "empty", "now full"],
     ]);
     const root = await mkdtemp(join(dir, "tally-"));
     const one = await applyLayer(root, createReadStream(first), "one");
@@ -121,25 +115,14 @@ t.close()`,
   it("resolves a parent again once a missing component it climbed back over became a symlink", async () => {
     // `a -> zqx/../zqb` resolves to zqb while zqx is missing; once zqx is a symlink to
     // zqc/zqa, a is zqc/zqb. Entries under a must follow (as with no cache at all).
-    const layer = join(dir, "stale.tar");
-    execFileSync("python3", [
-      "-c",
-      `import tarfile, sys, io
-t = tarfile.open(sys.argv[1], "w")
-def add(name, kind, target=""):
-    i = tarfile.TarInfo(name); i.type = kind; i.mode = 0o755
-    if kind == tarfile.REGTYPE: i.size = 1; t.addfile(i, io.BytesIO(b"x"))
-    else:
-        i.linkname = target; t.addfile(i)
-add("a", tarfile.SYMTYPE, "zqx/../zqb")
-add("a/f", tarfile.REGTYPE)
-add("zqx", tarfile.SYMTYPE, "zqc/zqa")
-add("zqc", tarfile.DIRTYPE)
-add("zqc/zqa", tarfile.DIRTYPE)
-add("a/g", tarfile.REGTYPE)
-add("a/sub/h", tarfile.REGTYPE)
-t.close()`,
-      layer,
+    const layer = tarOf(join(dir, "stale.tar"), [
+      ["s", "a", "zqx/../zqb"],
+      ["f", "a/f", "x"],
+      ["s", "zqx", "zqc/zqa"],
+      ["d", "zqc"],
+      ["d", "zqc/zqa"],
+      ["f", "a/g", "x"],
+      ["f", "a/sub/h", "x"],
     ]);
     const root = await mkdtemp(join(dir, "stale-"));
     await applyLayer(root, createReadStream(layer), "stale");
