@@ -23,6 +23,7 @@ import { Writable } from "node:stream";
 import * as tar from "tar";
 import { linkStaysInside } from "../agent/tarsafe.js";
 import { PyroError } from "../errors.js";
+import { compressionOf, MAGIC_BYTES } from "../util/compression.js";
 import { TreeOps } from "./tree-ops.js";
 import { SwitchingSteps, workerScript } from "./tree-worker.js";
 import { TreeWriter } from "./tree-writer.js";
@@ -210,7 +211,7 @@ function feeding(
     if (head.length < MAGIC_BYTES && !last) return null;
     const all = head;
     head = null;
-    compressed = isCompressed(all);
+    compressed = compressionOf(all) !== null;
     if (compressed) report("the archive is compressed (pyro's agents send plain tar)");
     return compressed ? null : all;
   };
@@ -283,16 +284,6 @@ function settled(
       await stop();
       throw err;
     },
-  );
-}
-
-/** How many bytes tell a compressed archive (zstd's magic). */
-const MAGIC_BYTES = 4;
-
-/** gzip (1f 8b) or zstd (28 b5 2f fd) magic at the start. */
-function isCompressed(b: Buffer): boolean {
-  return (
-    (b[0] === 0x1f && b[1] === 0x8b) || (b[0] === 0x28 && b[1] === 0xb5 && b[2] === 0x2f && b[3] === 0xfd)
   );
 }
 

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { createGunzip } from "node:zlib";
 import { PyroError } from "../../errors.js";
+import { compressionOf, MAGIC_BYTES } from "../../util/compression.js";
 import { pidAlive, treeSizeSync } from "../../util/fs.js";
 import { acquireLock } from "../../util/lock.js";
 import type { BuildContext, Builder, BuildOutput, VersionCheck } from "../builder.js";
@@ -312,13 +313,13 @@ export class OciBuilder implements Builder {
   ): Promise<Readable> {
     let head: Buffer;
     let source: Readable;
-    if (follower) ({ head, stream: source } = await follower.stream(4));
+    if (follower) ({ head, stream: source } = await follower.stream(MAGIC_BYTES));
     else {
       const path = this.blobPath(l.digest);
-      head = Buffer.alloc(4);
+      head = Buffer.alloc(MAGIC_BYTES);
       const fh = await open(path, "r");
       try {
-        await fh.read(head, 0, 4, 0);
+        await fh.read(head, 0, MAGIC_BYTES, 0);
       } finally {
         await fh.close();
       }
@@ -332,8 +333,9 @@ export class OciBuilder implements Builder {
     let out: Readable;
     // 1 MiB chunks: with zlib's 16 KiB default the unpacker waits on the thread pool's
     // round trips (measured: most of an unpack's time was idle).
-    if (head[0] === 0x1f && head[1] === 0x8b) out = raw.pipe(createGunzip({ chunkSize: CHUNK }));
-    else if (head.length >= 4 && head.readUInt32LE(0) === 0xfd2fb528) out = zstdStream(raw);
+    const kind = compressionOf(head);
+    if (kind === "gzip") out = raw.pipe(createGunzip({ chunkSize: CHUNK }));
+    else if (kind === "zstd") out = zstdStream(raw);
     else if (/gzip|zstd/.test(l.mediaType)) {
       source.destroy();
       raw.destroy();
