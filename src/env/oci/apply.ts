@@ -155,9 +155,8 @@ function ensureDir(root: string, parts: readonly string[], stats: ApplyStats): v
       // resolveInRoot never follows the last part: follow this one as a parent would.
       const again = resolveInRoot(root, [...parts.slice(0, i), "."]);
       if (!lstatSyncSafe(again)?.isDirectory()) {
-        // Where the link points may hold something else: the tally is not exact any more.
-        stats.removed++;
         mkdirSync(again, { recursive: false });
+        stats.added.dirs++;
       }
     } else if (!st.isDirectory()) {
       stats.removed++;
@@ -239,7 +238,7 @@ export async function applyLayer(
    * directory: one lstat instead of resolving every component again. Anything else (a
    * symlink to follow, a file to replace) takes ensureDir's way.
    */
-  const below = (parentParts: string[]): Parent | undefined => {
+  const below = (parentParts: string[], key: string): Parent | undefined => {
     const up = parentParts.length > 0 ? dirs.get(parentParts.slice(0, -1).join("/")) : undefined;
     if (up === undefined) return undefined;
     const host = path.join(up.host, parentParts[parentParts.length - 1] as string);
@@ -250,12 +249,12 @@ export async function applyLayer(
       st = lstatSync(host);
     } else if (!st.isDirectory()) return undefined;
     const parent = { host, setgid: (Number(st.mode) & 0o2000) !== 0 };
-    dirs.set(parentParts.join("/"), parent);
+    dirs.set(key, parent);
     return parent;
   };
   const parentOf = (parentParts: string[]): Parent => {
     const key = parentParts.join("/");
-    let parent = dirs.get(key) ?? below(parentParts);
+    let parent = dirs.get(key) ?? below(parentParts, key);
     if (parent === undefined) {
       ensureDir(root, parentParts, stats);
       const seen = { unstable: false };

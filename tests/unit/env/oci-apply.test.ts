@@ -83,9 +83,10 @@ describe("applyLayer and directory times", () => {
   });
 
   it("tallies what a layer adds as a walk of the root would, and counts what it replaces", async () => {
-    // Directories (one only implied by a file under it), files, an empty file, symlinks,
-    // hard links (counted with their size each time, as the walk does), a FIFO (skipped)
-    // and a repeated directory entry.
+    // Directories (one only implied by a file under it, one made where a symlink points
+    // because a file is written through it), files, an empty file, symlinks, hard links
+    // (counted with their size each time, as the walk does), a FIFO (skipped) and a
+    // repeated directory entry.
     const first = tarOf(join(dir, "tally-1.tar"), [
       ["d", "etc"],
       ["f", "etc/passwd", "root:x:0:0:"],
@@ -96,6 +97,8 @@ describe("applyLayer and directory times", () => {
       ["h", "hard", "usr/lib/deep/file.so"],
       ["p", "fifo"],
       ["d", "etc"],
+      ["s", "lnk", "newdir"],
+      ["f", "lnk/f", "q"],
     ]);
     const second = tarOf(join(dir, "tally-2.tar"), [
       ["f", "etc/.wh.passwd"],
@@ -106,7 +109,7 @@ describe("applyLayer and directory times", () => {
     expect(one.removed).toBe(0);
     expect(one.skipped).toBe(1);
     expect(one.added).toEqual(treeSizeSync(root));
-    expect(one.added).toEqual({ bytes: 10 + 70000 * 2 + 11, files: 6, dirs: 4 });
+    expect(one.added).toEqual({ bytes: 10 + 70000 * 2 + 11 + 1, files: 8, dirs: 5 });
     const two = await applyLayer(root, createReadStream(second), "two");
     // The whiteout and the replaced file: the tally is no longer the root's size.
     expect(two.removed).toBe(2);
