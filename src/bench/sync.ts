@@ -84,18 +84,18 @@ export function createCostUs(dir: string, n = 1000): number {
   return ((performance.now() - t) * 1000) / n;
 }
 
-/** Times `fn` alone `runs` times; `after` (a check or clean-up) runs untimed after each. */
+/** Times `fn` alone `runs` times; `after` (a check), if any, runs untimed after each. */
 async function timedRuns(
   runs: number,
   fn: (i: number) => Promise<void>,
-  after: (i: number) => Promise<void>,
+  after?: (i: number) => Promise<void>,
 ): Promise<number[]> {
   const times: number[] = [];
   for (let i = 0; i < runs; i++) {
     const t = performance.now();
     await fn(i);
     times.push(performance.now() - t);
-    await after(i);
+    await after?.(i);
   }
   return times;
 }
@@ -126,7 +126,7 @@ export async function syncRows(o: {
     const cpMs = await timedRuns(
       3,
       (i) => pexec("cp", ["-a", seed, out("cp", i)]).then(() => undefined),
-      async () => {},
+      (i) => expectTree(out("cp", i), "the cp -a copy"),
     );
     const big = await pyro.createWorkspace({ backend: "bwrap", seedPath: seed });
     const seeded = big.workspace_seed;
@@ -195,10 +195,10 @@ async function resetRow(pyro: Pyro, id: string, quick: boolean, cpMs: number[]):
   );
 }
 
-/** One timed step: `fn` alone is timed; `after` (a check or clean-up) runs untimed. */
+/** One timed step: `fn` alone is timed; `after` (a check), if any, runs untimed. */
 interface Step {
   fn: (i: number) => Promise<void>;
-  after: (i: number) => Promise<void>;
+  after?: (i: number) => Promise<void>;
 }
 
 /** Each step once per round, `runs` rounds: load changes hit the floor and the rows alike. */
@@ -210,7 +210,7 @@ async function alternately(runs: number, steps: Record<string, Step>): Promise<R
         ...(await timedRuns(
           1,
           () => step.fn(i),
-          () => step.after(i),
+          () => step.after?.(i) ?? Promise.resolve(),
         )),
       );
   return times;
@@ -235,7 +235,6 @@ async function throughputRows(
         const r = await pyro.syncPushWorkspace(ids.pushed, seed, { dest: `/workspace/pushed${i}` });
         if (r.files < BIG_TREE.files) throw new Error(`bench: sync push wrote ${r.files} files`);
       },
-      after: async () => {},
     },
     // The exported workspace holds the seed alone: the export is of BIG_TREE.
     export: {
