@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { Pyro } from "../sdk/pyro.js";
 import { run, which } from "../util/run.js";
 import { type BenchRow, median, row } from "./stats.js";
-import { createCostUs } from "./sync.js";
+import { createCostUs, creationNote } from "./sync.js";
 
 /**
  * Environment rows: a pull of an image of about 100 MB (debian:12's root filesystem as
@@ -96,7 +96,7 @@ export async function environmentRows(o: { quick: boolean; log: (s: string) => v
     // file that sample creates cost up to 1 ms of kernel time for minutes (bench/sync.ts
     // createCostUs), which once made the pull, measured right after the floor's tree was
     // removed, look 2x slower than the floor's unpack.
-    const cost = [createCostUs(join(dir, "probe-before"))];
+    const before = createCostUs(join(dir, "probe-before"));
     let lastEnvs = "";
     for (let i = 0; i < runs; i++) {
       const out = join(dir, `skopeo-${i}`);
@@ -124,8 +124,7 @@ export async function environmentRows(o: { quick: boolean; log: (s: string) => v
       await p.close();
       lastEnvs = envs;
     }
-    cost.push(createCostUs(join(dir, "probe-after")));
-    const costNote = `a file creation here ${Math.round(cost[0] ?? 0)} µs before, ${Math.round(cost[1] ?? 0)} µs after (both sides allocator-bound above ~100 µs)`;
+    const costNote = creationNote(before, createCostUs(join(dir, "probe-after")));
     const rows: BenchRow[] = [
       row(
         `env pull of a ${mb} MB image (loopback registry, unpacked)`,

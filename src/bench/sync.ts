@@ -84,6 +84,11 @@ export function createCostUs(dir: string, n = 1000): number {
   return ((performance.now() - t) * 1000) / n;
 }
 
+/** The rows' note on the creation cost (createCostUs) where their samples wrote, before and after them. */
+export function creationNote(beforeUs: number, afterUs: number): string {
+  return `a file creation here ${Math.round(beforeUs)} µs before, ${Math.round(afterUs)} µs after (both sides allocator-bound above ~100 µs)`;
+}
+
 /** Times `fn` alone `runs` times; `after` (a check), if any, runs untimed after each. */
 async function timedRuns(
   runs: number,
@@ -153,7 +158,7 @@ export async function syncRows(o: {
         await pyro.deleteWorkspace(sink.workspace_id);
       }
       const after = createCostUs(join(scratch, "probe-after"));
-      const note = `a file creation here ${Math.round(before)} µs before, ${Math.round(after)} µs after (floor allocator-bound above ~100 µs)`;
+      const note = creationNote(before, after);
       return [...rows, ...copies.map((r) => ({ ...r, note: `${r.note}; ${note}` }))];
     } finally {
       await pyro.deleteWorkspace(big.workspace_id);
