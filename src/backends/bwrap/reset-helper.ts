@@ -20,7 +20,7 @@
  *   which no bind puts inside, and it runs in the host's pid namespace (commands cannot
  *   see or signal it);
  * - it dies with the sandbox: it is in the sandbox's cgroup (a stop ends it with the
- *   rest) and leaves once a second when the launch step is gone;
+ *   rest), and leaves within a second of the launch step's end (its watcher looks);
  * - the host checks it before each use (its mount, IPC and UTS namespaces are the sandbox's,
  *   its working directory and descriptor 5 are this workspace's), and falls back to the
  *   spawn when it is missing; a refused or failed request means a restart.
@@ -56,6 +56,15 @@ const SNAPSHOT_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
  * answered `ID ok`, `ID fail` or `ID refused` on the reply FIFO. $1 is the launch step's
  * pid; the sandbox directory is the working directory, the snapshots directory fd 5
  * (both opened in the launch step's mount namespace).
+ *
+ * A request is read with a plain blocking `read`: both shells read a pipe a byte at a
+ * time, and anything that ends a `read` inside a line loses the bytes read so far
+ * (bash and busybox at a `-t` timeout; busybox also at any signal it catches, such as a
+ * child's SIGCHLD). The rest of the line would then be taken as a request of its own,
+ * and the host would wait its whole deadline for an answer that never comes. So the
+ * loop has no timeout (the watcher below wakes it), a background umount is reaped
+ * before the next read (its SIGCHLD cannot land in one), and an ID must be exactly the
+ * host's 16 hex digits, so the tail of a cut line is never run as a request.
  */
 function helperScript(tools: LaunchTools): string {
   const overlay = `nosuid,nodev,lowerdir=/proc/self/fd/5/$1,upperdir=${REL.upper},workdir=${REL.work},${OVERLAY_OPTIONS}`;
@@ -64,11 +73,13 @@ function helperScript(tools: LaunchTools): string {
     "read -r _gate",
     "launch=$1",
     `d=${HELPER_DIR}`,
-    'rm -f "$d/req" "$d/rep" && mkfifo -m 600 "$d/req" "$d/rep" || exit 1',
+    'rm -f "$d/req" "$d/rep" "$d/tick" && mkfifo -m 600 "$d/req" "$d/rep" "$d/tick" || exit 1',
     // stderr stays the log (mount's errors); stdin was the gate.
     "exec </dev/null >/dev/null",
     // Read-write: opening never blocks and the FIFO never reads end-of-file.
     'exec 3<>"$d/req" 4<>"$d/rep"',
+    `${tools.shell.join(" ")} -c '${watcherScript()}' pyro-reset-watch "$launch" 3>&- 4>&- 5<&- &`,
+    "bg=",
     "swap() {",
     "  for k in shm sem msg; do",
     '    if [ ! -r "/proc/sysvipc/$k" ] || { read -r _ && read -r _; } < "/proc/sysvipc/$k"; then ipcrm --all || return 1; break; fi',
@@ -78,12 +89,11 @@ function helperScript(tools: LaunchTools): string {
     `  ${tools.mount} -t overlay pyro -o "${overlay}" ${REL.merged}`,
     "}",
     "while :; do",
-    "  if ! read -r -t 1 id op name um mq rest <&3; then",
+    "  read -r id op name um mq rest <&3 || continue",
     // Leave once the launch step (the only other process of this mount namespace) is gone.
-    '    [ "/proc/$launch/ns/mnt" -ef "/proc/$$/ns/mnt" ] || exit 0',
-    "    continue",
-    "  fi",
-    '  case "$id" in ""|*[!0-9a-f]*) continue ;; esac',
+    '  [ "/proc/$launch/ns/mnt" -ef "/proc/$$/ns/mnt" ] || exit 0',
+    '  case "$id" in ????????????????) ;; *) continue ;; esac',
+    '  case "$id" in *[!0-9a-f]*) continue ;; esac',
     // Each field on its own: the verb, no extra words, flags 0 or 1, the name's rule.
     '  r=ok; [ -z "$rest" ] || r=refused',
     '  case "$um" in 0|1) ;; *) r=refused ;; esac',
@@ -102,8 +112,26 @@ function helperScript(tools: LaunchTools): string {
     "    *) r=refused ;;",
     "  esac",
     '  echo "$id $r" >&4',
+    '  if [ -n "$bg" ]; then wait "$bg"; bg=; fi',
     "done",
   ].join("\n");
+}
+
+/**
+ * Shell of the helper's watcher (`pyro-reset-watch`, $1 the launch step's pid), a second
+ * small process in the same namespaces and cgroup: it looks once a second whether the
+ * launch step is still in its mount namespace, waiting on a FIFO nobody writes, and once
+ * it is gone wakes the helper with an empty line, on which the helper leaves. Without
+ * it the helper would hold the mount namespace (and the disk image) after a sandbox
+ * that died by itself. Single quotes only outside it: it is passed as one argument.
+ */
+function watcherScript(): string {
+  return [
+    `exec 7<>${HELPER_DIR}/tick`,
+    'while [ "/proc/$1/ns/mnt" -ef "/proc/$$/ns/mnt" ]; do read -r -t 1 _ <&7; done',
+    // Read-write: never blocks, also when the helper is gone.
+    `echo 1<>${HELPER_DIR}/req`,
+  ].join("; ");
 }
 
 /**
@@ -112,15 +140,19 @@ function helperScript(tools: LaunchTools): string {
  * only then waits for an RCU grace period (2.8 ms on a quiet machine, 15 ms and more
  * under load: most of the helper's time). So the umount runs in the background and the
  * helper goes on as soon as the mount point no longer shows the overlay it held open as
- * fd 6 (builtin `test -ef`, a few microseconds a round; bounded, then a failure).
+ * fd 6 (builtin `test -ef`, a few microseconds a round). The spin is bounded (it takes
+ * CPU from the umount it waits for); past it, on a busy machine where the umount has not
+ * run yet, the helper waits for the umount to end and looks once more, so only a umount
+ * that failed fails the swap. The background umount is reaped after the answer.
  */
 function unmountPrevious(tools: LaunchTools): string {
   const m = REL.merged;
   return [
     `exec 6<${m} || return 1`,
-    `${tools.umount} -l ${m} &`,
+    `${tools.umount} -l ${m} & bg=$!`,
     "    n=0",
-    `    while [ ${m} -ef /proc/self/fd/6 ] && [ $n -lt 100000 ]; do n=$((n + 1)); done`,
+    `    while [ ${m} -ef /proc/self/fd/6 ] && [ $n -lt 20000 ]; do n=$((n + 1)); done`,
+    `    if [ ${m} -ef /proc/self/fd/6 ]; then wait "$bg"; bg=; fi`,
     `    if [ ${m} -ef /proc/self/fd/6 ]; then exec 6<&-; return 1; fi`,
     "    exec 6<&-",
   ].join("\n");

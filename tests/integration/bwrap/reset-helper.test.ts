@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { closeSync, constants, openSync, readFileSync, readSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -42,13 +43,25 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
     const argv = found[0]!.argv;
     return { pid: found[0]!.pid, dir: argv[argv.indexOf("pyro-reset-helper") + 2]! };
   };
+  /** The helper's watcher processes (pyro-reset-watch) for the workspace's launch step. */
+  const watchers = (launch: number) =>
+    hostProcesses((argv) => argv.includes("pyro-reset-watch") && argv.at(-1) === String(launch));
   const epoch = () => sh("cut -d' ' -f22 /proc/1/stat");
-  /** One request written to the helper's FIFO, and its answer (null: none within 3 s). */
-  const ask = async (dir: string, line: string): Promise<string | null> => {
+  /**
+   * One request line written to the helper's FIFO (in parts, each `gapMs` after the one
+   * before), and the answer (null: none within 3 s).
+   */
+  const askRaw = async (dir: string, parts: string[], gapMs = 0): Promise<string | null> => {
     const fifo = join(dir, "reset-helper");
     const req = openSync(join(fifo, "req"), constants.O_WRONLY | constants.O_NONBLOCK);
-    writeFileSync(req, `${line}\n`);
-    closeSync(req);
+    try {
+      for (const [i, part] of parts.entries()) {
+        if (i > 0) await new Promise((r) => setTimeout(r, gapMs));
+        writeFileSync(req, part);
+      }
+    } finally {
+      closeSync(req);
+    }
     const rep = openSync(join(fifo, "rep"), constants.O_RDONLY | constants.O_NONBLOCK);
     const buf = Buffer.alloc(4096);
     let got = "";
@@ -63,6 +76,12 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
       closeSync(rep);
     }
     return got.includes("\n") ? got.trim() : null;
+  };
+  /** A request under a new ID as the host makes them (16 hex digits): the answer's word. */
+  const ask = async (dir: string, request: string): Promise<string | null> => {
+    const rid = randomBytes(8).toString("hex");
+    const got = await askRaw(dir, [`${rid} ${request}\n`]);
+    return got?.startsWith(`${rid} `) ? got.slice(rid.length + 1) : got;
   };
 
   beforeAll(async () => {
@@ -117,22 +136,26 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
         .filter((l) => l.split(" ")[4] === join(dir, "mnt", "ws")).length;
     const n = stacked();
     for (const bad of [
-      "a1 swap ../../etc 0 0",
-      "a2 swap a/b 0 0",
-      "a3 swap .hidden 0 0",
-      "a4 swap baseline 2 0",
-      "a5 swap baseline 0 0 extra",
-      "a6 umount baseline 1 0",
-      "a7 sh -c id",
-      "a8 swap baseline 01",
-      "a9 swap baseline 0:: 0",
-      "aa swap ba:se 0 0",
-      "ab swap",
+      "swap ../../etc 0 0",
+      "swap a/b 0 0",
+      "swap .hidden 0 0",
+      "swap baseline 2 0",
+      "swap baseline 0 0 extra",
+      "umount baseline 1 0",
+      "sh -c id",
+      "swap baseline 01",
+      "swap baseline 0:: 0",
+      "swap ba:se 0 0",
+      "swap",
     ]) {
-      expect(await ask(dir, bad), bad).toBe(`${bad.split(" ")[0]} refused`);
+      expect(await ask(dir, bad), bad).toBe("refused");
     }
-    // A request without a hex id gets no answer at all.
-    expect(await ask(dir, "x-y swap baseline 0 0")).toBeNull();
+    // A request without an ID of exactly 16 hex digits gets no answer at all (the tail
+    // of a cut line is never taken for a request): the answer after them is the first.
+    const ids = ["x-y", "a1", "0123456789abcde", "0123456789abcdef0", "0123456789ABCDEF"];
+    const rid = randomBytes(8).toString("hex");
+    const lines = [...ids.map((i) => `${i} swap baseline 0 0\n`), `${rid} swap ../x 0 0\n`];
+    expect(await askRaw(dir, lines)).toBe(`${rid} refused`);
     expect(stacked()).toBe(n);
     expect(await sh("echo ok > f && cat f && rm f")).toBe("ok");
   });
@@ -141,22 +164,34 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
     const { dir } = await helper();
     const before = await sh("hostname");
     for (const bad of [
-      "b1 hostname evil 0 0",
-      "b2 hostname pyro- 0 0",
-      "b3 hostname pyro-abcdefghijklm 0 0",
-      "b4 hostname pyro-a_b 0 0",
-      "b5 hostname pyro-$(id) 0 0",
-      "b6 hostname pyro-a 1 0",
-      "b7 hostname pyro-a 0 0 extra",
-      "b8 hostname -F/etc/passwd 0 0",
+      "hostname evil 0 0",
+      "hostname pyro- 0 0",
+      "hostname pyro-abcdefghijklm 0 0",
+      "hostname pyro-a_b 0 0",
+      "hostname pyro-$(id) 0 0",
+      "hostname pyro-a 1 0",
+      "hostname pyro-a 0 0 extra",
+      "hostname -F/etc/passwd 0 0",
     ]) {
-      expect(await ask(dir, bad), bad).toBe(`${bad.split(" ")[0]} refused`);
+      expect(await ask(dir, bad), bad).toBe("refused");
     }
     expect(await sh("hostname")).toBe(before);
-    expect(await ask(dir, "c1 hostname pyro-abc-123 0 0")).toBe("c1 ok");
+    expect(await ask(dir, "hostname pyro-abc-123 0 0")).toBe("ok");
     expect(await sh("hostname")).toBe("pyro-abc-123");
-    expect(await ask(dir, `c2 hostname ${before} 0 0`)).toBe("c2 ok");
+    expect(await ask(dir, `hostname ${before} 0 0`)).toBe("ok");
     expect(await sh("hostname")).toBe(before);
+  });
+
+  it("takes a request line that arrives in parts, seconds apart, as the one request it is", async () => {
+    // A busy machine can stop the helper in the middle of a line; a read with a deadline
+    // (the helper's old once-a-second wake-up) then lost the part read so far.
+    const { dir } = await helper();
+    const before = await sh("hostname");
+    const rid = randomBytes(8).toString("hex");
+    const parts = [`${rid.slice(0, 8)}`, `${rid.slice(8)} hostname pyro-`, "parts 0 0\n"];
+    expect(await askRaw(dir, parts, 1_300)).toBe(`${rid} ok`);
+    expect(await sh("hostname")).toBe("pyro-parts");
+    expect(await ask(dir, `hostname ${before} 0 0`)).toBe("ok");
   });
 
   it("without its helper the reset still happens in place (through a spawned nsenter)", async () => {
@@ -176,9 +211,12 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
     await h.pyro.startWorkspace(id);
     const { pid } = await helper();
     const launch = sandboxPid(h.pyro, id)!;
+    expect(watchers(launch)).toHaveLength(1);
     process.kill(launch, "SIGKILL");
-    // It looks once a second whether the launch step is still in its mount namespace.
+    // Its watcher looks once a second whether the launch step is still in its mount
+    // namespace, and wakes it; both leave.
     expect(await waitUntil(() => !processAlive(pid), 5_000)).toBe(true);
+    expect(await waitUntil(() => watchers(launch).length === 0, 5_000)).toBe(true);
     // The workspace's next use starts a new sandbox, and with it a new helper.
     await h.pyro.stopWorkspace(id).catch(() => {});
     await h.pyro.startWorkspace(id);
@@ -187,8 +225,11 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
 
   it("ends with the sandbox", async () => {
     const { pid, dir } = await helper();
+    const launch = sandboxPid(h.pyro, id)!;
+    expect(watchers(launch)).toHaveLength(1);
     await h.pyro.stopWorkspace(id);
     expect(processAlive(pid)).toBe(false);
+    expect(watchers(launch)).toEqual([]);
     // No reader: the FIFO cannot be written any more.
     expect(() =>
       openSync(join(dir, "reset-helper", "req"), constants.O_WRONLY | constants.O_NONBLOCK),
