@@ -231,9 +231,27 @@ export interface WorkspaceBackend {
     options?: { signal?: AbortSignal; timeoutMs?: number },
   ): Promise<import("node:stream").Duplex>;
   /**
+   * Optional fast path for exports of a running workspace: a tar archive of
+   * /workspace/`rel` (`rel` normalised: no `.`, `..` or empty component; "" is the root)
+   * made on the host side without the agent, by a reader no more powerful than the
+   * agent. Only for the plain case (bwrap/pack.ts); `finished` is null otherwise, and the
+   * caller then exports through the agent. Null when the backend cannot now.
+   */
+  packWorkspacePath?(spec: SandboxSpec, state: SandboxState, rel: string): Promise<PackedPath | null>;
+  /**
    * Optional fast path for `pyro run`: the command as the sandbox's only process, with the
    * same isolation as a workspace. Backends without it run one-shots as
    * create + exec + delete.
    */
   runOnce?(spec: OneShotSpec): Promise<OneShotResult>;
+}
+
+/** A running workspace's path as a tar archive made without the agent (packWorkspacePath). */
+export interface PackedPath {
+  /** The archive (GNU format), as GNU tar writes it. */
+  stream: import("node:stream").Readable;
+  /** Once the reader has ended: the path's type when it was the plain case and read cleanly, else null. */
+  finished: Promise<{ artifact_type: "file" | "directory" } | null>;
+  /** Ends the reader early. */
+  stop(): void;
 }

@@ -6,6 +6,7 @@ import type {
   ExecutionMode,
   OneShotResult,
   OneShotSpec,
+  PackedPath,
   SandboxSpec,
   SandboxState,
   WorkspaceBackend,
@@ -13,8 +14,9 @@ import type {
 
 /**
  * The optional WorkspaceBackend methods whose presence the core tests (`if
- * (backend.runOnce)`) before it has loaded the backend. `exposeSnapshot` is not one: the
- * core only ever calls it (`?.()`), so the facade always has it.
+ * (backend.runOnce)`) before it has loaded the backend. `exposeSnapshot`, `resetInPlace`
+ * and `packWorkspacePath` are not: the facade always has them, and answers nothing (or
+ * null) for a backend without them.
  */
 export const BACKEND_FEATURES = [
   "connectPort",
@@ -146,6 +148,10 @@ export class LazyBackend implements WorkspaceBackend {
   ): Promise<SandboxState | null> {
     const backend = await this.load();
     return backend.resetInPlace ? backend.resetInPlace(spec, state, agent) : null;
+  }
+  async packWorkspacePath(spec: SandboxSpec, state: SandboxState, rel: string): Promise<PackedPath | null> {
+    const backend = await this.load();
+    return backend.packWorkspacePath ? backend.packWorkspacePath(spec, state, rel) : null;
   }
   agentRoot(spec: SandboxSpec): string {
     return this.loaded().agentRoot(spec);

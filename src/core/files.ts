@@ -1,8 +1,10 @@
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { ACTIONS, PyroError } from "../errors.js";
+import { exportDirect } from "./export-direct.js";
 import { workspaceArchiveBudget } from "./snapshots.js";
 import { exportThrough, packHostPath } from "./transfer.js";
+import { sandboxState } from "./workspace-deps.js";
 import type { Workspaces } from "./workspaces.js";
 
 /** File operations through the agent; each mutating one becomes a review event. */
@@ -91,13 +93,23 @@ export async function exportFromWorkspace(
 ) {
   const output = resolve(outputPath);
   return ws.withAgent(idOrName, "files", async (agent, w, journal) => {
-    const got = await exportThrough(agent, path, output, signal, workspaceArchiveBudget(ws, w));
+    const maxBytes = workspaceArchiveBudget(ws, w);
+    const state = sandboxState(w);
+    // The reader's fast path first (export-direct.ts); the agent for everything else.
+    const direct = state
+      ? await exportDirect(ws.backendOf(w), { spec: ws.sandboxSpec(w), state }, path, output, {
+          ...(maxBytes !== undefined ? { maxBytes } : {}),
+          ...(signal ? { signal } : {}),
+        })
+      : null;
+    const got = direct ?? (await exportThrough(agent, path, output, signal, maxBytes));
     journal((store) =>
       store.recordEvent(w.workspace_id, "export", {
         path,
         output_path: output,
         artifact_type: got.artifact_type,
         bytes: got.bytes,
+        packed_by: direct ? "reader" : "agent",
       }),
     );
     return { workspace_id: w.workspace_id, path, output_path: output, ...got };

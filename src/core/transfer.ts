@@ -26,13 +26,63 @@ export async function packHostPath(src: string): Promise<Readable> {
 }
 
 /**
- * Receives an export's tar chunks and puts the result at `output`: a file export becomes
- * the file at `output` (replacing a file there), a directory export becomes the directory
- * `output` (which must not exist or be empty). All-or-nothing.
+ * Where an export lands before it is complete: a private directory beside `output` (on
+ * its filesystem, so the result moves into place with one rename). All-or-nothing: a
+ * file export becomes the file at `output` (replacing a file there), a directory export
+ * becomes the directory `output` (which must not exist or be empty).
+ */
+export class ExportStaging {
+  private tmp = "";
+
+  constructor(readonly output: string) {}
+
+  /** The directory the archive is extracted into. */
+  get tree(): string {
+    return join(this.tmp, "tree");
+  }
+
+  async begin(): Promise<void> {
+    const existing = await lstat(this.output).catch(() => null);
+    if (existing?.isDirectory() && (await readdir(this.output)).length > 0) {
+      throw new PyroError(
+        "conflict",
+        `output directory ${this.output} exists and is not empty`,
+        "choose a new output path",
+      );
+    }
+    const parent = dirname(resolve(this.output));
+    await makeDirs(parent);
+    this.tmp = await mkdtemp(join(parent, ".pyro-export-"));
+    await mkdir(this.tree);
+  }
+
+  /** Moves the extracted result into place (`top`: the tree's top-level entries). */
+  async place(artifactType: "file" | "directory", top: Extracted["top"]): Promise<void> {
+    const out = resolve(this.output);
+    if (artifactType === "file") {
+      const only = top[0];
+      if (top.length !== 1 || !only || only.type !== "file")
+        throw new PyroError("internal", "a file export did not contain exactly one regular file");
+      await rename(join(this.tree, only.name), out);
+    } else {
+      await rm(out, { recursive: true, force: true }); // only an empty directory can be here
+      await rename(this.tree, out);
+    }
+  }
+
+  /** Removes whatever is still staged; safe to call at any point, more than once. */
+  async discard(): Promise<void> {
+    if (this.tmp) await rm(this.tmp, { recursive: true, force: true });
+    this.tmp = "";
+  }
+}
+
+/**
+ * Receives an export's tar chunks and puts the result at `output` through an
+ * {@link ExportStaging}.
  */
 export class ExportWriter {
-  private readonly tmpParent: string;
-  private tmp = "";
+  private readonly staging: ExportStaging;
   private unpacker: UntrustedUnpacker | null = null;
   private ended = false;
   private readonly stop = new AbortController();
@@ -52,22 +102,12 @@ export class ExportWriter {
     /** The most bytes of file data the archive may hold (untrusted-tar.ts); default: no bound. */
     private readonly maxBytes?: number,
   ) {
-    this.tmpParent = dirname(resolve(output));
+    this.staging = new ExportStaging(output);
   }
 
   async begin(): Promise<void> {
-    const existing = await lstat(this.output).catch(() => null);
-    if (existing?.isDirectory() && (await readdir(this.output)).length > 0) {
-      throw new PyroError(
-        "conflict",
-        `output directory ${this.output} exists and is not empty`,
-        "choose a new output path",
-      );
-    }
-    await makeDirs(this.tmpParent);
-    this.tmp = await mkdtemp(join(this.tmpParent, ".pyro-export-"));
-    await mkdir(join(this.tmp, "tree"));
-    this.unpacker = untrustedUnpacker(join(this.tmp, "tree"), this.mode, this.output, this.maxBytes);
+    await this.staging.begin();
+    this.unpacker = untrustedUnpacker(this.staging.tree, this.mode, this.output, this.maxBytes);
     this.unpacker.refused.addEventListener("abort", () => this.stop.abort(), { once: true });
   }
 
@@ -103,17 +143,7 @@ export class ExportWriter {
       const got = await u.done.catch((err: unknown) => {
         throw toPyroError(err);
       });
-      const tree = join(this.tmp, "tree");
-      const out = resolve(this.output);
-      if (artifactType === "file") {
-        const only = got.top[0];
-        if (got.top.length !== 1 || !only || only.type !== "file")
-          throw new PyroError("internal", "a file export did not contain exactly one regular file");
-        await rename(join(tree, only.name), out);
-      } else {
-        await rm(out, { recursive: true, force: true }); // only an empty directory can be here
-        await rename(tree, out);
-      }
+      await this.staging.place(artifactType, got.top);
       return got;
     } finally {
       await this.abort();
@@ -146,8 +176,7 @@ export class ExportWriter {
       this.end(u);
       await u.done.catch(() => {});
     }
-    if (this.tmp) await rm(this.tmp, { recursive: true, force: true });
-    this.tmp = "";
+    await this.staging.discard();
   }
 }
 

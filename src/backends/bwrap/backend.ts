@@ -6,7 +6,14 @@ import type { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import { agentApp } from "../agent-app.js";
-import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
+import type {
+  OneShotResult,
+  OneShotSpec,
+  PackedPath,
+  SandboxSpec,
+  SandboxState,
+  WorkspaceBackend,
+} from "../backend.js";
 import { procStartTime, sameProcessAlive, waitForSocket } from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
 import { agentArgv, guestNet, sandboxHostname } from "../guest.js";
@@ -25,6 +32,7 @@ import { socketSandboxShape, stateReader } from "../sandbox-state.js";
 import { linuxDiskView, openDiskView } from "./disk-view.js";
 import { isolationArgs } from "./isolation.js";
 import { bwrapRunOnce } from "./oneshot.js";
+import { packWorkspacePath } from "./pack.js";
 import { adoptSpare } from "./pool.js";
 import { AGENT_TMP, type ResetBase, resetBase, resetInPlace } from "./reset.js";
 import { writeSeccompFile } from "./seccomp.js";
@@ -279,6 +287,13 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
   /** Kills every process of the sandbox (through its cgroup) and waits for them. */
   async stop(state: SandboxState): Promise<void> {
     await this.killSandbox(BWRAP_STATE.readPartial(state));
+  }
+
+  /** A running workspace's path as a tar archive read from its overlay, not through its agent (pack.ts). */
+  async packWorkspacePath(spec: SandboxSpec, state: SandboxState, rel: string): Promise<PackedPath | null> {
+    const s = BWRAP_STATE.read(state);
+    if ((await detectLayout(spec.dir)).legacy) return null;
+    return packWorkspacePath(spec.dir, s, rel);
   }
 
   /** A stopped workspace's files, read by a read-only agent in its own bwrap sandbox (disk-view.ts). */
