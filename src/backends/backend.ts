@@ -252,6 +252,6 @@ export interface PackedPath {
   stream: import("node:stream").Readable;
   /** Once the reader has ended: the path's type when it was the plain case and read cleanly, else null. */
   finished: Promise<{ artifact_type: "file" | "directory" } | null>;
-  /** Ends the reader early. */
+  /** Ends the reader early (it stops once it next writes). */
   stop(): void;
 }

@@ -18,6 +18,7 @@
  * the agent, whose answer (the export, or the refusal with its exact reason) counts.
  */
 import { spawn } from "node:child_process";
+import { chmodSync, utimesSync } from "node:fs";
 import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { PackedPath, SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
@@ -25,7 +26,10 @@ import { toolSandboxArgs } from "../backends/linux/tool-sandbox.js";
 import { PyroError } from "../errors.js";
 import { TarCounter } from "../util/tar-count.js";
 import { ExportStaging } from "./transfer.js";
-import { type Extracted, verifyTree } from "./untrusted-tar.js";
+import { type Extracted, UNTRUSTED_LIMITS, verifyTree } from "./untrusted-tar.js";
+
+/** Linux's longest path, with its NUL. */
+const PATH_MAX = 4096;
 
 export interface DirectExport {
   artifact_type: "file" | "directory";
@@ -70,12 +74,18 @@ export async function exportDirect(
     if (!got) return null;
     const walked: Extracted = { files: 0, bytes: 0, entries: 0, top: [] };
     try {
-      verifyTree(staging.tree, "export", output, walked, { ownerBits: true });
+      verifyTree(staging.tree, "export", output, walked, { gnuTar: true });
+      // GNU tar leaves the directory it extracts into as it was (`-k`): the archive's
+      // own `./` entry is applied here, as the other extraction applies it.
+      if (got.root) {
+        chmodSync(staging.tree, (got.root.mode & 0o777 & ~process.umask()) | 0o700);
+        utimesSync(staging.tree, got.root.mtime, got.root.mtime);
+      }
+      await staging.place(got.artifact_type, walked.top);
     } catch {
       return null;
     }
-    await staging.place(got.artifact_type, walked.top);
-    return got;
+    return { artifact_type: got.artifact_type, bytes: got.bytes, entries: got.entries - got.fifos };
   } finally {
     pack?.stop();
     await staging.discard();
@@ -87,7 +97,7 @@ async function extract(
   pack: PackedPath,
   tree: string,
   options: { maxBytes?: number; signal?: AbortSignal },
-): Promise<DirectExport | null> {
+): Promise<(DirectExport & { fifos: number; root: TarCounter["root"] }) | null> {
   const child = spawn(
     "bwrap",
     [
@@ -100,20 +110,26 @@ async function extract(
       "--",
       "/bin/sh",
       "-c",
-      `umask ${process.umask().toString(8).padStart(4, "0")} && exec tar -xf - -k --no-same-owner --no-same-permissions`,
+      // -i: read to the end (tar would stop at the end-of-archive blocks and close the
+      // pipe on the relay's last write).
+      `umask ${process.umask().toString(8).padStart(4, "0")} && exec tar -xif - -k --no-same-owner --no-same-permissions`,
       "pyro-extract",
     ],
     { stdio: ["pipe", "ignore", "pipe"] },
   );
   let stderr = "";
   child.stderr.on("data", (c: Buffer) => {
-    stderr += c.toString("utf8").slice(0, 256);
+    if (stderr.length < 1024) stderr += c.toString("utf8");
   });
   const exited = new Promise<number | null>((resolve) => {
     child.on("error", () => resolve(null));
     child.on("close", (code) => resolve(code));
   });
-  const counter = new TarCounter();
+  // The bounds of every host-side extraction, and no name the host could not walk.
+  const counter = new TarCounter({
+    ...UNTRUSTED_LIMITS,
+    nameBytes: Math.min(UNTRUSTED_LIMITS.nameBytes, PATH_MAX - Buffer.byteLength(tree) - 2),
+  });
   const count = new Transform({
     transform(chunk: Buffer, _enc, done) {
       try {
@@ -126,6 +142,10 @@ async function extract(
       done(null, chunk);
     },
   });
+  // On a failure the pipeline closes both ends: GNU tar reads the end of its input and
+  // exits, the reader's next write fails and it exits. Neither is killed: a bwrap
+  // killed while it sets up its sandbox leaves the sandbox's first process waiting for
+  // it forever, holding the pipes (tests/escape/export-extract.test.ts).
   const relayed = await pipeline(
     pack.stream,
     count,
@@ -134,12 +154,15 @@ async function extract(
   )
     .then(() => true)
     .catch(() => false);
-  if (!relayed) {
-    pack.stop();
-    child.kill("SIGKILL");
-  }
+  if (!relayed) pack.stop();
   const [code, finished] = await Promise.all([exited, pack.finished]);
   if (options.signal?.aborted) throw new PyroError("cancelled", "the export was cancelled");
   if (!relayed || code !== 0 || stderr !== "" || !finished) return null;
-  return { artifact_type: finished.artifact_type, bytes: counter.bytes, entries: counter.entries };
+  return {
+    artifact_type: finished.artifact_type,
+    bytes: counter.bytes,
+    entries: counter.entries,
+    fifos: counter.fifos,
+    root: counter.root,
+  };
 }

@@ -5,6 +5,7 @@ import type { AgentClient } from "../agent/client.js";
 import { packTree } from "../agent/tarsafe.js";
 import { PyroError, toPyroError } from "../errors.js";
 import { makeDirs } from "../util/fs.js";
+import { run } from "../util/run.js";
 import { type Extracted, type UntrustedUnpacker, untrustedUnpacker } from "./untrusted-tar.js";
 
 /**
@@ -70,10 +71,18 @@ export class ExportStaging {
     }
   }
 
-  /** Removes whatever is still staged; safe to call at any point, more than once. */
+  /**
+   * Removes whatever is still staged; safe to call at any point, more than once, and
+   * never throws: a tree deeper than a path can name (which Node's rm cannot remove) is
+   * removed by `rm -rf`, which walks with descriptors.
+   */
   async discard(): Promise<void> {
-    if (this.tmp) await rm(this.tmp, { recursive: true, force: true });
+    const tmp = this.tmp;
     this.tmp = "";
+    if (!tmp) return;
+    await rm(tmp, { recursive: true, force: true }).catch(() =>
+      run(["rm", "-rf", "--", tmp], { timeoutMs: 10 * 60_000 }).catch(() => {}),
+    );
   }
 }
 

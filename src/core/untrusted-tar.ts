@@ -17,7 +17,7 @@
  *   with lstat before it is moved into place: any entry that is not what was accepted
  *   refuses the whole archive.
  */
-import { chmodSync, lstatSync, readdirSync, readlinkSync, type Stats } from "node:fs";
+import { chmodSync, lstatSync, readdirSync, readlinkSync, type Stats, unlinkSync } from "node:fs";
 import path from "node:path";
 import { Writable } from "node:stream";
 import * as tar from "tar";
@@ -329,16 +329,17 @@ function checkEntry(
 /**
  * Walks what was extracted (never following a symlink) and refuses anything the filter
  * did not mean to write. Synchronous: the tree is private and the walk is a few lstats.
- * `ownerBits`: first gives the owner read and write (and search, on a directory) where
- * the extraction did not (GNU tar's, export-direct.ts; checkEntry does it for this file's
- * own extraction).
+ * `gnuTar`: the tree is GNU tar's extraction (export-direct.ts), so first do what this
+ * file's own extraction does as it writes: give the owner read and write (and search, on
+ * a directory) where the entry lacks them (checkEntry), and remove FIFOs (the agent
+ * skips them when it packs; GNU tar, reading the tree itself, packs them).
  */
 export function verifyTree(
   tree: string,
   mode: UntrustedMode,
   label: string,
   result: Extracted,
-  options: { ownerBits?: boolean } = {},
+  options: { gnuTar?: boolean } = {},
 ): void {
   const uid = process.getuid?.() ?? 0;
   const problems: string[] = [];
@@ -346,7 +347,11 @@ export function verifyTree(
     for (const name of readdirSync(path.join(tree, rel))) {
       const r = rel === "" ? name : `${rel}/${name}`;
       const st = lstatSync(path.join(tree, r));
-      if (options.ownerBits) giveOwnerBits(path.join(tree, r), st);
+      if (options.gnuTar && st.isFIFO()) {
+        unlinkSync(path.join(tree, r));
+        continue;
+      }
+      if (options.gnuTar) giveOwnerBits(path.join(tree, r), st);
       if (depth === 0)
         result.top.push({
           name,

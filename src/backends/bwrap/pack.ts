@@ -7,97 +7,172 @@
  *
  * It only ever speeds up the plain case, and leaves every other one to the agent (whose
  * answer, refusal or error is then the export's): the path is a real file or directory
- * under /workspace with no symlink on the way, nothing in it is hard-linked, and neither
- * find nor tar says anything on stderr (an unreadable file, a file changed while read, a
- * socket skipped). The caller discards what it extracted and asks the agent then.
+ * under /workspace with no symlink on the way and no other hard link, and tar reads all
+ * of it (exit 0: no unreadable file, none that changed while read). What tar archives
+ * that the export rules refuse (a hard link, a device) fails the host's extraction or its
+ * walk, and the caller then asks the agent; FIFOs, which the agent skips, are removed
+ * by the walk.
  *
- * The reader is no more powerful than the workspace's agent and sees less: it starts in
- * the launch step's mount namespace (where the overlay is mounted), then in a new bwrap
- * sandbox with every namespace unshared, no capabilities, the workspace's tree read-only
- * at /workspace and the host's programs read-only; nothing of the sandbox (its processes,
- * its /proc) can reach it. A symlink swapped in while it reads can only lead to the
- * host's public programs, and only into the user's own export.
+ * The reader sees nothing of the host: its sandbox (every namespace unshared, no
+ * capabilities, no environment, no /proc or /dev) holds the workspace's tree read-only at
+ * /workspace and GNU tar with its loader and libraries at /run/tar, started through the
+ * loader, and nothing else. So whatever the workspace does while it reads (a directory
+ * swapped for a symlink to `/usr` between the check and the read), a path can only lead
+ * into the workspace's own tree, to tar's own files, or nowhere; and the workspace cannot
+ * reach the reader (another pid namespace). The launch step's mount namespace, where the
+ * overlay is mounted, is entered through a descriptor opened after the launch step was
+ * checked, so a recycled pid cannot send the reader elsewhere.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { posix } from "node:path";
+import { closeSync, lstatSync, openSync } from "node:fs";
+import { basename, join, posix } from "node:path";
 import type { Readable } from "node:stream";
+import { findGnuTar } from "../../agent/tarsafe.js";
+import { run } from "../../util/run.js";
 import type { PackedPath } from "../backend.js";
 import { sameProcessAlive } from "../common.js";
 import { sandboxLayout } from "../linux/layout.js";
-import { toolSandboxArgs } from "../linux/tool-sandbox.js";
+
+/** Where the reader's sandbox has GNU tar: the program, its loader and its libraries. */
+const TOOLS = "/run/tar";
+
+/** GNU tar and what it loads, as bwrap binds into {@link TOOLS}; null without GNU tar. */
+let tarFiles: Promise<{ binds: string[]; argv: string[] } | null> | undefined;
+
+function readerTar(): Promise<{ binds: string[]; argv: string[] } | null> {
+  tarFiles ??= (async () => {
+    const tar = await findGnuTar();
+    if (!tar) return null;
+    // `ldd` names each library (`soname => path`) and the loader (an absolute path).
+    const r = await run(["ldd", tar], { timeoutMs: 10_000 });
+    if (r.exitCode !== 0) return null;
+    const binds = ["--ro-bind", tar, `${TOOLS}/tar`];
+    let loader = "";
+    for (const line of r.stdout.split("\n")) {
+      const lib = /^\s*(\S+) => (\/\S+) \(/.exec(line);
+      if (lib) binds.push("--ro-bind", lib[2]!, `${TOOLS}/lib/${basename(lib[1]!)}`);
+      const interp = /^\s*(\/\S+) \(/.exec(line);
+      if (interp) loader = interp[1]!;
+    }
+    if (!loader) return null;
+    binds.push("--ro-bind", loader, `${TOOLS}/ld.so`);
+    return { binds, argv: [`${TOOLS}/ld.so`, "--library-path", `${TOOLS}/lib`, `${TOOLS}/tar`] };
+  })();
+  return tarFiles;
+}
 
 /**
- * Shell run in the reader's sandbox; $1 is the path under /workspace ("" for the root),
- * already normalised by the caller (no `.`, `..` or empty component), $2 its parent and
- * $3 its last component. Exits 3 when the
- * path is not the plain case. The first stderr line names the type; find names a
- * hard-linked file on stderr and stops, which the caller takes as "not plain".
+ * The type of /workspace/`rel` when it is the plain case: every component a real
+ * directory (no symlink), the last a directory or a file with one link. Read through the
+ * launch step's view of the overlay; a race only changes what the reader finds in its
+ * sandbox, never what it can reach.
  */
-const READER_SCRIPT = [
-  "set -u",
-  't=/workspace/$1; [ -n "$1" ] || t=/workspace',
-  // realpath resolves every symlink: the same path back means none was on the way.
-  'r=$(realpath -e -- "$t" 2>/dev/null) && [ "$r" = "$t" ] || exit 3',
-  'if [ -d "$t" ]; then cd "$t" || exit 3; set -- .; type=directory',
-  'elif [ -f "$t" ]; then cd "/workspace/$2" || exit 3; set -- "$3"; type=file',
-  "else exit 3; fi",
-  'echo "pyro-type $type" >&2',
-  // Files, directories and symlinks only (the agent skips the rest too), no recursion in
-  // tar: find's walk is the list, and it overlaps with tar's reading.
-  "find \"$@\" \\( -type f -links +1 -fprintf /dev/stderr 'pyro-hardlink\\n' -quit \\) -o \\( -type f -o -type d -o -type l \\) -print0" +
-    " | tar --null --no-recursion -T - --format=gnu -cf -",
-].join("\n");
+function plainType(merged: string, launchPid: number, rel: string): "file" | "directory" | null {
+  let at = `/proc/${launchPid}/root${merged}`;
+  const parts = rel === "" ? [] : rel.split("/");
+  try {
+    for (const [i, part] of parts.entries()) {
+      at = join(at, part);
+      const st = lstatSync(at);
+      if (i < parts.length - 1 && !st.isDirectory()) return null;
+      if (i === parts.length - 1) {
+        if (st.isDirectory()) return "directory";
+        return st.isFile() && st.nlink === 1 ? "file" : null;
+      }
+    }
+    return lstatSync(at).isDirectory() ? "directory" : null;
+  } catch {
+    return null;
+  }
+}
 
 /**
  * Starts the reader for `rel` under /workspace of the running sandbox whose launch step
- * is `launch`; null when it cannot (an old layout, a launch step that is gone).
+ * is `launch`; null when it is not the plain case or cannot start now.
  */
 export async function packWorkspacePath(
   dir: string,
   launch: { pid: number; start_time: string },
   rel: string,
 ): Promise<PackedPath | null> {
-  const l = sandboxLayout(dir);
-  if (!(await sameProcessAlive(launch.pid, launch.start_time))) return null;
-  const argv = [
-    `--mount=/proc/${launch.pid}/ns/mnt`,
-    "--",
-    "bwrap",
-    ...toolSandboxArgs(),
-    "--ro-bind",
-    l.wsMerged,
-    "/workspace",
-    "--chdir",
-    "/",
-    "--",
-    "/bin/sh",
-    "-c",
-    READER_SCRIPT,
-    "pyro-export",
-    rel,
-    posix.dirname(rel) === "." ? "" : posix.dirname(rel),
-    posix.basename(rel),
-  ];
-  const child = spawn("nsenter", argv, { stdio: ["ignore", "pipe", "pipe"] });
-  return {
-    stream: child.stdout as Readable,
-    finished: outcome(child),
-    // nsenter became bwrap, whose sandbox ends with it (--die-with-parent).
-    stop: () => child.kill("SIGKILL"),
-  };
+  const type = plainType(sandboxLayout(dir).wsMerged, launch.pid, rel);
+  if (!type) return null;
+  const [cwd, name] = type === "directory" ? [rel, "."] : [posix.dirname(rel), posix.basename(rel)];
+  return startReader(dir, launch, { cwd: cwd === "." ? "" : cwd, name, type });
 }
 
-/** What the reader said once it ended: the type of a plain path, else null (ask the agent). */
-function outcome(child: ChildProcess): Promise<{ artifact_type: "file" | "directory" } | null> {
-  let err = "";
-  child.stderr?.on("data", (c: Buffer) => {
-    if (err.length < 4096) err += c.toString("utf8");
-  });
+/**
+ * The reader itself: GNU tar archiving `name` in /workspace/`cwd`, in its sandbox (see
+ * the top of the file); null when GNU tar or the launch step is missing. Exported for the
+ * tests, which start it where a race would (on a path that is no longer plain).
+ */
+export async function startReader(
+  dir: string,
+  launch: { pid: number; start_time: string },
+  what: { cwd: string; name: string; type: "file" | "directory" },
+): Promise<PackedPath | null> {
+  const tar = await readerTar();
+  if (!tar) return null;
+  let ns: number;
+  try {
+    ns = openSync(`/proc/${launch.pid}/ns/mnt`, "r");
+  } catch {
+    return null;
+  }
+  try {
+    // The descriptor is the launch step's namespace only if the launch step is still it.
+    if (!(await sameProcessAlive(launch.pid, launch.start_time))) return null;
+    const argv = [
+      "--mount=/proc/self/fd/3",
+      "--",
+      "bwrap",
+      "--unshare-all",
+      "--die-with-parent",
+      "--new-session",
+      "--cap-drop",
+      "ALL",
+      "--clearenv",
+      "--ro-bind",
+      sandboxLayout(dir).wsMerged,
+      "/workspace",
+      ...tar.binds,
+      "--chdir",
+      what.cwd === "" ? "/workspace" : `/workspace/${what.cwd}`,
+      "--",
+      ...tar.argv,
+      "--format=gnu",
+      "--numeric-owner",
+      "-cf",
+      "-",
+      "--",
+      what.name,
+    ];
+    const child = spawn("nsenter", argv, { stdio: ["ignore", "pipe", "pipe", ns] });
+    return {
+      stream: child.stdout as Readable,
+      finished: outcome(child, what.type),
+      // Its next write fails and it exits. Not killed: a bwrap killed while it sets up
+      // its sandbox leaves the sandbox's first process waiting for it forever.
+      stop: () => child.stdout?.destroy(),
+    };
+  } finally {
+    closeSync(ns);
+  }
+}
+
+/**
+ * The path's type once the reader ended cleanly, else null. GNU tar exits 0 only when
+ * it read everything: a file it could not open or read, one that vanished or changed
+ * while read, makes it exit 1 or 2; what it says with 0 (a socket ignored, which the
+ * agent skips too) does not matter.
+ */
+function outcome(
+  child: ChildProcess,
+  type: "file" | "directory",
+): Promise<{ artifact_type: "file" | "directory" } | null> {
+  child.stderr?.resume();
   return new Promise((resolve) => {
     child.on("error", () => resolve(null));
-    child.on("close", (code) => {
-      const m = /^pyro-type (file|directory)\n$/.exec(err);
-      resolve(code === 0 && m ? { artifact_type: m[1] as "file" | "directory" } : null);
-    });
+    child.on("close", (code) => resolve(code === 0 ? { artifact_type: type } : null));
   });
 }

@@ -1,8 +1,9 @@
 /**
  * A bwrap sandbox for one host program run on untrusted data (e2fsck on a guest's disk,
- * GNU tar reading a workspace or extracting its export): every namespace unshared, no
- * capabilities, the host's programs read-only, a private /proc and /dev, and nothing
- * else; the caller binds the one tree the program works on. It dies with its parent.
+ * GNU tar extracting a workspace's export): every namespace unshared, no capabilities,
+ * no environment but PATH, the host's programs read-only, a private /proc and /dev, and
+ * nothing else; the caller binds the one tree the program works on. It dies with its
+ * parent.
  */
 
 /** The host's programs (and their libraries), bound read-only where they exist. */
@@ -24,6 +25,10 @@ export function toolSandboxArgs(options: { etc?: boolean; unprivileged?: boolean
     "--new-session",
     "--cap-drop",
     "ALL",
+    "--clearenv",
+    "--setenv",
+    "PATH",
+    "/usr/sbin:/usr/bin:/sbin:/bin",
     ...ro.flatMap((d) => ["--ro-bind-try", d, d]),
     "--proc",
     "/proc",

@@ -2,7 +2,9 @@ import { lstatSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startReader } from "../../../src/backends/bwrap/pack.js";
 import { PyroError } from "../../../src/errors.js";
+import { TarCounter } from "../../../src/util/tar-count.js";
 import { bwrapSkipReason, type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js";
 
 /**
@@ -25,7 +27,7 @@ function describeTree(root: string): Record<string, string> {
       out[rel] =
         `file ${mode} ${st.size} ${Math.floor(st.mtimeMs / 1000)} ${readFileSync(join(root, rel)).toString("base64").slice(0, 40)}`;
     else if (st.isDirectory()) {
-      out[rel] = `dir ${mode}`;
+      out[rel] = `dir ${mode} ${Math.floor(st.mtimeMs / 1000)}`;
       for (const name of readdirSync(join(root, rel)).sort()) visit(rel === "." ? name : `${rel}/${name}`);
     } else out[rel] = "other";
   };
@@ -79,8 +81,11 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap fast export (no agent relay)", sk
         "chmod 700 tree/locked",
         "ln -s sub/deep/blob.bin tree/rel-link && ln -s ../a.txt tree/sub/up-link",
         "mkfifo tree/fifo",
+        "echo dash > tree/-L && echo q > tree/-quit && echo dd > tree/--",
         "touch -d '2001-02-03 04:05:06' tree/a.txt tree/sub/deep/blob.bin",
         "ln -s . via",
+        // Last: the exported directory itself read-only and old.
+        "touch -d '2001-01-01 00:00:00' tree/sub tree && chmod 500 tree",
       ].join(" && "),
     );
   });
@@ -104,20 +109,30 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap fast export (no agent relay)", sk
     expect(tree.setuid).toMatch(new RegExp(`^file ${umasked(0o755)} `));
     expect(tree.private).toMatch(/^file 600 /);
     expect(tree.open).toMatch(new RegExp(`^file ${umasked(0o777)} `));
-    expect(tree.ro).toBe(`dir ${umasked(0o755)}`);
+    expect(tree.ro).toMatch(new RegExp(`^dir ${umasked(0o755)} `));
+    expect(tree["."]).toBe(`dir 700 ${Date.UTC(2001, 0, 1) / 1000}`);
+    expect(tree.sub).toBe(`dir ${umasked(0o755)} ${Date.UTC(2001, 0, 1) / 1000}`);
+    expect(tree["-L"]).toMatch(/ ZGFzaAo=$/);
     expect(tree["a.txt"]).toBe(`file 644 6 ${Date.UTC(2001, 1, 3, 4, 5, 6) / 1000} aGVsbG8K`);
     expect(tree["sub/up-link"]).toBe("link ../a.txt");
-    expect(fast.bytes).toBe(6 + 300_000 + 5 + 2 * 5);
+    expect(fast.bytes).toBe(6 + 300_000 + 5 + 2 * 5 + 5 + 2 + 3);
     expect(leftovers()).toEqual([]);
   });
 
-  it("exports a file, and the whole workspace, through the reader", async () => {
+  it("exports a file, a file named like an option, and the whole workspace, through the reader", async () => {
     const file = await h.pyro.exportWorkspace(id, "tree/sub/deep/blob.bin", join(out, "blob.bin"));
     expect(packedBy()).toBe("reader");
     expect(file).toMatchObject({ artifact_type: "file", bytes: 300_000, entries: 1 });
     expect(
       readFileSync(join(out, "blob.bin")).equals(readFileSync(join(out, "fast", "sub/deep/blob.bin"))),
     ).toBe(true);
+    for (const name of ["-L", "-quit", "--"]) {
+      const one = await h.pyro.exportWorkspace(id, `tree/${name}`, join(out, `opt${name}`));
+      expect([packedBy(), one.entries], name).toEqual(["reader", 1]);
+      expect(readFileSync(join(out, `opt${name}`), "utf8")).toBe(
+        readFileSync(join(out, "fast", name), "utf8"),
+      );
+    }
     const all = await h.pyro.exportWorkspace(id, "/workspace", join(out, "all"));
     expect(packedBy()).toBe("reader");
     expect(all.artifact_type).toBe("directory");
@@ -147,6 +162,56 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap fast export (no agent relay)", sk
       ).toEqual([]);
       expect(leftovers(), path).toEqual([]);
     }
+  });
+
+  it("a tree deeper than a host path can name goes to the agent, and leaves nothing", async () => {
+    // 250 levels of 16 characters: 4250 bytes, past PATH_MAX below the host's staging directory.
+    // perl (Debian's perl-base): the shell keeps a path of its own and gives up at PATH_MAX.
+    await sh(
+      `mkdir deep && cd deep && perl -e 'for (1..250) { mkdir "a" x 16 or die; chdir "a" x 16 or die } open(F, ">f") or die'`,
+    );
+    const exports = () =>
+      h.pyro.engine
+        .store()
+        .listEvents(id)
+        .filter((e) => e.kind === "export").length;
+    const before = exports();
+    const got = await refusal(h.pyro.exportWorkspace(id, "deep", join(out, "deep")));
+    // The agent refuses it (its names are bounded too); the reader never lands it.
+    expect(got).toMatchObject({ code: "invalid_argument", message: expect.stringMatching(/^name too long/) });
+    expect(exports()).toBe(before);
+    expect(leftovers()).toEqual([]);
+  });
+
+  it("a reader sent down a symlink (as a swap between its check and its read would) finds no host file", async () => {
+    const state = h.pyro.engine.store().getWorkspace(id)?.runtime.sandbox as {
+      pid: number;
+      start_time: string;
+    };
+    const dir = join(h.home, "workspaces", id, "sandbox");
+    await sh("ln -s /usr/share usr-share && ln -s /etc/passwd host-passwd && ln -s /run/tar/lib run-tar-lib");
+    for (const what of [
+      { cwd: "usr-share", name: ".", type: "directory" as const },
+      { cwd: "", name: "host-passwd/.", type: "file" as const },
+      { cwd: "usr-share/doc", name: ".", type: "directory" as const },
+    ]) {
+      const pack = await startReader(dir, state, what);
+      expect(pack, what.cwd).not.toBeNull();
+      let bytes = 0;
+      pack!.stream.on("data", (c: Buffer) => {
+        bytes += c.length;
+      });
+      expect(await pack!.finished, JSON.stringify(what)).toBeNull();
+      expect(bytes, JSON.stringify(what)).toBeLessThanOrEqual(10_240);
+    }
+    // Only tar's own files are there to find (its loader and libraries), read-only.
+    const lib = await startReader(dir, state, { cwd: "run-tar-lib", name: ".", type: "directory" });
+    const names: string[] = [];
+    const c = new TarCounter();
+    lib!.stream.on("data", (chunk: Buffer) => c.push(chunk));
+    expect(await lib!.finished).not.toBeNull();
+    expect(c.entries).toBeLessThan(10);
+    expect(names).toEqual([]);
   });
 
   it("refuses an export over the workspace's disk budget (a sparse file) without filling the host", async () => {

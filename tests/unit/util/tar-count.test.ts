@@ -59,4 +59,33 @@ describe("TarCounter", () => {
     c.push(Buffer.alloc(512));
     expect([c.entries, c.bytes]).toEqual([3, 5]);
   });
+
+  it("bounds names (long-name records too), depth and entries, and refuses record types GNU tar does not write", () => {
+    const octal = (n: number) => Buffer.from(`${n.toString(8).padStart(11, "0")}\0`);
+    const bounds = { nameBytes: 50, depth: 3, entries: 2 };
+    const long = Buffer.alloc(512);
+    long.write("x".repeat(60));
+    expect(() =>
+      new TarCounter(bounds).push(Buffer.concat([header("././@LongLink", "L", octal(61)), long])),
+    ).toThrow(/too long/);
+    expect(() => new TarCounter(bounds).push(header("a/b/c/d", "5", octal(0)))).toThrow(/too deep/);
+    expect(() => new TarCounter(bounds).push(header("./a/b/c", "5", octal(0)))).not.toThrow();
+    const three = Buffer.concat(["a", "b", "c"].map((n) => header(n, "5", octal(0))));
+    expect(() => new TarCounter(bounds).push(three)).toThrow(/too many/);
+    for (const type of ["x", "g", "S", "V"])
+      expect(() => new TarCounter().push(header("p", type, octal(0))), type).toThrow(/has type/);
+  });
+
+  it("keeps a leading ./ entry's mode and mtime, and counts FIFOs", () => {
+    const src = join(dir, "root");
+    mkdirSync(src);
+    execFileSync("mkfifo", [join(src, "fifo")]);
+    execFileSync("chmod", ["500", src]);
+    execFileSync("touch", ["-d", "2001-01-01 00:00:00", src]);
+    const c = new TarCounter();
+    c.push(execFileSync("tar", ["-C", src, "--format=gnu", "-cf", "-", "."]));
+    expect(c.root).toEqual({ mode: 0o500, mtime: Date.UTC(2001, 0, 1) / 1000 });
+    expect([c.entries, c.fifos]).toEqual([2, 1]);
+    execFileSync("chmod", ["700", src]);
+  });
 });
