@@ -239,6 +239,13 @@ export interface WorkspaceBackend {
    */
   packWorkspacePath?(spec: SandboxSpec, state: SandboxState, rel: string): Promise<PackedPath | null>;
   /**
+   * Optional fast path for pushes into a running workspace (core/push-direct.ts,
+   * bwrap/unpack.ts): a view of its /workspace for the host's checks, and GNU tar
+   * extracting into it without the agent, in a sandbox no more powerful than the agent.
+   * Null when the backend cannot now.
+   */
+  workspaceWriter?(spec: SandboxSpec, state: SandboxState): Promise<WorkspaceWriter | null>;
+  /**
    * Optional fast path for `pyro run`: the command as the sandbox's only process, with the
    * same isolation as a workspace. Backends without it run one-shots as
    * create + exec + delete.
@@ -254,4 +261,24 @@ export interface PackedPath {
   finished: Promise<{ artifact_type: "file" | "directory" } | null>;
   /** Ends the reader early (it stops once it next writes). */
   stop(): void;
+}
+
+/** A push's way into a running workspace without its agent (workspaceWriter). */
+export interface WorkspaceWriter {
+  /**
+   * A host path that shows /workspace as the sandbox sees it, for lstat and readdir only:
+   * never written through, and a symlink on the way may lead anywhere on the host.
+   */
+  view: string;
+  /**
+   * Extracts `archive` into /workspace/`rel` as the agent's `tar_in` does (GNU tar,
+   * `--no-same-owner`), first making the directories `missing` (relative to /workspace,
+   * parents first). GNU tar's exit code (null: it did not run) and its last words.
+   */
+  unpack(
+    rel: string,
+    archive: import("node:stream").Readable,
+    missing: string[],
+    signal?: AbortSignal,
+  ): Promise<{ code: number | null; said: string }>;
 }

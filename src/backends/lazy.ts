@@ -10,12 +10,13 @@ import type {
   SandboxSpec,
   SandboxState,
   WorkspaceBackend,
+  WorkspaceWriter,
 } from "./backend.js";
 
 /**
  * The optional WorkspaceBackend methods whose presence the core tests (`if
- * (backend.runOnce)`) before it has loaded the backend. `exposeSnapshot`, `resetInPlace`
- * and `packWorkspacePath` are not: the facade always has them, and answers nothing (or
+ * (backend.runOnce)`) before it has loaded the backend. `exposeSnapshot`, `resetInPlace`,
+ * `packWorkspacePath` and `workspaceWriter` are not: the facade always has them, and answers nothing (or
  * null) for a backend without them.
  */
 export const BACKEND_FEATURES = [
@@ -152,6 +153,10 @@ export class LazyBackend implements WorkspaceBackend {
   async packWorkspacePath(spec: SandboxSpec, state: SandboxState, rel: string): Promise<PackedPath | null> {
     const backend = await this.load();
     return backend.packWorkspacePath ? backend.packWorkspacePath(spec, state, rel) : null;
+  }
+  async workspaceWriter(spec: SandboxSpec, state: SandboxState): Promise<WorkspaceWriter | null> {
+    const backend = await this.load();
+    return backend.workspaceWriter ? backend.workspaceWriter(spec, state) : null;
   }
   agentRoot(spec: SandboxSpec): string {
     return this.loaded().agentRoot(spec);

@@ -60,7 +60,7 @@ export async function exportDirect(
   sandbox: { spec: SandboxSpec; state: SandboxState },
   path: string,
   output: string,
-  options: { maxBytes?: number; signal?: AbortSignal } = {},
+  options: { max_bytes?: number; signal?: AbortSignal } = {},
 ): Promise<DirectExport | null> {
   const rel = plainWorkspacePath(path);
   if (rel === null || !backend.packWorkspacePath) return null;
@@ -74,7 +74,7 @@ export async function exportDirect(
     if (!got) return null;
     const walked: Extracted = { files: 0, bytes: 0, entries: 0, top: [] };
     try {
-      verifyTree(staging.tree, "export", output, walked, { gnuTar: true });
+      verifyTree(staging.tree, "export", output, walked, { gnu_tar: true });
       // GNU tar leaves the directory it extracts into as it was (`-k`): the archive's
       // own `./` entry is applied here, as the other extraction applies it.
       if (got.root) {
@@ -96,7 +96,7 @@ export async function exportDirect(
 async function extract(
   pack: PackedPath,
   tree: string,
-  options: { maxBytes?: number; signal?: AbortSignal },
+  options: { max_bytes?: number; signal?: AbortSignal },
 ): Promise<(DirectExport & { fifos: number; root: TarCounter["root"] }) | null> {
   const child = spawn(
     "bwrap",
@@ -137,7 +137,7 @@ async function extract(
       } catch (err) {
         return done(err as Error);
       }
-      if (options.maxBytes !== undefined && counter.bytes > options.maxBytes)
+      if (options.max_bytes !== undefined && counter.bytes > options.max_bytes)
         return done(new Error("over the archive budget"));
       done(null, chunk);
     },

@@ -1,3 +1,4 @@
+import type { Stats } from "node:fs";
 import { lstat, mkdir, mkdtemp, readdir, rename, rm, stat } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import type { Readable } from "node:stream";
@@ -17,11 +18,18 @@ import { type Extracted, type UntrustedUnpacker, untrustedUnpacker } from "./unt
  * spooling first made it pack, then transfer, then extract, one after the other.
  */
 
-/** A tar stream of a host directory's contents (or one file), without following symlinks. */
-export async function packHostPath(src: string): Promise<Readable> {
+/** Refuses (`not_found`) a host path that does not exist; its stat otherwise. */
+export async function requireHostPath(src: string): Promise<Stats> {
   const abs = resolve(src);
   const st = await stat(abs).catch(() => null);
   if (!st) throw new PyroError("not_found", `no such file or directory: ${abs}`);
+  return st;
+}
+
+/** A tar stream of a host directory's contents (or one file), without following symlinks. */
+export async function packHostPath(src: string): Promise<Readable> {
+  const abs = resolve(src);
+  const st = await requireHostPath(abs);
   const [cwd, names] = st.isDirectory() ? [abs, await readdir(abs)] : [dirname(abs), [basename(abs)]];
   return (await packTree(cwd, names.sort())).stream;
 }

@@ -329,7 +329,7 @@ function checkEntry(
 /**
  * Walks what was extracted (never following a symlink) and refuses anything the filter
  * did not mean to write. Synchronous: the tree is private and the walk is a few lstats.
- * `gnuTar`: the tree is GNU tar's extraction (export-direct.ts), so first do what this
+ * `gnu_tar`: the tree is GNU tar's extraction (export-direct.ts), so first do what this
  * file's own extraction does as it writes: give the owner read and write (and search, on
  * a directory) where the entry lacks them (checkEntry), and remove FIFOs (the agent
  * skips them when it packs; GNU tar, reading the tree itself, packs them).
@@ -339,7 +339,7 @@ export function verifyTree(
   mode: UntrustedMode,
   label: string,
   result: Extracted,
-  options: { gnuTar?: boolean } = {},
+  options: { gnu_tar?: boolean } = {},
 ): void {
   const uid = process.getuid?.() ?? 0;
   const problems: string[] = [];
@@ -347,11 +347,11 @@ export function verifyTree(
     for (const name of readdirSync(path.join(tree, rel))) {
       const r = rel === "" ? name : `${rel}/${name}`;
       const st = lstatSync(path.join(tree, r));
-      if (options.gnuTar && st.isFIFO()) {
+      if (options.gnu_tar && st.isFIFO()) {
         unlinkSync(path.join(tree, r));
         continue;
       }
-      if (options.gnuTar) giveOwnerBits(path.join(tree, r), st);
+      if (options.gnu_tar) giveOwnerBits(path.join(tree, r), st);
       if (depth === 0)
         result.top.push({
           name,

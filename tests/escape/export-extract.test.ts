@@ -125,7 +125,7 @@ describe.skipIf(skip !== "")(
       const archive = hostileTar([{ name: "big", type: "file", size: 2 << 20 }]);
       for (let i = 0; i < 20; i++) {
         const out = join(root, `out-fast-${i}`);
-        expect(await exportDirect(backendWith(archive), sandbox, "tree", out, { maxBytes: 1024 })).toBeNull();
+        expect(await exportDirect(backendWith(archive), sandbox, "tree", out, { max_bytes: 1024 })).toBeNull();
       }
       expect(others()).toEqual(["outside"]);
       expect(hostProcesses((argv) => argv.some((a) => a.startsWith(root)))).toEqual([]);
@@ -164,7 +164,7 @@ describe.skipIf(skip !== "")(
     it("a file over the budget is refused as it streams: the extraction never gets all of it", async () => {
       const out = join(root, "out-budget");
       const archive = hostileTar([{ name: "big", type: "file", size: 8 << 20 }]);
-      const got = await exportDirect(backendWith(archive), sandbox, "tree", out, { maxBytes: 1 << 20 });
+      const got = await exportDirect(backendWith(archive), sandbox, "tree", out, { max_bytes: 1 << 20 });
       expect(got).toBeNull();
       expect(existsSync(out)).toBe(false);
       expect(others()).toEqual(["outside"]);

@@ -13,6 +13,7 @@ import type {
   SandboxSpec,
   SandboxState,
   WorkspaceBackend,
+  WorkspaceWriter,
 } from "../backend.js";
 import { procStartTime, sameProcessAlive, waitForSocket } from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
@@ -36,6 +37,7 @@ import { packWorkspacePath } from "./pack.js";
 import { adoptSpare } from "./pool.js";
 import { AGENT_TMP, type ResetBase, resetBase, resetInPlace } from "./reset.js";
 import { writeSeccompFile } from "./seccomp.js";
+import { workspaceWriter } from "./unpack.js";
 
 /** Mount points inside the sandbox. */
 export const IN_SANDBOX = {
@@ -294,6 +296,12 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
     const s = BWRAP_STATE.read(state);
     if ((await detectLayout(spec.dir)).legacy) return null;
     return packWorkspacePath(spec.dir, s, rel);
+  }
+
+  /** A running workspace's /workspace written by GNU tar from its overlay, not through its agent (unpack.ts). */
+  async workspaceWriter(spec: SandboxSpec, state: SandboxState): Promise<WorkspaceWriter | null> {
+    if ((await detectLayout(spec.dir)).legacy) return null;
+    return workspaceWriter(spec.dir, BWRAP_STATE.read(state));
   }
 
   /** A stopped workspace's files, read by a read-only agent in its own bwrap sandbox (disk-view.ts). */

@@ -13,53 +13,17 @@
  * walk, and the caller then asks the agent; FIFOs, which the agent skips, are removed
  * by the walk.
  *
- * The reader sees nothing of the host: its sandbox (every namespace unshared, no
- * capabilities, no environment, no /proc or /dev) holds the workspace's tree read-only at
- * /workspace and GNU tar with its loader and libraries at /run/tar, started through the
- * loader, and nothing else. So whatever the workspace does while it reads (a directory
- * swapped for a symlink to `/usr` between the check and the read), a path can only lead
- * into the workspace's own tree, to tar's own files, or nowhere; and the workspace cannot
- * reach the reader (another pid namespace). The launch step's mount namespace, where the
- * overlay is mounted, is entered through a descriptor opened after the launch step was
- * checked, so a recycled pid cannot send the reader elsewhere.
+ * The reader sees nothing of the host (tree-tar.ts): whatever the workspace does while
+ * it reads (a directory swapped for a symlink to `/usr` between the check and the read),
+ * a path can only lead into the workspace's own tree, to tar's own files, or nowhere.
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, lstatSync, openSync } from "node:fs";
-import { basename, join, posix } from "node:path";
+import type { ChildProcess } from "node:child_process";
+import { lstatSync } from "node:fs";
+import { join, posix } from "node:path";
 import type { Readable } from "node:stream";
-import { findGnuTar } from "../../agent/tarsafe.js";
-import { run } from "../../util/run.js";
 import type { PackedPath } from "../backend.js";
-import { sameProcessAlive } from "../common.js";
 import { sandboxLayout } from "../linux/layout.js";
-
-/** Where the reader's sandbox has GNU tar: the program, its loader and its libraries. */
-const TOOLS = "/run/tar";
-
-/** GNU tar and what it loads, as bwrap binds into {@link TOOLS}; null without GNU tar. */
-let tarFiles: Promise<{ binds: string[]; argv: string[] } | null> | undefined;
-
-function readerTar(): Promise<{ binds: string[]; argv: string[] } | null> {
-  tarFiles ??= (async () => {
-    const tar = await findGnuTar();
-    if (!tar) return null;
-    // `ldd` names each library (`soname => path`) and the loader (an absolute path).
-    const r = await run(["ldd", tar], { timeoutMs: 10_000 });
-    if (r.exitCode !== 0) return null;
-    const binds = ["--ro-bind", tar, `${TOOLS}/tar`];
-    let loader = "";
-    for (const line of r.stdout.split("\n")) {
-      const lib = /^\s*(\S+) => (\/\S+) \(/.exec(line);
-      if (lib) binds.push("--ro-bind", lib[2]!, `${TOOLS}/lib/${basename(lib[1]!)}`);
-      const interp = /^\s*(\/\S+) \(/.exec(line);
-      if (interp) loader = interp[1]!;
-    }
-    if (!loader) return null;
-    binds.push("--ro-bind", loader, `${TOOLS}/ld.so`);
-    return { binds, argv: [`${TOOLS}/ld.so`, "--library-path", `${TOOLS}/lib`, `${TOOLS}/tar`] };
-  })();
-  return tarFiles;
-}
+import { spawnTreeTar } from "./tree-tar.js";
 
 /**
  * The type of /workspace/`rel` when it is the plain case: every component a real
@@ -111,53 +75,20 @@ export async function startReader(
   launch: { pid: number; start_time: string },
   what: { cwd: string; name: string; type: "file" | "directory" },
 ): Promise<PackedPath | null> {
-  const tar = await readerTar();
-  if (!tar) return null;
-  let ns: number;
-  try {
-    ns = openSync(`/proc/${launch.pid}/ns/mnt`, "r");
-  } catch {
-    return null;
-  }
-  try {
-    // The descriptor is the launch step's namespace only if the launch step is still it.
-    if (!(await sameProcessAlive(launch.pid, launch.start_time))) return null;
-    const argv = [
-      "--mount=/proc/self/fd/3",
-      "--",
-      "bwrap",
-      "--unshare-all",
-      "--die-with-parent",
-      "--new-session",
-      "--cap-drop",
-      "ALL",
-      "--clearenv",
-      "--ro-bind",
-      sandboxLayout(dir).wsMerged,
-      "/workspace",
-      ...tar.binds,
-      "--chdir",
-      what.cwd === "" ? "/workspace" : `/workspace/${what.cwd}`,
-      "--",
-      ...tar.argv,
-      "--format=gnu",
-      "--numeric-owner",
-      "-cf",
-      "-",
-      "--",
-      what.name,
-    ];
-    const child = spawn("nsenter", argv, { stdio: ["ignore", "pipe", "pipe", ns] });
-    return {
-      stream: child.stdout as Readable,
-      finished: outcome(child, what.type),
-      // Its next write fails and it exits. Not killed: a bwrap killed while it sets up
-      // its sandbox leaves the sandbox's first process waiting for it forever.
-      stop: () => child.stdout?.destroy(),
-    };
-  } finally {
-    closeSync(ns);
-  }
+  const child = await spawnTreeTar(dir, launch, {
+    workspace: "read-only",
+    cwd: what.cwd,
+    args: ["--format=gnu", "--numeric-owner", "-cf", "-", "--", what.name],
+    stdin: "ignore",
+  });
+  if (!child) return null;
+  return {
+    stream: child.stdout as Readable,
+    finished: outcome(child, what.type),
+    // Its next write fails and it exits. Not killed: a bwrap killed while it sets up its
+    // sandbox leaves the sandbox's first process waiting for it forever.
+    stop: () => child.stdout?.destroy(),
+  };
 }
 
 /**

@@ -44,15 +44,15 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap fast export (no agent relay)", sk
     expect(r.exit_code, `\`${command}\` failed: ${r.stderr}`).toBe(0);
     return r.stdout.trim();
   };
-  /** How the last export of `ws` was packed: `reader` (this path) or `agent`. */
-  const packedBy = (ws = id) =>
+  /** How the last export of `ws` went: `tar` (this path) or `agent`. */
+  const exportVia = (ws = id) =>
     (
       h.pyro.engine
         .store()
         .listEvents(ws)
         .filter((e) => e.kind === "export")
-        .at(-1)?.detail as { packed_by?: string } | undefined
-    )?.packed_by;
+        .at(-1)?.detail as { via?: string } | undefined
+    )?.via;
   /** Whatever an export left beside its output (its private staging directories). */
   const leftovers = () => readdirSync(out).filter((n) => n.startsWith(".pyro-export-"));
   const refusal = (p: Promise<unknown>) =>
@@ -95,10 +95,10 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap fast export (no agent relay)", sk
 
   it("exports a plain directory through the reader, exactly as the agent's export makes it", async () => {
     const fast = await h.pyro.exportWorkspace(id, "/workspace/tree", join(out, "fast"));
-    expect(packedBy()).toBe("reader");
+    expect(exportVia()).toBe("tar");
     // The same tree by a path with a symlink on the way: the agent's export.
     const slow = await h.pyro.exportWorkspace(id, "via/tree", join(out, "slow"));
-    expect(packedBy()).toBe("agent");
+    expect(exportVia()).toBe("agent");
     const tree = describeTree(join(out, "fast"));
     expect(tree).toEqual(describeTree(join(out, "slow")));
     expect({ ...fast, output_path: "", path: "" }).toEqual({ ...slow, output_path: "", path: "" });
@@ -121,20 +121,20 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap fast export (no agent relay)", sk
 
   it("exports a file, a file named like an option, and the whole workspace, through the reader", async () => {
     const file = await h.pyro.exportWorkspace(id, "tree/sub/deep/blob.bin", join(out, "blob.bin"));
-    expect(packedBy()).toBe("reader");
+    expect(exportVia()).toBe("tar");
     expect(file).toMatchObject({ artifact_type: "file", bytes: 300_000, entries: 1 });
     expect(
       readFileSync(join(out, "blob.bin")).equals(readFileSync(join(out, "fast", "sub/deep/blob.bin"))),
     ).toBe(true);
     for (const name of ["-L", "-quit", "--"]) {
       const one = await h.pyro.exportWorkspace(id, `tree/${name}`, join(out, `opt${name}`));
-      expect([packedBy(), one.entries], name).toEqual(["reader", 1]);
+      expect([exportVia(), one.entries], name).toEqual(["tar", 1]);
       expect(readFileSync(join(out, `opt${name}`), "utf8")).toBe(
         readFileSync(join(out, "fast", name), "utf8"),
       );
     }
     const all = await h.pyro.exportWorkspace(id, "/workspace", join(out, "all"));
-    expect(packedBy()).toBe("reader");
+    expect(exportVia()).toBe("tar");
     expect(all.artifact_type).toBe("directory");
     expect(readlinkSync(join(out, "all", "via"))).toBe(".");
   });
