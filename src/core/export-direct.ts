@@ -1,5 +1,5 @@
 /**
- * The fast export of a running workspace (docs/architecture.md, "Export"): the backend's
+ * The fast export of a running workspace (docs/architecture.md, "Export and push"): the backend's
  * reader packs the path with GNU tar straight from the workspace's tree
  * (backend.packWorkspacePath; bwrap/pack.ts), and GNU tar extracts it here in a bwrap
  * sandbox whose only writable path is the export's private staging directory. Two

@@ -1,5 +1,5 @@
 /**
- * The fast push into a running workspace (docs/architecture.md, "Export"): the host's
+ * The fast push into a running workspace (docs/architecture.md, "Export and push"): the host's
  * GNU tar packs the source and the backend's GNU tar extracts it into /workspace
  * (backend.workspaceWriter; bwrap/unpack.ts), one pipe between them, as `tar | tar`.
  *
@@ -7,7 +7,8 @@
  * with one bad entry changes nothing). The same checks run here, on what the archive is
  * made from, before a byte moves: the source's walk (the one that lists the archive)
  * accepts only files with one link, directories and symlinks whose target stays inside
- * (tarsafe.ts linkStaysInside), and the destination, read through the backend's view,
+ * (tarsafe.ts linkStaysInside; devices, FIFOs and sockets are left out of the archive,
+ * as on the agent's path), and the destination, read through the backend's view,
  * must have a real directory wherever the archive has one and the same type wherever
  * both have an entry, with no symlink on the way to it. Anything else (or a source that
  * is empty, or a path the reader does not take) goes to the agent, whose answer counts:
@@ -60,20 +61,23 @@ export async function pushDirect(
   const { stream } = await packTree(cwd, names, {
     accept: (name, entry) => {
       const kind = kindOf(entry);
+      // Devices, FIFOs and sockets are left out, as packHostPath leaves them out.
+      if (!kind) return false;
       if (kind === "file") {
         files++;
         bytes += entry.size;
       }
       if (
-        !kind ||
         (kind === "file" && entry.nlink !== 1) ||
         (kind === "symlink" && !linkStaysInside(name, readlinkSync(join(cwd, name))))
       )
         plain = false;
-      listed.push({ name, kind: kind ?? "file" });
+      listed.push({ name, kind });
       return plain;
     },
   });
+  // An archive of nothing: the agent says what it says of it.
+  if (listed.length === 0) plain = false;
   const missing = plain ? missingDirectories(writer.view, rel) : null;
   // Below a directory the destination lacks, everything is new.
   if (!missing || (missing.length === 0 && !fits(writer.view, rel, listed))) {

@@ -125,7 +125,9 @@ describe.skipIf(skip !== "")(
       const archive = hostileTar([{ name: "big", type: "file", size: 2 << 20 }]);
       for (let i = 0; i < 20; i++) {
         const out = join(root, `out-fast-${i}`);
-        expect(await exportDirect(backendWith(archive), sandbox, "tree", out, { max_bytes: 1024 })).toBeNull();
+        expect(
+          await exportDirect(backendWith(archive), sandbox, "tree", out, { max_bytes: 1024 }),
+        ).toBeNull();
       }
       expect(others()).toEqual(["outside"]);
       expect(hostProcesses((argv) => argv.some((a) => a.startsWith(root)))).toEqual([]);
