@@ -68,7 +68,7 @@ interface Pending {
   resolve(result: unknown): void;
   reject(error: AgentError): void;
   onData?: (chunk: Buffer) => unknown;
-  /** Releases of the connection's pauses taken for this request's slow onData promises. */
+  /** Releases of the connection pauses this request's slow onData promises took. */
   holds?: Set<() => void>;
 }
 
@@ -314,14 +314,9 @@ export class AgentClient {
     try {
       const slow: unknown = entry.onData(chunk);
       if (slow instanceof Promise) {
-        // Reading stops until the consumer catches up, or until the request is over
-        // (answered, timed out, cancelled): a promise that never settles must not hold
-        // every other request of this connection.
+        // Paused until the consumer catches up or the request is over (forget).
         this.conn.pause();
-        const release = () => {
-          if (!entry.holds?.delete(release)) return;
-          this.conn.resume();
-        };
+        const release = () => entry.holds?.delete(release) && this.conn.resume();
         (entry.holds ??= new Set()).add(release);
         slow.then(release, (err: unknown) => {
           release();
@@ -387,10 +382,8 @@ export class AgentClient {
   /** Removes a request from the pending ones and releases the pauses its onData holds. */
   private forget(id: number): boolean {
     const entry = this.pending.get(id);
-    if (!entry) return false;
-    this.pending.delete(id);
-    for (const release of [...(entry.holds ?? [])]) release();
-    return true;
+    for (const release of [...(entry?.holds ?? [])]) release();
+    return this.pending.delete(id);
   }
 
   private handleClose(reason: CloseReason): void {

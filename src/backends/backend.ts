@@ -271,14 +271,16 @@ export interface WorkspaceWriter {
    */
   view: string;
   /**
-   * Extracts `archive` into /workspace/`rel` as the agent's `tar_in` does (GNU tar,
-   * `--no-same-owner`), first making the directories `missing` (relative to /workspace,
-   * parents first). GNU tar's exit code (null: it did not run) and its last words.
+   * Extracts the archive `archive()` makes into /workspace/`rel` as the agent's `tar_in`
+   * does (GNU tar, `--no-same-owner`), first making the directories `missing` (relative
+   * to /workspace, parents first, each name up to 99 bytes); `archive` is called once
+   * GNU tar runs. `started`: false when it could not start (nothing was written, the
+   * caller may ask the agent); else GNU tar's exit code and its last words.
    */
   unpack(
     rel: string,
-    archive: import("node:stream").Readable,
+    archive: () => Promise<import("node:stream").Readable>,
     missing: string[],
     signal?: AbortSignal,
-  ): Promise<{ code: number | null; said: string }>;
+  ): Promise<{ started: boolean; code: number | null; said: string }>;
 }

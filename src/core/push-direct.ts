@@ -22,7 +22,7 @@
 import { lstatSync, readdirSync, readlinkSync, type Stats } from "node:fs";
 import { stat } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
-import { linkStaysInside, packTree } from "../agent/tarsafe.js";
+import { linkStaysInside, listTree, packList } from "../agent/tarsafe.js";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { PyroError } from "../errors.js";
 import { plainWorkspacePath } from "./export-direct.js";
@@ -58,35 +58,55 @@ export async function pushDirect(
   let plain = true;
   let files = 0;
   let bytes = 0;
-  const { stream } = await packTree(cwd, names, {
-    accept: (name, entry) => {
-      const kind = kindOf(entry);
-      // Devices, FIFOs and sockets are left out, as packHostPath leaves them out.
-      if (!kind) return false;
-      if (kind === "file") {
-        files++;
-        bytes += entry.size;
-      }
-      if (
-        (kind === "file" && entry.nlink !== 1) ||
-        (kind === "symlink" && !linkStaysInside(name, readlinkSync(join(cwd, name))))
-      )
-        plain = false;
-      listed.push({ name, kind });
-      return plain;
-    },
+  const list = listTree(cwd, names, (name, entry) => {
+    const kind = kindOf(entry);
+    // Devices, FIFOs and sockets are left out, as packHostPath leaves them out.
+    if (!kind) return false;
+    if (kind === "file") {
+      files++;
+      bytes += entry.size;
+    }
+    if (
+      (kind === "file" && entry.nlink !== 1) ||
+      (kind === "symlink" && !linkStaysInside(name, readlinkSync(join(cwd, name))))
+    )
+      plain = false;
+    listed.push({ name, kind });
+    return plain;
   });
   // An archive of nothing: the agent says what it says of it.
-  if (listed.length === 0) plain = false;
+  if (list.length === 0) plain = false;
   const missing = plain ? missingDirectories(writer.view, rel) : null;
-  // Below a directory the destination lacks, everything is new.
-  if (!missing || (missing.length === 0 && !fits(writer.view, rel, listed))) {
-    stream.destroy();
+  // Below a directory the destination lacks, everything is new. The writer makes the
+  // missing ones from an archive of plain ustar names (up to 99 bytes each).
+  if (
+    !missing ||
+    missing.some((d) => Buffer.byteLength(d) > 99) ||
+    (missing.length === 0 && !fits(writer.view, rel, listed))
+  )
     return null;
-  }
-  const r = await writer.unpack(rel, stream, missing, signal);
+  // The host's tar starts only once its sandboxed peer has (nothing is left waiting).
+  let finished: Promise<number | null> = Promise.resolve(0);
+  const r = await writer.unpack(
+    rel,
+    async () => {
+      const packed = await packList(cwd, list);
+      finished = packed.finished;
+      return packed.stream;
+    },
+    missing,
+    signal,
+  );
+  if (!r.started) return null;
   if (signal?.aborted) throw new PyroError("cancelled", "the upload was cancelled");
   if (r.code !== 0) throw new PyroError("internal", `tar failed (exit ${r.code ?? "none"}): ${r.said}`);
+  const read = await finished;
+  if (read !== 0)
+    throw new PyroError(
+      "conflict",
+      `the host's tar could not read all of ${abs} (exit ${read ?? "none"}): a file changed or vanished while it was read; what it read was pushed`,
+      "push again once the source is not changing",
+    );
   return { dest: rel === "" ? "." : rel, files, bytes };
 }
 

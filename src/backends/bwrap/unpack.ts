@@ -32,23 +32,23 @@ export async function workspaceWriter(
     unpack: async (rel, archive, missing, signal) => {
       if (missing.length > 0) {
         const dirs = directoriesArchive(missing);
-        if (!dirs) return { code: null, said: "a directory to make has a long name" };
-        const made = await extract(dir, launch, "", dirs);
-        if (made.code !== 0) return made;
+        if (!dirs) return { started: false, code: null, said: "a directory to make has a long name" };
+        const made = await extract(dir, launch, "", async () => dirs);
+        if (!made.started || made.code !== 0) return made;
       }
       return extract(dir, launch, rel, archive, signal);
     },
   };
 }
 
-/** GNU tar extracting `archive` into /workspace/`cwd`: its exit code and its last words. */
+/** GNU tar extracting `archive()` into /workspace/`cwd`: whether it ran, its exit code and its last words. */
 async function extract(
   dir: string,
   launch: { pid: number; start_time: string },
   cwd: string,
-  archive: Readable,
+  archive: () => Promise<Readable>,
   signal?: AbortSignal,
-): Promise<{ code: number | null; said: string }> {
+): Promise<{ started: boolean; code: number | null; said: string }> {
   // -i: read to the end (tar would stop at the end-of-archive blocks while the host
   // still writes them).
   const child = await spawnTreeTar(dir, launch, {
@@ -57,10 +57,7 @@ async function extract(
     args: ["-x", "-i", "-f", "-", "--no-same-owner"],
     stdin: "pipe",
   });
-  if (!child) {
-    archive.destroy();
-    return { code: null, said: "the sandbox is gone" };
-  }
+  if (!child) return { started: false, code: null, said: "GNU tar or the sandbox is missing" };
   let said = "";
   child.stderr?.on("data", (c: Buffer) => {
     if (said.length < 4096) said += c.toString("utf8");
@@ -71,14 +68,18 @@ async function extract(
     child.on("close", (code) => resolve(code));
   });
   // On a failure both ends close: tar reads the end of its input and exits (never killed).
-  const fed = await pipeline(archive, child.stdin!, signal ? { signal } : {}).then(
-    () => true,
-    () => false,
-  );
+  const input = await archive().catch(() => null);
+  const fed =
+    input !== null &&
+    (await pipeline(input, child.stdin!, signal ? { signal } : {}).then(
+      () => true,
+      () => false,
+    ));
+  if (!input) child.stdin?.end();
   const code = await exited;
   const last = said.trim().split("\n").slice(-2).join(" | ");
-  if (fed) return { code, said: last };
-  return { code: code || 1, said: last || "the archive ended early" };
+  if (fed) return { started: true, code, said: last };
+  return { started: true, code: code || 1, said: last || "the archive ended early" };
 }
 
 /** A tar archive of directory entries (mode 0755, parents first); null for a name over 99 bytes. */
