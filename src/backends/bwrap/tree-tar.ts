@@ -19,6 +19,7 @@ import { findGnuTar } from "../../agent/tarsafe.js";
 import { run } from "../../util/run.js";
 import { sameProcessAlive } from "../common.js";
 import { sandboxLayout } from "../linux/layout.js";
+import { ISOLATED } from "../linux/tool-sandbox.js";
 
 /** Where the sandbox has GNU tar: the program, its loader and its libraries. */
 const TOOLS = "/run/tar";
@@ -75,12 +76,7 @@ export async function spawnTreeTar(
       "--mount=/proc/self/fd/3",
       "--",
       "bwrap",
-      "--unshare-all",
-      "--die-with-parent",
-      "--new-session",
-      "--cap-drop",
-      "ALL",
-      "--clearenv",
+      ...ISOLATED,
       what.workspace === "read-only" ? "--ro-bind" : "--bind",
       sandboxLayout(dir).wsMerged,
       "/workspace",

@@ -6,6 +6,19 @@
  * parent.
  */
 
+/**
+ * The isolation every such sandbox has: every namespace its own, no capabilities, no
+ * environment, gone with its parent (bwrap/tree-tar.ts adds no host files at all).
+ */
+export const ISOLATED = [
+  "--unshare-all",
+  "--die-with-parent",
+  "--new-session",
+  "--cap-drop",
+  "ALL",
+  "--clearenv",
+];
+
 /** The host's programs (and their libraries), bound read-only where they exist. */
 const HOST_PROGRAMS = ["/usr", "/bin", "/sbin", "/lib", "/lib64"];
 
@@ -20,12 +33,7 @@ export function toolSandboxArgs(options: { etc?: boolean; unprivileged?: boolean
   const ro = options.etc ? [...HOST_PROGRAMS, "/etc"] : HOST_PROGRAMS;
   return [
     ...(options.unprivileged ? ["--unshare-user", "--uid", "1000", "--gid", "1000"] : []),
-    "--unshare-all",
-    "--die-with-parent",
-    "--new-session",
-    "--cap-drop",
-    "ALL",
-    "--clearenv",
+    ...ISOLATED,
     "--setenv",
     "PATH",
     "/usr/sbin:/usr/bin:/sbin:/bin",

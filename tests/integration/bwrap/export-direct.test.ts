@@ -3,9 +3,9 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startReader } from "../../../src/backends/bwrap/pack.js";
-import { PyroError } from "../../../src/errors.js";
 import { TarCounter } from "../../../src/util/tar-count.js";
 import { bwrapSkipReason, type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js";
+import { lastVia, refusalOf } from "../../helpers/transfer.js";
 
 /**
  * The fast export of a running bwrap workspace (core/export-direct.ts, bwrap/pack.ts):
@@ -45,21 +45,10 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap fast export (no agent relay)", sk
     return r.stdout.trim();
   };
   /** How the last export of `ws` went: `tar` (this path) or `agent`. */
-  const exportVia = (ws = id) =>
-    (
-      h.pyro.engine
-        .store()
-        .listEvents(ws)
-        .filter((e) => e.kind === "export")
-        .at(-1)?.detail as { via?: string } | undefined
-    )?.via;
+  const exportVia = (ws = id) => lastVia(h, ws, "export");
   /** Whatever an export left beside its output (its private staging directories). */
   const leftovers = () => readdirSync(out).filter((n) => n.startsWith(".pyro-export-"));
-  const refusal = (p: Promise<unknown>) =>
-    p.then(
-      () => null,
-      (err: unknown) => (err instanceof PyroError ? { code: err.code, message: err.message } : err),
-    );
+  const refusal = refusalOf;
 
   beforeAll(async () => {
     h = await openHarness("export-direct");

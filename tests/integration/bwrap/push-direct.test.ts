@@ -4,7 +4,6 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { workspaceWriter } from "../../../src/backends/bwrap/unpack.js";
-import { PyroError } from "../../../src/errors.js";
 import {
   bwrapSkipReason,
   type Harness,
@@ -12,6 +11,7 @@ import {
   openHarness,
   suiteTitle,
 } from "../../helpers/sandbox.js";
+import { lastVia, refusalOf } from "../../helpers/transfer.js";
 
 /**
  * The fast push into a running bwrap workspace (core/push-direct.ts, bwrap/unpack.ts):
@@ -31,22 +31,11 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap fast push (no agent relay)", skip
     return r.stdout.trim();
   };
   /** How the last push into `ws` went: `tar` (this path) or `agent`. */
-  const pushVia = (ws = id) =>
-    (
-      h.pyro.engine
-        .store()
-        .listEvents(ws)
-        .filter((e) => e.kind === "sync_push")
-        .at(-1)?.detail as { via?: string } | undefined
-    )?.via;
+  const pushVia = (ws = id) => lastVia(h, ws, "sync_push");
   /** Every entry under /workspace/`dir`: path, type, mode, owner, size, mtime and link target. */
   const listing = (dir: string) =>
     sh(`cd ${dir} && find . -mindepth 1 -printf '%P %y %m %u %s %T@ %l\\n' | sort`);
-  const refusal = (p: Promise<unknown>) =>
-    p.then(
-      () => null,
-      (err: unknown) => (err instanceof PyroError ? { code: err.code, message: err.message } : err),
-    );
+  const refusal = refusalOf;
 
   beforeAll(async () => {
     h = await openHarness("push-direct");
