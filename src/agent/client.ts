@@ -68,8 +68,6 @@ interface Pending {
   resolve(result: unknown): void;
   reject(error: AgentError): void;
   onData?: (chunk: Buffer) => unknown;
-  /** Releases of the connection pauses this request's slow onData promises took. */
-  holds?: Set<() => void>;
 }
 
 function closeError(reason: CloseReason): AgentError {
@@ -216,7 +214,7 @@ export class AgentClient {
     try {
       this.conn.sendMessage({ type: "request", id, op, args: parsed.data });
     } catch (err) {
-      this.forget(id);
+      this.pending.delete(id);
       throw new AgentError(
         "invalid_argument",
         `the ${op} request is too large to send: ${(err as Error).message}`,
@@ -227,7 +225,7 @@ export class AgentClient {
       return (await this.guard(response, timeoutMs, options.signal, `${op} (request ${id})`)) as OpResult<O>;
     } catch (err) {
       // Our side gave up (timeout, abort): tell the agent so it stops working on it.
-      if (this.forget(id) && !this.conn.closed) this.conn.sendMessage({ type: "cancel", id });
+      if (this.pending.delete(id) && !this.conn.closed) this.conn.sendMessage({ type: "cancel", id });
       throw err;
     }
   }
@@ -303,7 +301,7 @@ export class AgentClient {
     if (!entry?.onData) return;
     const fail = (err: unknown) => {
       if (this.pending.get(channel) !== entry) return;
-      this.forget(channel);
+      this.pending.delete(channel);
       this.conn.sendMessage({ type: "cancel", id: channel });
       entry.reject(
         new AgentError("cancelled", `the onData callback failed: ${(err as Error).message}`, undefined, {
@@ -314,14 +312,14 @@ export class AgentClient {
     try {
       const slow: unknown = entry.onData(chunk);
       if (slow instanceof Promise) {
-        // Paused until the consumer catches up or the request is over (forget).
         this.conn.pause();
-        const release = () => entry.holds?.delete(release) && this.conn.resume();
-        (entry.holds ??= new Set()).add(release);
-        slow.then(release, (err: unknown) => {
-          release();
-          fail(err);
-        });
+        slow.then(
+          () => this.conn.resume(),
+          (err: unknown) => {
+            this.conn.resume();
+            fail(err);
+          },
+        );
       }
     } catch (err) {
       fail(err);
@@ -364,7 +362,7 @@ export class AgentClient {
     // A response to a request we timed out or cancelled: expected, ignored.
     if (!entry) return;
     if (!msg.ok) {
-      this.forget(msg.id);
+      this.pending.delete(msg.id);
       entry.reject(new AgentError(msg.error.code, msg.error.message, msg.error.hint));
       return;
     }
@@ -375,15 +373,8 @@ export class AgentClient {
         `invalid ${entry.op} result: ${result.error.issues[0]?.message ?? "invalid"}`,
       );
     }
-    this.forget(msg.id);
+    this.pending.delete(msg.id);
     entry.resolve(result.data);
-  }
-
-  /** Removes a request from the pending ones and releases the pauses its onData holds. */
-  private forget(id: number): boolean {
-    const entry = this.pending.get(id);
-    for (const release of [...(entry?.holds ?? [])]) release();
-    return this.pending.delete(id);
   }
 
   private handleClose(reason: CloseReason): void {
