@@ -68,6 +68,8 @@ interface Pending {
   resolve(result: unknown): void;
   reject(error: AgentError): void;
   onData?: (chunk: Buffer) => unknown;
+  /** Releases of the connection pauses this request's slow onData promises took. */
+  holds?: Set<() => void>;
 }
 
 function closeError(reason: CloseReason): AgentError {
@@ -214,7 +216,7 @@ export class AgentClient {
     try {
       this.conn.sendMessage({ type: "request", id, op, args: parsed.data });
     } catch (err) {
-      this.pending.delete(id);
+      this.forget(id);
       throw new AgentError(
         "invalid_argument",
         `the ${op} request is too large to send: ${(err as Error).message}`,
@@ -225,7 +227,7 @@ export class AgentClient {
       return (await this.guard(response, timeoutMs, options.signal, `${op} (request ${id})`)) as OpResult<O>;
     } catch (err) {
       // Our side gave up (timeout, abort): tell the agent so it stops working on it.
-      if (this.pending.delete(id) && !this.conn.closed) this.conn.sendMessage({ type: "cancel", id });
+      if (this.forget(id) && !this.conn.closed) this.conn.sendMessage({ type: "cancel", id });
       throw err;
     }
   }
@@ -301,7 +303,7 @@ export class AgentClient {
     if (!entry?.onData) return;
     const fail = (err: unknown) => {
       if (this.pending.get(channel) !== entry) return;
-      this.pending.delete(channel);
+      this.forget(channel);
       this.conn.sendMessage({ type: "cancel", id: channel });
       entry.reject(
         new AgentError("cancelled", `the onData callback failed: ${(err as Error).message}`, undefined, {
@@ -312,14 +314,14 @@ export class AgentClient {
     try {
       const slow: unknown = entry.onData(chunk);
       if (slow instanceof Promise) {
+        // Paused until the consumer catches up or the request is over (forget).
         this.conn.pause();
-        slow.then(
-          () => this.conn.resume(),
-          (err: unknown) => {
-            this.conn.resume();
-            fail(err);
-          },
-        );
+        const release = () => entry.holds?.delete(release) && this.conn.resume();
+        (entry.holds ??= new Set()).add(release);
+        slow.then(release, (err: unknown) => {
+          release();
+          fail(err);
+        });
       }
     } catch (err) {
       fail(err);
@@ -362,7 +364,7 @@ export class AgentClient {
     // A response to a request we timed out or cancelled: expected, ignored.
     if (!entry) return;
     if (!msg.ok) {
-      this.pending.delete(msg.id);
+      this.forget(msg.id);
       entry.reject(new AgentError(msg.error.code, msg.error.message, msg.error.hint));
       return;
     }
@@ -373,8 +375,15 @@ export class AgentClient {
         `invalid ${entry.op} result: ${result.error.issues[0]?.message ?? "invalid"}`,
       );
     }
-    this.pending.delete(msg.id);
+    this.forget(msg.id);
     entry.resolve(result.data);
+  }
+
+  /** Removes a request from the pending ones and releases the pauses its onData holds. */
+  private forget(id: number): boolean {
+    const entry = this.pending.get(id);
+    for (const release of [...(entry?.holds ?? [])]) release();
+    return this.pending.delete(id);
   }
 
   private handleClose(reason: CloseReason): void {

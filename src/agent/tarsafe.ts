@@ -298,13 +298,18 @@ export async function packTree(
   cwd: string,
   names: string[],
   options: PackOptions = {},
-): Promise<{ stream: Readable; entries: number }> {
-  const accept = options.accept ?? ((_rel, st) => st.isFile() || st.isDirectory() || st.isSymbolicLink());
+): Promise<{ stream: Readable; entries: number; finished: Promise<number | null> }> {
+  return packList(cwd, listTree(cwd, names, options.accept), options);
+}
+
+/** The walk of {@link packTree}: `names` and what is under them that `accept` takes, in order. */
+export function listTree(cwd: string, names: string[], accept?: PackOptions["accept"]): string[] {
+  const take = accept ?? ((_rel, st) => st.isFile() || st.isDirectory() || st.isSymbolicLink());
   const list: string[] = [];
   // Synchronous on purpose: 10k promise-wrapped lstats cost ~1.8 s here, sync ones ~0.1 s.
   const visit = (rel: string): void => {
     const st = lstatSync(path.join(cwd, rel));
-    if (!accept(rel, st)) return;
+    if (!take(rel, st)) return;
     list.push(rel);
     if (st.isDirectory()) {
       const children: Dirent[] = readdirSync(path.join(cwd, rel), { withFileTypes: true });
@@ -313,6 +318,19 @@ export async function packTree(
     }
   };
   for (const n of names) visit(n);
+  return list;
+}
+
+/**
+ * The packing of {@link packTree}: exactly `list` (relative to `cwd`). `finished` is
+ * tar's exit code (null: it did not run); a consumer that stops reading (destroys the
+ * stream) ends tar at its next write.
+ */
+export async function packList(
+  cwd: string,
+  list: string[],
+  options: PackOptions = {},
+): Promise<{ stream: Readable; entries: number; finished: Promise<number | null> }> {
   const gnu = options.nodeTar ? null : await findGnuTar();
   if (!gnu) {
     const stream = tar.c(
@@ -323,7 +341,12 @@ export async function packTree(
       { cwd, portable: true, follow: false, noDirRecurse: true, linkCache: NO_LINKS },
       list,
     ) as unknown as Readable;
-    return { stream, entries: list.length };
+    const finished = new Promise<number | null>((resolve) => {
+      stream.on("end", () => resolve(0));
+      stream.on("error", () => resolve(null));
+      stream.on("close", () => resolve(null));
+    });
+    return { stream, entries: list.length, finished };
   }
   const out = new PassThrough();
   const c = spawn(
@@ -361,6 +384,12 @@ export async function packTree(
       );
   });
   c.on("error", (e) => out.destroy(e));
+  // A consumer that gave up: tar's next write fails and it exits (it is not left blocked).
+  out.on("close", () => c.stdout.destroy());
+  const finished = new Promise<number | null>((resolve) => {
+    c.on("error", () => resolve(null));
+    c.on("close", (code) => resolve(code));
+  });
   c.stdin.end(`${list.join("\0")}\0`);
-  return { stream: out, entries: list.length };
+  return { stream: out, entries: list.length, finished };
 }

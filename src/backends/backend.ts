@@ -231,9 +231,56 @@ export interface WorkspaceBackend {
     options?: { signal?: AbortSignal; timeoutMs?: number },
   ): Promise<import("node:stream").Duplex>;
   /**
+   * Optional fast path for exports of a running workspace: a tar archive of
+   * /workspace/`rel` (`rel` normalised: no `.`, `..` or empty component; "" is the root)
+   * made on the host side without the agent, by a reader no more powerful than the
+   * agent. Only for the plain case (bwrap/pack.ts); `finished` is null otherwise, and the
+   * caller then exports through the agent. Null when the backend cannot now.
+   */
+  packWorkspacePath?(spec: SandboxSpec, state: SandboxState, rel: string): Promise<PackedPath | null>;
+  /**
+   * Optional fast path for pushes into a running workspace (core/push-direct.ts,
+   * bwrap/unpack.ts): a view of its /workspace for the host's checks, and GNU tar
+   * extracting into it without the agent, in a sandbox no more powerful than the agent.
+   * Null when the backend cannot now.
+   */
+  workspaceWriter?(spec: SandboxSpec, state: SandboxState): Promise<WorkspaceWriter | null>;
+  /**
    * Optional fast path for `pyro run`: the command as the sandbox's only process, with the
    * same isolation as a workspace. Backends without it run one-shots as
    * create + exec + delete.
    */
   runOnce?(spec: OneShotSpec): Promise<OneShotResult>;
+}
+
+/** A running workspace's path as a tar archive made without the agent (packWorkspacePath). */
+export interface PackedPath {
+  /** The archive (GNU format), as GNU tar writes it. */
+  stream: import("node:stream").Readable;
+  /** Once the reader has ended: the path's type when it was the plain case and read cleanly, else null. */
+  finished: Promise<{ artifact_type: "file" | "directory" } | null>;
+  /** Ends the reader early (it stops once it next writes). */
+  stop(): void;
+}
+
+/** A push's way into a running workspace without its agent (workspaceWriter). */
+export interface WorkspaceWriter {
+  /**
+   * A host path that shows /workspace as the sandbox sees it, for lstat and readdir only:
+   * never written through, and a symlink on the way may lead anywhere on the host.
+   */
+  view: string;
+  /**
+   * Extracts the archive `archive()` makes into /workspace/`rel` as the agent's `tar_in`
+   * does (GNU tar, `--no-same-owner`), first making the directories `missing` (relative
+   * to /workspace, parents first, each name up to 99 bytes); `archive` is called once
+   * GNU tar runs. `started`: false when it could not start (nothing was written, the
+   * caller may ask the agent); else GNU tar's exit code and its last words.
+   */
+  unpack(
+    rel: string,
+    archive: () => Promise<import("node:stream").Readable>,
+    missing: string[],
+    signal?: AbortSignal,
+  ): Promise<{ started: boolean; code: number | null; said: string }>;
 }

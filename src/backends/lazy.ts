@@ -6,15 +6,18 @@ import type {
   ExecutionMode,
   OneShotResult,
   OneShotSpec,
+  PackedPath,
   SandboxSpec,
   SandboxState,
   WorkspaceBackend,
+  WorkspaceWriter,
 } from "./backend.js";
 
 /**
  * The optional WorkspaceBackend methods whose presence the core tests (`if
- * (backend.runOnce)`) before it has loaded the backend. `exposeSnapshot` is not one: the
- * core only ever calls it (`?.()`), so the facade always has it.
+ * (backend.runOnce)`) before it has loaded the backend. `exposeSnapshot`, `resetInPlace`,
+ * `packWorkspacePath` and `workspaceWriter` are not: the facade always has them, and answers nothing (or
+ * null) for a backend without them.
  */
 export const BACKEND_FEATURES = [
   "connectPort",
@@ -146,6 +149,14 @@ export class LazyBackend implements WorkspaceBackend {
   ): Promise<SandboxState | null> {
     const backend = await this.load();
     return backend.resetInPlace ? backend.resetInPlace(spec, state, agent) : null;
+  }
+  async packWorkspacePath(spec: SandboxSpec, state: SandboxState, rel: string): Promise<PackedPath | null> {
+    const backend = await this.load();
+    return backend.packWorkspacePath ? backend.packWorkspacePath(spec, state, rel) : null;
+  }
+  async workspaceWriter(spec: SandboxSpec, state: SandboxState): Promise<WorkspaceWriter | null> {
+    const backend = await this.load();
+    return backend.workspaceWriter ? backend.workspaceWriter(spec, state) : null;
   }
   agentRoot(spec: SandboxSpec): string {
     return this.loaded().agentRoot(spec);

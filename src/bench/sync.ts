@@ -256,7 +256,7 @@ async function throughputRows(
       "tar | tar pipe",
       t.tar!,
       GOALS.sync,
-      "samples alternate with the floor's",
+      `samples alternate with the floor's; ${viaNote(pyro, ids.pushed, "sync_push")}`,
     ),
     row(
       "export 100 MB",
@@ -264,7 +264,18 @@ async function throughputRows(
       "tar | tar pipe",
       t.tar!,
       GOALS.sync,
-      "samples alternate with the floor's",
+      `samples alternate with the floor's; ${viaNote(pyro, ids.exported, "export")}`,
     ),
   ];
+}
+
+/** Which path the samples took (the events' `via`: GNU tar on both sides, or the agent). */
+function viaNote(pyro: Pyro, id: string, kind: string): string {
+  const vias = pyro.engine
+    .store()
+    .listEvents(id)
+    .filter((e) => e.kind === kind)
+    .map((e) => (e.detail as { via?: string }).via ?? "agent");
+  const tar = vias.filter((v) => v === "tar").length;
+  return `${tar} of ${vias.length} through GNU tar on both sides, the rest through the agent`;
 }

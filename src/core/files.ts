@@ -1,8 +1,11 @@
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { ACTIONS, PyroError } from "../errors.js";
+import { exportDirect } from "./export-direct.js";
+import { pushDirect } from "./push-direct.js";
 import { workspaceArchiveBudget } from "./snapshots.js";
-import { exportThrough, packHostPath } from "./transfer.js";
+import { exportThrough, packHostPath, requireHostPath } from "./transfer.js";
+import { sandboxState } from "./workspace-deps.js";
 import type { Workspaces } from "./workspaces.js";
 
 /** File operations through the agent; each mutating one becomes a review event. */
@@ -91,13 +94,23 @@ export async function exportFromWorkspace(
 ) {
   const output = resolve(outputPath);
   return ws.withAgent(idOrName, "files", async (agent, w, journal) => {
-    const got = await exportThrough(agent, path, output, signal, workspaceArchiveBudget(ws, w));
+    const maxBytes = workspaceArchiveBudget(ws, w);
+    const state = sandboxState(w);
+    // The reader's fast path first (export-direct.ts); the agent for everything else.
+    const direct = state
+      ? await exportDirect(ws.backendOf(w), { spec: ws.sandboxSpec(w), state }, path, output, {
+          ...(maxBytes !== undefined ? { max_bytes: maxBytes } : {}),
+          ...(signal ? { signal } : {}),
+        })
+      : null;
+    const got = direct ?? (await exportThrough(agent, path, output, signal, maxBytes));
     journal((store) =>
       store.recordEvent(w.workspace_id, "export", {
         path,
         output_path: output,
         artifact_type: got.artifact_type,
         bytes: got.bytes,
+        via: direct ? "tar" : "agent",
       }),
     );
     return { workspace_id: w.workspace_id, path, output_path: output, ...got };
@@ -112,19 +125,27 @@ export async function syncPush(
   dest = "/workspace",
   signal?: AbortSignal,
 ) {
-  const upload = await packHostPath(source);
+  await requireHostPath(source);
   return ws.withAgent(idOrName, "files", async (agent, w, journal) => {
-    const r = await agent.request(
-      "tar_in",
-      { dest },
-      { upload, timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
-    );
+    const state = sandboxState(w);
+    // GNU tar into the workspace without the agent where it can (push-direct.ts).
+    const direct = state
+      ? await pushDirect(ws.backendOf(w), { spec: ws.sandboxSpec(w), state }, source, dest, signal)
+      : null;
+    const r =
+      direct ??
+      (await agent.request(
+        "tar_in",
+        { dest },
+        { upload: await packHostPath(source), timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
+      ));
     journal((store) =>
       store.recordEvent(w.workspace_id, "sync_push", {
         source: resolve(source),
         dest: r.dest,
         files: r.files,
         bytes: r.bytes,
+        via: direct ? "tar" : "agent",
       }),
     );
     return { workspace_id: w.workspace_id, source: resolve(source), ...r };

@@ -1,3 +1,4 @@
+import type { Stats } from "node:fs";
 import { lstat, mkdir, mkdtemp, readdir, rename, rm, stat } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import type { Readable } from "node:stream";
@@ -5,6 +6,7 @@ import type { AgentClient } from "../agent/client.js";
 import { packTree } from "../agent/tarsafe.js";
 import { PyroError, toPyroError } from "../errors.js";
 import { makeDirs } from "../util/fs.js";
+import { run } from "../util/run.js";
 import { type Extracted, type UntrustedUnpacker, untrustedUnpacker } from "./untrusted-tar.js";
 
 /**
@@ -16,23 +18,88 @@ import { type Extracted, type UntrustedUnpacker, untrustedUnpacker } from "./unt
  * spooling first made it pack, then transfer, then extract, one after the other.
  */
 
-/** A tar stream of a host directory's contents (or one file), without following symlinks. */
-export async function packHostPath(src: string): Promise<Readable> {
+/** Refuses (`not_found`) a host path that does not exist; its stat otherwise. */
+export async function requireHostPath(src: string): Promise<Stats> {
   const abs = resolve(src);
   const st = await stat(abs).catch(() => null);
   if (!st) throw new PyroError("not_found", `no such file or directory: ${abs}`);
+  return st;
+}
+
+/** A tar stream of a host directory's contents (or one file), without following symlinks. */
+export async function packHostPath(src: string): Promise<Readable> {
+  const abs = resolve(src);
+  const st = await requireHostPath(abs);
   const [cwd, names] = st.isDirectory() ? [abs, await readdir(abs)] : [dirname(abs), [basename(abs)]];
   return (await packTree(cwd, names.sort())).stream;
 }
 
 /**
- * Receives an export's tar chunks and puts the result at `output`: a file export becomes
- * the file at `output` (replacing a file there), a directory export becomes the directory
- * `output` (which must not exist or be empty). All-or-nothing.
+ * Where an export lands before it is complete: a private directory beside `output` (on
+ * its filesystem, so the result moves into place with one rename). All-or-nothing: a
+ * file export becomes the file at `output` (replacing a file there), a directory export
+ * becomes the directory `output` (which must not exist or be empty).
+ */
+export class ExportStaging {
+  private tmp = "";
+
+  constructor(readonly output: string) {}
+
+  /** The directory the archive is extracted into. */
+  get tree(): string {
+    return join(this.tmp, "tree");
+  }
+
+  async begin(): Promise<void> {
+    const existing = await lstat(this.output).catch(() => null);
+    if (existing?.isDirectory() && (await readdir(this.output)).length > 0) {
+      throw new PyroError(
+        "conflict",
+        `output directory ${this.output} exists and is not empty`,
+        "choose a new output path",
+      );
+    }
+    const parent = dirname(resolve(this.output));
+    await makeDirs(parent);
+    this.tmp = await mkdtemp(join(parent, ".pyro-export-"));
+    await mkdir(this.tree);
+  }
+
+  /** Moves the extracted result into place (`top`: the tree's top-level entries). */
+  async place(artifactType: "file" | "directory", top: Extracted["top"]): Promise<void> {
+    const out = resolve(this.output);
+    if (artifactType === "file") {
+      const only = top[0];
+      if (top.length !== 1 || !only || only.type !== "file")
+        throw new PyroError("internal", "a file export did not contain exactly one regular file");
+      await rename(join(this.tree, only.name), out);
+    } else {
+      await rm(out, { recursive: true, force: true }); // only an empty directory can be here
+      await rename(this.tree, out);
+    }
+  }
+
+  /**
+   * Removes whatever is still staged; safe to call at any point, more than once, and
+   * never throws: a tree deeper than a path can name (which Node's rm cannot remove) is
+   * removed by `rm -rf`, which walks with descriptors.
+   */
+  async discard(): Promise<void> {
+    const tmp = this.tmp;
+    this.tmp = "";
+    if (!tmp) return;
+    await rm(tmp, { recursive: true, force: true }).catch(() =>
+      run(["rm", "-rf", "--", tmp], { timeoutMs: 10 * 60_000 }).catch(() => {}),
+    );
+  }
+}
+
+/**
+ * Receives an export's tar chunks and puts the result at `output` through an
+ * {@link ExportStaging}.
  */
 export class ExportWriter {
-  private readonly tmpParent: string;
-  private tmp = "";
+  private readonly staging: ExportStaging;
   private unpacker: UntrustedUnpacker | null = null;
   private ended = false;
   private readonly stop = new AbortController();
@@ -52,22 +119,12 @@ export class ExportWriter {
     /** The most bytes of file data the archive may hold (untrusted-tar.ts); default: no bound. */
     private readonly maxBytes?: number,
   ) {
-    this.tmpParent = dirname(resolve(output));
+    this.staging = new ExportStaging(output);
   }
 
   async begin(): Promise<void> {
-    const existing = await lstat(this.output).catch(() => null);
-    if (existing?.isDirectory() && (await readdir(this.output)).length > 0) {
-      throw new PyroError(
-        "conflict",
-        `output directory ${this.output} exists and is not empty`,
-        "choose a new output path",
-      );
-    }
-    await makeDirs(this.tmpParent);
-    this.tmp = await mkdtemp(join(this.tmpParent, ".pyro-export-"));
-    await mkdir(join(this.tmp, "tree"));
-    this.unpacker = untrustedUnpacker(join(this.tmp, "tree"), this.mode, this.output, this.maxBytes);
+    await this.staging.begin();
+    this.unpacker = untrustedUnpacker(this.staging.tree, this.mode, this.output, this.maxBytes);
     this.unpacker.refused.addEventListener("abort", () => this.stop.abort(), { once: true });
   }
 
@@ -103,17 +160,7 @@ export class ExportWriter {
       const got = await u.done.catch((err: unknown) => {
         throw toPyroError(err);
       });
-      const tree = join(this.tmp, "tree");
-      const out = resolve(this.output);
-      if (artifactType === "file") {
-        const only = got.top[0];
-        if (got.top.length !== 1 || !only || only.type !== "file")
-          throw new PyroError("internal", "a file export did not contain exactly one regular file");
-        await rename(join(tree, only.name), out);
-      } else {
-        await rm(out, { recursive: true, force: true }); // only an empty directory can be here
-        await rename(tree, out);
-      }
+      await this.staging.place(artifactType, got.top);
       return got;
     } finally {
       await this.abort();
@@ -146,8 +193,7 @@ export class ExportWriter {
       this.end(u);
       await u.done.catch(() => {});
     }
-    if (this.tmp) await rm(this.tmp, { recursive: true, force: true });
-    this.tmp = "";
+    await this.staging.discard();
   }
 }
 

@@ -1,5 +1,5 @@
 /**
- * The steps of tree-writer.ts on a worker thread (docs/architecture.md, "Export"): an
+ * The steps of tree-writer.ts on a worker thread (docs/architecture.md, "Export and push"): an
  * export's host side parses and checks the archive on the main thread while this thread
  * makes the files, as the two processes of `tar | tar` overlap. The steps come in
  * batches, in order, with their file data in one transferred buffer; each batch is

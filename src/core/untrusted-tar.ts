@@ -17,7 +17,7 @@
  *   with lstat before it is moved into place: any entry that is not what was accepted
  *   refuses the whole archive.
  */
-import { lstatSync, readdirSync, readlinkSync } from "node:fs";
+import { chmodSync, lstatSync, readdirSync, readlinkSync, type Stats, unlinkSync } from "node:fs";
 import path from "node:path";
 import { Writable } from "node:stream";
 import * as tar from "tar";
@@ -329,14 +329,29 @@ function checkEntry(
 /**
  * Walks what was extracted (never following a symlink) and refuses anything the filter
  * did not mean to write. Synchronous: the tree is private and the walk is a few lstats.
+ * `gnu_tar`: the tree is GNU tar's extraction (export-direct.ts), so first do what this
+ * file's own extraction does as it writes: give the owner read and write (and search, on
+ * a directory) where the entry lacks them (checkEntry), and remove FIFOs (the agent
+ * skips them when it packs; GNU tar, reading the tree itself, packs them).
  */
-function verifyTree(tree: string, mode: UntrustedMode, label: string, result: Extracted): void {
+export function verifyTree(
+  tree: string,
+  mode: UntrustedMode,
+  label: string,
+  result: Extracted,
+  options: { gnu_tar?: boolean } = {},
+): void {
   const uid = process.getuid?.() ?? 0;
   const problems: string[] = [];
   const visit = (rel: string, depth: number): void => {
     for (const name of readdirSync(path.join(tree, rel))) {
       const r = rel === "" ? name : `${rel}/${name}`;
       const st = lstatSync(path.join(tree, r));
+      if (options.gnu_tar && st.isFIFO()) {
+        unlinkSync(path.join(tree, r));
+        continue;
+      }
+      if (options.gnu_tar) giveOwnerBits(path.join(tree, r), st);
       if (depth === 0)
         result.top.push({
           name,
@@ -359,4 +374,13 @@ function verifyTree(tree: string, mode: UntrustedMode, label: string, result: Ex
   };
   visit("", 0);
   if (problems.length > 0) throw refusal(label, problems);
+}
+
+/** chmod u+rw (u+rwx on a directory) of an entry that lacks it; never of a symlink. */
+function giveOwnerBits(at: string, st: Stats): void {
+  const want = st.isDirectory() ? 0o700 : st.isFile() ? 0o600 : 0;
+  if ((st.mode & want) !== want) {
+    chmodSync(at, (st.mode & 0o7777) | want);
+    st.mode |= want;
+  }
 }

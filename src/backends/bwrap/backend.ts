@@ -6,7 +6,15 @@ import type { AgentClient } from "../../agent/client.js";
 import { PyroError } from "../../errors.js";
 import { removeTree } from "../../util/mounts.js";
 import { agentApp } from "../agent-app.js";
-import type { OneShotResult, OneShotSpec, SandboxSpec, SandboxState, WorkspaceBackend } from "../backend.js";
+import type {
+  OneShotResult,
+  OneShotSpec,
+  PackedPath,
+  SandboxSpec,
+  SandboxState,
+  WorkspaceBackend,
+  WorkspaceWriter,
+} from "../backend.js";
 import { procStartTime, sameProcessAlive, waitForSocket } from "../common.js";
 import { spawnGatedDetached } from "../gated-run.js";
 import { agentArgv, guestNet, sandboxHostname } from "../guest.js";
@@ -25,9 +33,11 @@ import { socketSandboxShape, stateReader } from "../sandbox-state.js";
 import { linuxDiskView, openDiskView } from "./disk-view.js";
 import { isolationArgs } from "./isolation.js";
 import { bwrapRunOnce } from "./oneshot.js";
+import { packWorkspacePath } from "./pack.js";
 import { adoptSpare } from "./pool.js";
 import { AGENT_TMP, type ResetBase, resetBase, resetInPlace } from "./reset.js";
 import { writeSeccompFile } from "./seccomp.js";
+import { workspaceWriter } from "./unpack.js";
 
 /** Mount points inside the sandbox. */
 export const IN_SANDBOX = {
@@ -279,6 +289,19 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
   /** Kills every process of the sandbox (through its cgroup) and waits for them. */
   async stop(state: SandboxState): Promise<void> {
     await this.killSandbox(BWRAP_STATE.readPartial(state));
+  }
+
+  /** A running workspace's path as a tar archive read from its overlay, not through its agent (pack.ts). */
+  async packWorkspacePath(spec: SandboxSpec, state: SandboxState, rel: string): Promise<PackedPath | null> {
+    const s = BWRAP_STATE.read(state);
+    if ((await detectLayout(spec.dir)).legacy) return null;
+    return packWorkspacePath(spec.dir, s, rel);
+  }
+
+  /** A running workspace's /workspace written by GNU tar from its overlay, not through its agent (unpack.ts). */
+  async workspaceWriter(spec: SandboxSpec, state: SandboxState): Promise<WorkspaceWriter | null> {
+    if ((await detectLayout(spec.dir)).legacy) return null;
+    return workspaceWriter(spec.dir, BWRAP_STATE.read(state));
   }
 
   /** A stopped workspace's files, read by a read-only agent in its own bwrap sandbox (disk-view.ts). */

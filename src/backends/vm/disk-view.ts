@@ -7,6 +7,7 @@ import { firstLine, run, which } from "../../util/run.js";
 import type { SandboxSpec } from "../backend.js";
 import type { DiskView } from "../bwrap/disk-view.js";
 import { sweepStale } from "../disk-reader.js";
+import { toolSandboxArgs } from "../linux/tool-sandbox.js";
 
 /**
  * The view of a stopped microVM workspace (qemu, firecracker) for the disk reader
@@ -77,16 +78,7 @@ async function checkCopy(scratch: string, id: string): Promise<void> {
   const r = await run(
     [
       bwrap,
-      "--unshare-all",
-      "--die-with-parent",
-      "--new-session",
-      "--cap-drop",
-      "ALL",
-      ...["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"].flatMap((d) => ["--ro-bind-try", d, d]),
-      "--proc",
-      "/proc",
-      "--dev",
-      "/dev",
+      ...toolSandboxArgs({ etc: true }),
       "--bind",
       scratch,
       "/scratch",

@@ -203,6 +203,25 @@ describe("requests", () => {
     client.close();
   });
 
+  it("stops holding the connection when a request with a slow onData ends (timed out), its promise still pending", async () => {
+    const { client, peer } = await connectToScripted();
+    // A consumer that never catches up: its promise never settles.
+    const stuck = client.request(
+      "file_read",
+      { path: "f", stream: true },
+      { timeoutMs: 200, onData: () => new Promise<void>(() => {}) },
+    );
+    const req = await peer.next((m) => m.type === "request" && m.op === "file_read");
+    peer.raw(encodeFrame(FrameKind.Data, req.id as number, Buffer.from("chunk")));
+    expect(await codeOf(stuck)).toBe("timeout");
+    // The connection reads again: a later request on it is answered.
+    const later = client.request("ping", {}, { timeoutMs: 2000 });
+    const ping = await peer.next((m) => m.type === "request" && m.op === "ping");
+    peer.send({ type: "response", id: ping.id, ok: true, result: { time_ms: 7 } });
+    expect((await later).time_ms).toBe(7);
+    client.close();
+  });
+
   it("ignores a late response to a request it already gave up on", async () => {
     const { client, peer } = await connectToScripted();
     expect(await codeOf(client.request("ping", {}, { timeoutMs: 100 }))).toBe("timeout");
