@@ -8,15 +8,17 @@
  *   is extracted (names, types, link targets, and no extraction through a symlink), so
  *   the extractor only ever sees archives that are safe in full.
  */
-import { spawn } from "node:child_process";
-import { constants, createReadStream, type Dirent, lstatSync, readdirSync } from "node:fs";
+import { execFile, spawn } from "node:child_process";
+import { constants, createReadStream, type Dirent, lstatSync, readdirSync, type Stats } from "node:fs";
 import { access, lstat } from "node:fs/promises";
 import path from "node:path";
 import { PassThrough, type Readable } from "node:stream";
+import { promisify } from "node:util";
 import * as tar from "tar";
 import { AgentError } from "./errors.js";
 
 const posix = path.posix;
+const execFileP = promisify(execFile);
 const FILE_TYPES = new Set(["File", "OldFile", "ContiguousFile"]);
 
 let gnuTarPath: Promise<string | null> | undefined;
@@ -30,24 +32,15 @@ export function findGnuTar(): Promise<string | null> {
       } catch {
         continue;
       }
-      const version = await capture(p, ["--version"]).catch(() => "");
+      const version = await execFileP(p, ["--version"]).then(
+        (r) => r.stdout,
+        () => "",
+      );
       if (version.includes("GNU tar")) return p;
     }
     return null;
   })();
   return gnuTarPath;
-}
-
-function capture(file: string, args: string[]): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const c = spawn(file, args, { stdio: ["ignore", "pipe", "ignore"] });
-    let out = "";
-    c.stdout.on("data", (d: Buffer) => {
-      out += d.toString();
-    });
-    c.on("error", reject);
-    c.on("close", () => resolve(out));
-  });
 }
 
 export interface ValidateOptions {
@@ -179,24 +172,24 @@ function checkListed(
 }
 
 /**
- * Nothing may be extracted through a symlink, whether the archive makes it or it
- * already exists under the destination.
+ * Nothing may be extracted through a symlink, whether the archive makes it or it already
+ * exists under the destination, and no file or symlink onto an existing directory (GNU
+ * tar would fail halfway; refused before anything is written).
  */
 async function checkPrefixes(
   names: { name: string; type: string }[],
   links: Set<string>,
   options: ValidateOptions,
 ): Promise<void> {
-  const existing = new Map<string, boolean>();
-  const isLink = async (rel: string): Promise<boolean> => {
-    if (links.has(rel)) return true;
-    if (!options.destReal) return false;
-    if (!existing.has(rel)) {
-      const st = await lstat(posix.join(options.destReal, rel)).catch(() => null);
-      existing.set(rel, st?.isSymbolicLink() ?? false);
-    }
+  const existing = new Map<string, Stats | null>();
+  const stOf = async (rel: string): Promise<Stats | null> => {
+    if (!options.destReal) return null;
+    if (!existing.has(rel))
+      existing.set(rel, await lstat(posix.join(options.destReal, rel)).catch(() => null));
     return existing.get(rel)!;
   };
+  const isLink = async (rel: string): Promise<boolean> =>
+    links.has(rel) || ((await stOf(rel))?.isSymbolicLink() ?? false);
   for (const { name, type } of names) {
     if (name === "." || name === "") continue;
     const parts = name.split("/");
@@ -210,6 +203,15 @@ async function checkPrefixes(
     }
     if (type === "Directory" && !links.has(name) && (await isLink(name))) {
       throw new AgentError("conflict", `'${name}' exists as a symlink where the archive has a directory`);
+    }
+    if (type !== "Directory" && (await stOf(name))?.isDirectory()) {
+      const what = type === "SymbolicLink" ? "symlink" : "file";
+      const hint = "remove the directory first, or push to another destination";
+      throw new AgentError(
+        "conflict",
+        `'${name}' exists as a directory where the archive has a ${what}`,
+        hint,
+      );
     }
   }
 }

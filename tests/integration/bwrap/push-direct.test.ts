@@ -152,6 +152,18 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap fast push (no agent relay)", skip
     expect([onFile, pushVia()]).toEqual([null, "agent"]);
     expect(hostProcesses((argv) => argv.some((a) => a.startsWith(src)))).toEqual([]);
     expect(await sh("readlink clash/sub; cat clash2/sub/x")).toBe("/etc\nx");
+    // A file where the workspace has a directory (GNU tar cannot replace one with entries):
+    // the agent refuses it before writing, as conflict, and nothing changes.
+    await sh("mkdir -p clash3/f.txt && echo keep > clash3/f.txt/in && echo old > clash3/other");
+    mkdirSync(join(src, "clash3"));
+    writeFileSync(join(src, "clash3", "other"), "new");
+    writeFileSync(join(src, "clash3", "f.txt"), "file");
+    const onDir = await refusal(h.pyro.syncPushWorkspace(id, join(src, "clash3"), { dest: "clash3" }));
+    expect(onDir).toMatchObject({
+      code: "conflict",
+      message: "'f.txt' exists as a directory where the archive has a file",
+    });
+    expect(await sh("cat clash3/f.txt/in clash3/other")).toBe("keep\nold");
   });
 
   it("a full disk fails the push as the agent's does, and the workspace stays usable", async () => {

@@ -1,4 +1,5 @@
 import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
+import { appendFileSync } from "node:fs";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ERROR_CODES } from "../../../src/errors.js";
@@ -14,6 +15,9 @@ import { bwrapSkipReason, type Harness, openHarness, suiteTitle, writeTree } fro
  * a known code other than `internal`, or a JSON-RPC error with a standard code), short
  * when it is an error, and never a stack trace; a workspace created before the run and
  * never named by it must be unchanged after it.
+ *
+ * To replay a failing run: PYRO_FUZZ_SEED=<the seed fast-check printed>, and
+ * PYRO_FUZZ_TRACE=<file> to get every call and the start of its answer in that file.
  */
 const skip = bwrapSkipReason();
 const RUNS = Number(process.env.PYRO_FUZZ_RUNS ?? 3000);
@@ -322,6 +326,12 @@ describe.skipIf(skip !== "")(suiteTitle("MCP server under fuzzed input (real ser
         expect(JSON.stringify(args ?? null)).not.toContain(canaryName);
         const r = await client.request("tools/call", { name, arguments: args });
         calls++;
+        const trace = process.env.PYRO_FUZZ_TRACE;
+        if (trace)
+          appendFileSync(
+            trace,
+            `${calls} ${name} ${JSON.stringify(args)?.slice(0, 300)} => ${r.line.slice(0, 300)}\n`,
+          );
         checkReply(r, `${name}(${JSON.stringify(args)?.slice(0, 200)})`);
         const outcome = r.message.error
           ? `rpc ${r.message.error.code}`
@@ -337,7 +347,12 @@ describe.skipIf(skip !== "")(suiteTitle("MCP server under fuzzed input (real ser
           });
         expect(client.alive, client.stderr).toBe(true);
       }),
-      { numRuns: RUNS, endOnFailure: true },
+      {
+        numRuns: RUNS,
+        endOnFailure: true,
+        // PYRO_FUZZ_SEED replays a failing run (fast-check prints its seed).
+        ...(process.env.PYRO_FUZZ_SEED ? { seed: Number(process.env.PYRO_FUZZ_SEED) } : {}),
+      },
     );
     expect(calls).toBe(RUNS);
     console.log(`fuzz outcomes: ${JSON.stringify(outcomes)}`);
