@@ -40,6 +40,27 @@ const NETD_START_MS = 20_000;
 /** The most published ports of one workspace. */
 const MAX_PUBLISHED = 32;
 
+/**
+ * The report of a starting helper (`read`: null until it wrote one), or null once it is
+ * gone without one or `deadline` passed. Whether it lives is asked before its report is
+ * read: a helper writes its report (an error too) and then exits, so a helper found gone
+ * had written whatever the read after it finds. (Read first, a report written and the
+ * process gone between the two reads was taken for a helper that never reported.)
+ */
+export async function awaitReport<T>(
+  read: () => Promise<T | null>,
+  alive: () => Promise<boolean>,
+  deadline: number,
+): Promise<T | null> {
+  for (;;) {
+    const living = await alive();
+    const r = await read();
+    if (r) return r;
+    if (!living || Date.now() > deadline) return null;
+    await new Promise((resolve) => setTimeout(resolve, 15));
+  }
+}
+
 /** Parses a policy as given on any surface; bad input is `invalid_argument`. */
 export function parseNetworkPolicy(text: string | undefined): NetworkPolicy {
   if (text === undefined) return "off";
@@ -217,26 +238,25 @@ export class WorkspaceNetwork {
         env: { ...LAUNCH_ENV },
       },
     );
-    const deadline = Date.now() + NETD_START_MS;
-    for (;;) {
-      const r = await this.ready(w.workspace_id);
-      if (r && r.pid === pid) {
-        if (r.error) throw new PyroError(r.error.code, r.error.message, r.error.hint);
-        return r.published;
-      }
-      const exists = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => null);
-      if (!exists || Date.now() > deadline) {
-        try {
-          process.kill(pid, "SIGKILL");
-        } catch {}
-        throw new PyroError(
-          "backend_unavailable",
-          `the workspace's network helper did not start: ${await logTail(logFile)}`,
-          "nothing was started; see `pyro doctor`",
-        );
-      }
-      await new Promise((r) => setTimeout(r, 15));
-    }
+    const r = await awaitReport(
+      () => this.ready(w.workspace_id).then((x) => (x && x.pid === pid ? x : null)),
+      () =>
+        readFile(`/proc/${pid}/stat`, "utf8").then(
+          () => true,
+          () => false,
+        ),
+      Date.now() + NETD_START_MS,
+    );
+    if (r?.error) throw new PyroError(r.error.code, r.error.message, r.error.hint);
+    if (r) return r.published;
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {}
+    throw new PyroError(
+      "backend_unavailable",
+      `the workspace's network helper did not start: ${await logTail(logFile)}`,
+      "nothing was started; see `pyro doctor`",
+    );
   }
 
   /**

@@ -402,3 +402,51 @@ describe("WorkspaceNetwork.env", () => {
     expect(net.needed(row("off", [], { published_ports: ports([0, 80]) }))).toBe(true);
   });
 });
+
+describe("awaitReport (a starting helper's report)", () => {
+  /**
+   * A helper that writes its report and exits between two of the host's looks, in either
+   * order of the host's reads: the world changes right after the first read of the report.
+   */
+  function helperExitingAfterFirstRead() {
+    let reads = 0;
+    let exited = false;
+    return {
+      read: async () => {
+        reads++;
+        const seen = exited ? { error: "port in use" } : null;
+        exited = true;
+        return seen;
+      },
+      alive: async () => !exited,
+      reads: () => reads,
+    };
+  }
+
+  it("finds the report of a helper that wrote it and exited between the host's looks", async () => {
+    const { awaitReport } = await network();
+    const world = helperExitingAfterFirstRead();
+    expect(await awaitReport(world.read, world.alive, Date.now() + 5_000)).toEqual({ error: "port in use" });
+    expect(world.reads()).toBe(2);
+  });
+
+  it("gives up on a helper gone without a report, and at the deadline", async () => {
+    const { awaitReport } = await network();
+    expect(
+      await awaitReport(
+        async () => null,
+        async () => false,
+        Date.now() + 5_000,
+      ),
+    ).toBeNull();
+    const t = Date.now();
+    expect(
+      await awaitReport(
+        async () => null,
+        async () => true,
+        Date.now() + 100,
+      ),
+    ).toBeNull();
+    expect(Date.now() - t).toBeGreaterThanOrEqual(100);
+  });
+});
