@@ -145,6 +145,34 @@ describe("tar_out and tar_in", () => {
     expect(await readdir(fx.root)).toEqual([]);
   });
 
+  it("takes the archive of no entries (an empty directory's) as the destination directory alone", async () => {
+    const r = await tarIn("made/empty", Buffer.alloc(10_240));
+    expect(r).toMatchObject({ files: 0, bytes: 0 });
+    expect(await readdir(path.join(fx.root, "made/empty"))).toEqual([]);
+    // Zeros, then something that is not a header: still refused.
+    const bad = Buffer.concat([Buffer.alloc(1024), Buffer.from("not a header ".repeat(40))]);
+    expect(((await tarIn("other", bad).catch((e: AgentError) => e)) as AgentError).code).toBe(
+      "invalid_argument",
+    );
+  });
+
+  it("refuses a file or symlink onto an existing directory before writing anything", async () => {
+    await mkdir(path.join(fx.root, "dest/sub"), { recursive: true });
+    await writeFile(path.join(fx.root, "dest/sub/keep"), "k");
+    for (const entry of [
+      { path: "sub", body: "file" },
+      { path: "sub", type: "SymbolicLink" as const, linkpath: "elsewhere" },
+    ]) {
+      const tar = craftTar([{ path: "first.txt", body: "1" }, entry]);
+      const err = (await tarIn("dest", tar).catch((e: AgentError) => e)) as AgentError;
+      expect([err.code, err.message]).toEqual([
+        "conflict",
+        `'sub' exists as a directory where the archive has a ${entry.type ? "symlink" : "file"}`,
+      ]);
+      expect((await readdir(path.join(fx.root, "dest"))).sort()).toEqual(["sub"]);
+    }
+  });
+
   it("allows symlinks that stay inside the extracted tree", async () => {
     const tar = craftTar([
       { path: "lib", type: "Directory" },

@@ -132,7 +132,7 @@ export const tarIn: OpHandler<"tar_in"> = async (args, ctx) => {
       );
     }
     await mkdir(dest.real, { recursive: true });
-    await extractArchive(file, dest.real);
+    if (checked.entries > 0) await extractArchive(file, dest.real);
     return { dest: Workspace.show(dest.rel), files: checked.files, bytes: checked.bytes };
   } finally {
     await rm(scratch, { recursive: true, force: true });
