@@ -4,7 +4,7 @@ import { ACTIONS, PyroError } from "../errors.js";
 import { exportDirect } from "./export-direct.js";
 import { pushDirect } from "./push-direct.js";
 import { workspaceArchiveBudget } from "./snapshots.js";
-import { exportThrough, packHostPath, requireHostPath } from "./transfer.js";
+import { exportThrough, pushThrough, requireHostPath } from "./transfer.js";
 import { sandboxState } from "./workspace-deps.js";
 import type { Workspaces } from "./workspaces.js";
 
@@ -132,13 +132,7 @@ export async function syncPush(
     const direct = state
       ? await pushDirect(ws.backendOf(w), { spec: ws.sandboxSpec(w), state }, source, dest, signal)
       : null;
-    const r =
-      direct ??
-      (await agent.request(
-        "tar_in",
-        { dest },
-        { upload: await packHostPath(source), timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
-      ));
+    const r = direct ?? (await pushThrough(agent, source, dest, signal));
     journal((store) =>
       store.recordEvent(w.workspace_id, "sync_push", {
         source: resolve(source),

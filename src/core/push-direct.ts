@@ -26,6 +26,7 @@ import { linkStaysInside, listTree, packList } from "../agent/tarsafe.js";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import { PyroError } from "../errors.js";
 import { plainWorkspacePath } from "./export-direct.js";
+import { sourceUnread } from "./transfer.js";
 
 type Kind = "file" | "directory" | "symlink";
 
@@ -101,12 +102,7 @@ export async function pushDirect(
   if (signal?.aborted) throw new PyroError("cancelled", "the upload was cancelled");
   if (r.code !== 0) throw new PyroError("internal", `tar failed (exit ${r.code ?? "none"}): ${r.said}`);
   const read = await finished;
-  if (read !== 0)
-    throw new PyroError(
-      "conflict",
-      `the host's tar could not read all of ${abs} (exit ${read ?? "none"}): a file changed or vanished while it was read; what it read was pushed`,
-      "push again once the source is not changing",
-    );
+  if (read !== 0) throw sourceUnread(abs, read);
   return { dest: rel === "" ? "." : rel, files, bytes };
 }
 

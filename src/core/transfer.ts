@@ -26,12 +26,48 @@ export async function requireHostPath(src: string): Promise<Stats> {
   return st;
 }
 
-/** A tar stream of a host directory's contents (or one file), without following symlinks. */
-export async function packHostPath(src: string): Promise<Readable> {
+/**
+ * A tar stream of a host directory's contents (or one file), without following symlinks;
+ * `finished` is the packer's exit code (not 0: it could not read all of the source).
+ */
+export async function packHostPath(
+  src: string,
+): Promise<{ stream: Readable; finished: Promise<number | null> }> {
   const abs = resolve(src);
   const st = await requireHostPath(abs);
   const [cwd, names] = st.isDirectory() ? [abs, await readdir(abs)] : [dirname(abs), [basename(abs)]];
-  return (await packTree(cwd, names.sort())).stream;
+  return packTree(cwd, names.sort());
+}
+
+/**
+ * `sync push` through the agent's `tar_in` (the fast push's fallback, push-direct.ts): the
+ * host's tar packs `source` as the agent receives it. A source that changed while it was
+ * read fails the push after the fact, as on the fast path ({@link sourceUnread}).
+ */
+export async function pushThrough(
+  agent: Pick<AgentClient, "request">,
+  source: string,
+  dest: string,
+  signal?: AbortSignal,
+): Promise<{ dest: string; files: number; bytes: number }> {
+  const packed = await packHostPath(source);
+  const r = await agent.request(
+    "tar_in",
+    { dest },
+    { upload: packed.stream, timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
+  );
+  const read = await packed.finished;
+  if (read !== 0) throw sourceUnread(resolve(source), read);
+  return r;
+}
+
+/** A push whose host tar could not read all of `abs` (exit `code`): what it read was pushed. */
+export function sourceUnread(abs: string, code: number | null): PyroError {
+  return new PyroError(
+    "conflict",
+    `the host's tar could not read all of ${abs} (exit ${code ?? "none"}): a file changed or vanished while it was read; what it read was pushed`,
+    "push again once the source is not changing",
+  );
 }
 
 /**

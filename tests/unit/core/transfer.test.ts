@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as tar from "tar";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ExportWriter, packHostPath } from "../../../src/core/transfer.js";
+import { ExportWriter, packHostPath, pushThrough } from "../../../src/core/transfer.js";
 
 let dir: string;
 beforeEach(async () => {
@@ -92,7 +92,7 @@ describe("export and snapshot extraction on the host", () => {
     await writeFile(join(dir, "p", "f"), "x");
     await symlink("/etc/passwd", join(dir, "p", "l"));
     const names: string[] = [];
-    const stream = await packHostPath(join(dir, "p"));
+    const { stream } = await packHostPath(join(dir, "p"));
     const parser = new tar.Parser({
       onReadEntry: (e) => {
         names.push(`${e.type}:${e.path}`);
@@ -104,5 +104,42 @@ describe("export and snapshot extraction on the host", () => {
     parser.end();
     await done;
     expect(names.sort()).toEqual(["File:f", "SymbolicLink:l"]);
+  });
+
+  it("fails a push through the agent whose source lost a file while it was read (conflict), after the agent took what was read", async () => {
+    await mkdir(join(dir, "src"));
+    // The first file is larger than every buffer on the way: tar is still writing it when
+    // the agent begins to read, and the second file is gone by then.
+    await writeFile(join(dir, "src", "a.bin"), Buffer.alloc(8 * 1024 * 1024, 1));
+    await writeFile(join(dir, "src", "b.txt"), "b");
+    const names: string[] = [];
+    const agent = {
+      request: async (_op: string, _args: unknown, o: { upload: NodeJS.ReadableStream }) => {
+        await rm(join(dir, "src", "b.txt"));
+        const parser = new tar.Parser({
+          onReadEntry: (e) => {
+            names.push(e.path);
+            e.resume();
+          },
+        });
+        for await (const c of o.upload as AsyncIterable<Buffer>) parser.write(c);
+        parser.end();
+        return { dest: "d", files: names.length, bytes: 0 };
+      },
+    } as unknown as Parameters<typeof pushThrough>[0];
+    await expect(pushThrough(agent, join(dir, "src"), "d")).rejects.toMatchObject({
+      code: "conflict",
+      message: expect.stringMatching(/could not read all of .*src \(exit 2\)/),
+    });
+    expect(names).toEqual(["a.bin"]);
+    // An unchanged source: the agent's answer.
+    await writeFile(join(dir, "src", "b.txt"), "b");
+    const ok = {
+      request: async (_o: string, _a: unknown, o: { upload: NodeJS.ReadableStream }) => {
+        for await (const _c of o.upload as AsyncIterable<Buffer>);
+        return { dest: "d", files: 2, bytes: 3 };
+      },
+    } as unknown as Parameters<typeof pushThrough>[0];
+    expect(await pushThrough(ok, join(dir, "src"), "d")).toEqual({ dest: "d", files: 2, bytes: 3 });
   });
 });
