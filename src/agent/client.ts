@@ -317,7 +317,8 @@ export class AgentClient {
         // Paused until the consumer catches up or the request is over (forget).
         this.conn.pause();
         const release = () => entry.holds?.delete(release) && this.conn.resume();
-        (entry.holds ??= new Set()).add(release);
+        entry.holds ??= new Set();
+        entry.holds.add(release);
         slow.then(release, (err: unknown) => {
           release();
           fail(err);
