@@ -69,7 +69,7 @@ interface Pending {
   reject(error: AgentError): void;
   onData?: (chunk: Buffer) => unknown;
   /** Releases of the connection pauses this request's slow onData promises took. */
-  holds?: Set<() => void>;
+  holds: Set<() => void>;
 }
 
 function closeError(reason: CloseReason): AgentError {
@@ -209,7 +209,7 @@ export class AgentClient {
         ? Math.max(this.requestTimeoutMs, (parsed.data as { timeout_ms: number }).timeout_ms + EXEC_SLACK_MS)
         : this.requestTimeoutMs);
     const response = new Promise<unknown>((resolve, reject) => {
-      const entry: Pending = { op, resolve, reject };
+      const entry: Pending = { op, resolve, reject, holds: new Set() };
       if (options.onData) entry.onData = options.onData;
       this.pending.set(id, entry);
     });
@@ -316,8 +316,7 @@ export class AgentClient {
       if (slow instanceof Promise) {
         // Paused until the consumer catches up or the request is over (forget).
         this.conn.pause();
-        const release = () => entry.holds?.delete(release) && this.conn.resume();
-        entry.holds ??= new Set();
+        const release = () => entry.holds.delete(release) && this.conn.resume();
         entry.holds.add(release);
         slow.then(release, (err: unknown) => {
           release();
