@@ -75,9 +75,28 @@ export async function sandboxProcesses(
 /**
  * How the signature treats an entry (relative path): `skip` leaves it and what is below
  * it out; `owner` hashes only its type, mode and owner (a directory whose times and size
- * change in normal use, like the agent's spool), and still walks below it.
+ * change in normal use, like the agent's spool), and still walks below it; `node` hashes
+ * only which node it is (type, device number, and the device and inode it lives on).
  */
-type SignRule = (rel: string) => "skip" | "owner" | "full";
+type SignRule = (rel: string) => "skip" | "owner" | "node" | "full";
+
+/**
+ * The device nodes bwrap's `--dev` binds from the host's /dev (bwrap.c's `devnodes`):
+ * the host's own inodes, not the sandbox's. Their owner, mode and ctime are the host's to
+ * change, and the host does: gVisor's runsc chowns its stdio (/dev/null when it is
+ * started detached) to nobody at every sandbox start, which moved /dev/null's ctime (and,
+ * the first time, its owner) under every running bwrap sandbox and turned their next
+ * reset into a restart. A restart binds the same inodes again, so it would undo nothing:
+ * only that each is still the same node is signed.
+ */
+const HOST_DEVICE_NODES = new Set(["null", "zero", "full", "random", "urandom", "tty"]);
+
+/** The rule of the sandbox's /dev (see {@link layersSignature}). */
+const devRule: SignRule = (r) => {
+  if (r === "pts") return "owner";
+  if (/^pts\/\d+$/.test(r)) return "skip";
+  return HOST_DEVICE_NODES.has(r) ? "node" : "full";
+};
 
 /**
  * A hash of every entry under `root` (name, type, mode, owner, size, ctime), without
@@ -98,6 +117,11 @@ async function treeSignature(root: string, rule: SignRule, budget: { left: numbe
         await yieldToLoop();
       }
       const st = lstatSync(join(root, r), { bigint: true });
+      if (how === "node") {
+        // The file type bits of the mode, not its permissions.
+        hash.update(`${r}\0${st.mode & 0o170000n}\0${st.rdev}\0${st.dev}\0${st.ino}\n`);
+        continue;
+      }
       const times = how === "full" ? `${st.size}\0${st.ctimeNs}\0${st.rdev}` : "";
       hash.update(`${r}\0${st.mode}\0${st.uid}\0${st.gid}\0${times}\n`);
       if (st.isDirectory() && !(await walk(r))) return false;
@@ -182,7 +206,8 @@ async function initSignature(pid: number): Promise<string | null> {
  * PTYs in /dev/pts (they come and go with shells) are left out, and the times of the
  * agent's spool directory (the agent empties it at `begin`, so what is left in it is
  * signed: a tree it could not remove means a restart); /dev/pts, its ptmx and the
- * spool's mode are not: a mode changed there would outlive the reset.
+ * spool's mode are not: a mode changed there would outlive the reset. Of the host's
+ * device nodes bound into /dev, only which node each is ({@link HOST_DEVICE_NODES}).
  */
 export async function layersSignature(
   l: SandboxLayout,
@@ -202,13 +227,7 @@ export async function layersSignature(
     (r) => (r === tmp ? "owner" : "full"),
     budget,
   );
-  const dev =
-    root &&
-    (await treeSignature(
-      `/proc/${agentPid}/root/dev`,
-      (r) => (r === "pts" ? "owner" : /^pts\/\d+$/.test(r) ? "skip" : "full"),
-      budget,
-    ));
+  const dev = root && (await treeSignature(`/proc/${agentPid}/root/dev`, devRule, budget));
   const [agent, init] = await Promise.all([agentPart, initPart]);
   return root && dev && agent && init ? `${root}:${dev}:${agent}:${init}` : null;
 }

@@ -1,3 +1,4 @@
+import { chownSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bwrapSkipReason, type Harness, openHarness, suiteTitle, writeTree } from "../../helpers/sandbox.js";
@@ -77,6 +78,20 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset in place", skip), () => {
     await h.pyro.resetWorkspace(id, { snapshot: "s1" });
     expect(await sandboxEpoch()).toBe(epoch);
     expect(await sh("cat snap.txt edit.txt")).toBe("snap\nbefore");
+  });
+
+  it("stays in place when the host changes its own device nodes that bwrap binds into /dev", async () => {
+    // gVisor's runsc chowns its stdio to nobody at every start: with /dev/null as its
+    // stdio (a detached start), the host's /dev/null, which every bwrap sandbox's /dev
+    // binds, gets a new ctime. The same no-op chown here: a host change, not the sandbox's.
+    const epoch = await sandboxEpoch();
+    const before = statSync("/dev/null", { bigint: true });
+    chownSync("/dev/null", Number(before.uid), Number(before.gid));
+    expect(statSync("/dev/null", { bigint: true }).ctimeNs).not.toBe(before.ctimeNs);
+    await sh("echo x > gone.txt");
+    await h.pyro.resetWorkspace(id);
+    expect(await sandboxEpoch()).toBe(epoch);
+    expect(await sh("ls gone.txt 2>/dev/null || echo gone")).toBe("gone");
   });
 
   it("restarts instead when the root layer changed, and the change is gone", async () => {
