@@ -73,6 +73,8 @@ export const DISK_VIEW_SCRIPT = [
   '  mkdir "$M/upper"; mount --bind "$upper" "$M/upper"',
   '  mount -t overlay pyro-disk -o "ro,lowerdir=$M/upper:$M/lower" "$M/ws"',
   'else mount --bind -o ro "$M/lower" "$M/ws"; fi',
+  // The host's device nodes, bound by bwrap's --dev, read-only (launch.ts readOnlyDevLine).
+  "mount -o remount,bind,ro /dev",
   'exec "$@"',
 ].join("\n");
 

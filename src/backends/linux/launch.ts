@@ -37,6 +37,19 @@ export interface Disk {
 }
 
 /**
+ * The launch step's line that makes its /dev read-only (bwrap's sandboxes; runsc chowns
+ * its stdio). bwrap's `--dev` binds the host's own device nodes (null, zero, full,
+ * random, urandom, tty), and a sandbox's uid 0 owns them when the host runs as root: with
+ * every capability dropped it could still chmod them or set their times on the host.
+ * Bound from this read-only mount, they stay read-only (a bind keeps the flag) and still
+ * open, read and write as devices. A remount of this namespace's mount only (`bind`),
+ * never the host's; no /dev mount to remount fails the start (fail closed).
+ */
+export function readOnlyDevLine(tools: LaunchTools): string {
+  return `${tools.mount} -o remount,bind,ro /dev`;
+}
+
+/**
  * The shell and mount commands of the launch step. Both must handle descriptors above 9.
  * `loopMount` mounts the disk image: always util-linux's, whose loop setup survives
  * concurrent launches (busybox 1.35's spins at full CPU when launches race for the same
@@ -106,7 +119,7 @@ export function launchArgv(
   overlays: readonly Overlay[],
   command: readonly string[],
   tools: LaunchTools = BASH_TOOLS,
-  options: { cappedLog?: boolean; disk?: Disk } = {},
+  options: { cappedLog?: boolean; disk?: Disk; readOnlyDev?: boolean } = {},
 ): string[] {
   const disk = options.disk;
   const script = [
@@ -133,6 +146,7 @@ export function launchArgv(
       (o) =>
         `${tools.mount} -t overlay pyro -o "lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}" "$4"; ${o.shared ? `${tools.mount} --make-shared "$4"; ` : ""}shift 4`,
     ),
+    ...(options.readOnlyDev ? [readOnlyDevLine(tools)] : []),
     // The reader is outside the sandbox (this shell's mount namespace, not bwrap's or
     // runsc's) and holds no descriptor but the pipe and the log. One-shots keep their
     // stdio: the caller reads it through pipes with its own cap.

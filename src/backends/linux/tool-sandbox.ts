@@ -1,9 +1,10 @@
 /**
  * A bwrap sandbox for one host program run on untrusted data (e2fsck on a guest's disk,
  * GNU tar extracting a workspace's export): every namespace unshared, no capabilities,
- * no environment but PATH, the host's programs read-only, a private /proc and /dev, and
- * nothing else; the caller binds the one tree the program works on. It dies with its
- * parent.
+ * no environment but PATH, the host's programs read-only, a private /proc, and nothing
+ * else (no /dev: the host's device nodes would be the sandbox's to chmod, see
+ * {@link withReadOnlyDev}); the caller binds the one tree the program works on. It dies
+ * with its parent.
  */
 
 /**
@@ -40,7 +41,26 @@ export function toolSandboxArgs(options: { etc?: boolean; unprivileged?: boolean
     ...ro.flatMap((d) => ["--ro-bind-try", d, d]),
     "--proc",
     "/proc",
-    "--dev",
-    "/dev",
+  ];
+}
+
+/**
+ * `bwrapArgv` (a tool sandbox with `--dev /dev`: e2fsck opens /dev/null) run from a
+ * private mount namespace whose /dev is read-only, so the host's device nodes it binds
+ * stay read-only (launch.ts readOnlyDevLine has why).
+ */
+export function withReadOnlyDev(bwrapArgv: string[]): string[] {
+  const script = 'mount -o remount,bind,ro /dev && exec "$@"';
+  return [
+    "unshare",
+    "--mount",
+    "--propagation",
+    "private",
+    "--",
+    "/bin/sh",
+    "-c",
+    script,
+    "pyro-tool",
+    ...bwrapArgv,
   ];
 }
