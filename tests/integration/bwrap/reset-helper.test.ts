@@ -29,23 +29,29 @@ describe.skipIf(skip !== "")(suiteTitle("bwrap reset helper", skip), () => {
     expect(r.exit_code, `\`${command}\` failed: ${r.stderr}`).toBe(0);
     return r.stdout.trim();
   };
+  /** The helper's watcher processes (pyro-reset-watch) for the workspace's launch step. */
+  const watchers = (launch: number) =>
+    hostProcesses((argv) => argv.includes("pyro-reset-watch") && argv.at(-1) === String(launch));
   /**
    * The helper of the workspace's sandbox: its pid and sandbox directory (from its argv).
-   * Busybox runs applets like mkfifo in a forked child without exec (same argv), so a
-   * helper just starting can show twice for a moment: wait until it is one.
+   * A helper just starting forks children that show its argv for a moment (busybox runs
+   * applets like mkfifo in a forked child without exec; the watcher before its exec), and
+   * is one process before its first fork too: it has settled once its watcher runs (it
+   * forks nothing more until a request), so wait for both, and judge that same look.
    */
   const helper = async () => {
-    const launch = String(sandboxPid(h.pyro, id));
-    const find = () => hostProcesses((argv) => argv.includes("pyro-reset-helper") && argv.includes(launch));
-    await waitUntil(() => find().length === 1, 5_000);
-    const found = find();
+    const launch = sandboxPid(h.pyro, id)!;
+    const find = () =>
+      hostProcesses((argv) => argv.includes("pyro-reset-helper") && argv.includes(String(launch)));
+    let found = find();
+    await waitUntil(() => {
+      found = find();
+      return found.length === 1 && watchers(launch).length === 1;
+    }, 5_000);
     expect(found, `one helper per sandbox: ${JSON.stringify(found)}`).toHaveLength(1);
     const argv = found[0]!.argv;
     return { pid: found[0]!.pid, dir: argv[argv.indexOf("pyro-reset-helper") + 2]! };
   };
-  /** The helper's watcher processes (pyro-reset-watch) for the workspace's launch step. */
-  const watchers = (launch: number) =>
-    hostProcesses((argv) => argv.includes("pyro-reset-watch") && argv.at(-1) === String(launch));
   const epoch = () => sh("cut -d' ' -f22 /proc/1/stat");
   /**
    * One request line written to the helper's FIFO (in parts, each `gapMs` after the one
