@@ -67,7 +67,9 @@ export async function probePlatforms(bin: string, options: PlatformProbeOptions)
           "-c",
           PROBE_SCRIPT,
         ],
-        { timeoutMs: options.timeoutMs },
+        // stdin a pipe, not /dev/null: runsc gives its stdio to the sandbox's user (fchown),
+        // and the host's /dev/null is not its to give.
+        { timeoutMs: options.timeoutMs, input: "" },
       );
       if (r.exitCode === 0) {
         const caveats = r.stdout.includes("pyro-statx-einval") ? [STATX_CAVEAT] : [];

@@ -1,8 +1,11 @@
+import { statSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { hostname, release } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { probePlatforms } from "../../../src/backends/gvisor/platform.js";
+import { which } from "../../../src/util/run.js";
 import { errorOf, gvisorSkipReason, type Harness, openHarness, suiteTitle } from "../../helpers/sandbox.js";
 
 /**
@@ -23,6 +26,22 @@ describe.skipIf(skip !== "")(suiteTitle("gvisor isolation", skip), () => {
   });
   afterAll(async () => {
     await h?.cleanup();
+  });
+
+  it("leaves the host's /dev/null as it was: runsc gives its stdio to the sandbox's user, never the host's /dev/null", async () => {
+    // runsc fchowns its stdin, stdout and stderr to nobody at every start; the platform
+    // probe (pyro doctor) gave it the host's /dev/null as stdin, whose owner and ctime
+    // then changed under every bwrap sandbox that binds it.
+    const before = statSync("/dev/null");
+    const verdict = await probePlatforms((await which("runsc"))!, {
+      timeoutMs: 60_000,
+      kvm: async () => ({ present: false, usable: false, reason: "not tried here" }),
+    });
+    expect(verdict.platform).toBeTruthy();
+    await h.pyro.run("debian:12", "true", { backend: "gvisor" });
+    await run("true");
+    const after = statSync("/dev/null");
+    expect([after.uid, after.ctimeMs]).toEqual([before.uid, before.ctimeMs]);
   });
 
   it("runs on gVisor's kernel, not the host's: another kernel release and gVisor's own log", async () => {
