@@ -10,6 +10,7 @@ import { agentApp } from "../agent-app.js";
 import type { SandboxSpec } from "../backend.js";
 import { spawnReader, sweepStale } from "../disk-reader.js";
 import { agentArgv, sandboxHostname } from "../guest.js";
+import { privateMountShell } from "../linux/launch.js";
 import { detectLayout } from "../linux/layout.js";
 import { prepareNodeRuntime } from "../runtime.js";
 import { isolationArgs } from "./isolation.js";
@@ -111,15 +112,7 @@ export async function openDiskView(spec: SandboxSpec, view: DiskView): Promise<D
     const agent = agentArgv(runtime, IN_READER, IN_READER.workspace, { stdio: true }, { readOnly: true });
     return spawnReader(
       [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "--",
-        "/bin/sh",
-        "-c",
-        DISK_VIEW_SCRIPT,
-        "pyro-disk",
+        ...privateMountShell(["/bin/sh"], DISK_VIEW_SCRIPT, "pyro-disk"),
         mnt,
         view.image?.path ?? "",
         view.image?.options ?? "",

@@ -102,7 +102,7 @@ export function preparedLaunchArgv(
     "exit 0",
   ].join("\n");
   return [
-    ...privateMountShell(tools, script, "pyro-prepared-launch"),
+    ...privateMountShell(tools.shell, script, "pyro-prepared-launch"),
     p.image,
     p.diskMount,
     p.upper,

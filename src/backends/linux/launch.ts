@@ -156,7 +156,7 @@ export function launchArgv(
       : 'exec "$@"',
   ].join("\n");
   return [
-    ...privateMountShell(tools, script, "pyro-launch"),
+    ...privateMountShell(tools.shell, script, "pyro-launch"),
     ...(disk ? [disk.image, disk.mount, String(disk.mkdirs.length), ...disk.mkdirs] : []),
     ...overlays.flatMap((o) => [o.lower, o.upper, o.work, o.target]),
     ...command,
@@ -168,8 +168,8 @@ export function launchArgv(
  * (`unshare --mount --propagation private`): what it mounts is seen by nothing outside
  * and goes with it. `name` is the script's $0; its positional arguments follow.
  */
-export function privateMountShell(tools: LaunchTools, script: string, name: string): string[] {
-  return ["unshare", "--mount", "--propagation", "private", "--", ...tools.shell, "-c", script, name];
+export function privateMountShell(shell: readonly string[], script: string, name: string): string[] {
+  return ["unshare", "--mount", "--propagation", "private", "--", ...shell, "-c", script, name];
 }
 
 export const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

@@ -7,6 +7,8 @@
  * with its parent.
  */
 
+import { privateMountShell } from "./launch.js";
+
 /**
  * The isolation every such sandbox has: every namespace its own, no capabilities, no
  * environment, gone with its parent (bwrap/tree-tar.ts adds no host files at all).
@@ -51,16 +53,5 @@ export function toolSandboxArgs(options: { etc?: boolean; unprivileged?: boolean
  */
 export function withReadOnlyDev(bwrapArgv: string[]): string[] {
   const script = 'mount -o remount,bind,ro /dev && exec "$@"';
-  return [
-    "unshare",
-    "--mount",
-    "--propagation",
-    "private",
-    "--",
-    "/bin/sh",
-    "-c",
-    script,
-    "pyro-tool",
-    ...bwrapArgv,
-  ];
+  return [...privateMountShell(["/bin/sh"], script, "pyro-tool"), ...bwrapArgv];
 }
