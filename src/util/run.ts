@@ -29,6 +29,11 @@ export interface RunResult {
   spawnError?: NodeJS.ErrnoException;
 }
 
+/**
+ * Runs `argv` and collects its output. stdin is always a pipe (ended at once without
+ * `input`), never the host's /dev/null: some programs change their stdio's owner (runsc
+ * gives it to the sandbox's user).
+ */
 export function run(argv: readonly string[], options: RunOptions = {}): Promise<RunResult> {
   const [file, ...args] = argv;
   if (!file) throw new Error("run: empty argv");
@@ -39,7 +44,7 @@ export function run(argv: readonly string[], options: RunOptions = {}): Promise<
     const child = spawn(file, args, {
       cwd: options.cwd,
       env: options.env ?? process.env,
-      stdio: [options.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
+      stdio: ["pipe", "pipe", "pipe"],
       detached: killGroup,
     });
     const out: Buffer[] = [];
@@ -84,7 +89,8 @@ export function run(argv: readonly string[], options: RunOptions = {}): Promise<
     };
     child.stdout?.on("data", (c: Buffer) => collect("stdout", c));
     child.stderr?.on("data", (c: Buffer) => collect("stderr", c));
-    if (options.input !== undefined) child.stdin?.end(options.input);
+    child.stdin?.on("error", () => {});
+    child.stdin?.end(options.input ?? "");
     child.on("error", (e: NodeJS.ErrnoException) => {
       spawnError = e;
     });

@@ -322,6 +322,36 @@ def _():
     return bool(changed), changed or f"refused on host nodes {seen}" if seen else "no host device node"
 
 
+@attempt("a host program's mode or times changed through /proc/PID/exe")
+def _():
+    # The binaries of the sandbox's processes that its own tree does not hold (the same
+    # file is not at the link's path here): pid 1 is bwrap's, the host's file, in a bwrap
+    # sandbox. Each attempt writes back what is there: harmless if it works.
+    changed = []
+    for pid in pids():
+        p = f"/proc/{pid}/exe"
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        try:
+            here = os.stat(os.readlink(p))
+            if (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino):
+                continue
+        except OSError:
+            pass
+        for what, change in (
+            ("chmod", lambda: os.chmod(p, stat.S_IMODE(st.st_mode))),
+            ("utime", lambda: os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))),
+        ):
+            try:
+                change()
+                changed.append(f"{what} {os.readlink(p)} (pid {pid})")
+            except OSError:
+                pass
+    return bool(changed), changed or "refused"
+
+
 @attempt("host devices present")
 def _():
     bad = []

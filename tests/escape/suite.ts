@@ -71,6 +71,7 @@ const PROBES: Record<string, Where> = {
   "mknod a memory device": "gvisor-contained",
   "host devices present": "guest-contained",
   "a host device node's mode or times changed": "gvisor-contained",
+  "a host program's mode or times changed through /proc/PID/exe": "gvisor-contained",
   "AF_VSOCK socket created": "guest-contained",
   "raw packet socket created": "gvisor-contained",
   "a network interface besides lo": "sandbox",

@@ -213,7 +213,7 @@ export class BwrapBackend extends LinuxSocketBackend<BwrapState> implements Work
       [root!, { ...ws!, shared: true }],
       this.bwrapArgv(spec, l, { runtime: runtime.dir, app: await agentApp(spec) }, argvOfAgent),
       await this.launchTools(),
-      { cappedLog: true, readOnlyDev: true, ...layoutDisk(l) },
+      { cappedLog: true, readOnlyHost: true, ...layoutDisk(l) },
     );
     const fd = openSync(seccompFile, "r");
     let started: { pid: number; startTime: string };

@@ -10,7 +10,7 @@ import { agentApp } from "../agent-app.js";
 import type { SandboxSpec } from "../backend.js";
 import { spawnReader, sweepStale } from "../disk-reader.js";
 import { agentArgv, sandboxHostname } from "../guest.js";
-import { privateMountShell } from "../linux/launch.js";
+import { privateMountShell, readOnlyHostLine } from "../linux/launch.js";
 import { detectLayout } from "../linux/layout.js";
 import { prepareNodeRuntime } from "../runtime.js";
 import { isolationArgs } from "./isolation.js";
@@ -74,8 +74,8 @@ export const DISK_VIEW_SCRIPT = [
   '  mkdir "$M/upper"; mount --bind "$upper" "$M/upper"',
   '  mount -t overlay pyro-disk -o "ro,lowerdir=$M/upper:$M/lower" "$M/ws"',
   'else mount --bind -o ro "$M/lower" "$M/ws"; fi',
-  // The host's device nodes, bound by bwrap's --dev, read-only (launch.ts readOnlyDevLine).
-  "mount -o remount,bind,ro /dev",
+  // The host's device nodes and bwrap's binary, read-only (launch.ts readOnlyHostLine).
+  readOnlyHostLine("mount"),
   'exec "$@"',
 ].join("\n");
 

@@ -86,7 +86,7 @@ async function coldRun(spec: OneShotSpec, tools: LaunchTools): Promise<OneShotRe
   const bwrap = [...bwrapPrefix(merged, id, spec.env), "--", "/bin/sh", "-c", spec.command];
   const argv = launchArgv([{ lower: spec.rootfs, upper, work, target: merged }], bwrap, tools, {
     disk: { image: disk, mount: diskMount, mkdirs: [upper, work], throwaway: true },
-    readOnlyDev: true,
+    readOnlyHost: true,
   });
   const fd = openSync(seccomp, "r");
   try {

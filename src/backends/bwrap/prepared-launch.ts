@@ -1,4 +1,4 @@
-import { type LaunchTools, OVERLAY_OPTIONS, privateMountShell, readOnlyDevLine } from "../linux/launch.js";
+import { type LaunchTools, OVERLAY_OPTIONS, privateMountShell, readOnlyHostLine } from "../linux/launch.js";
 
 /** The line a prepared launch prints on stdout once its mounts are done. */
 export const READY_LINE = "pyro-ready";
@@ -59,7 +59,7 @@ export function preparedLaunchArgv(
     `${tools.loopMount} -t ext4 -o loop,nosuid,nodev "$img" "$mnt"`,
     'mkdir -p "$upper" "$work"',
     `${tools.mount} -t overlay pyro -o "lowerdir=$lower,upperdir=$upper,workdir=$work,${OVERLAY_OPTIONS}" "$target"`,
-    readOnlyDevLine(tools),
+    readOnlyHostLine(tools.mount),
     // SIGPIPE is ignored only around the shell's own writes to the owner (it may be gone
     // and the clean-up must still run): an ignored signal is inherited by what it starts.
     `trap '' PIPE; echo ${READY_LINE}; trap - PIPE`,

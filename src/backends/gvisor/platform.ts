@@ -67,9 +67,8 @@ export async function probePlatforms(bin: string, options: PlatformProbeOptions)
           "-c",
           PROBE_SCRIPT,
         ],
-        // stdin a pipe, not /dev/null: runsc gives its stdio to the sandbox's user (fchown),
-        // and the host's /dev/null is not its to give.
-        { timeoutMs: options.timeoutMs, input: "" },
+        // (run() gives it a pipe for stdin: runsc gives its stdio to the sandbox's user.)
+        { timeoutMs: options.timeoutMs },
       );
       if (r.exitCode === 0) {
         const caveats = r.stdout.includes("pyro-statx-einval") ? [STATX_CAVEAT] : [];

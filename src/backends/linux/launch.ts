@@ -37,16 +37,24 @@ export interface Disk {
 }
 
 /**
- * The launch step's line that makes its /dev read-only (bwrap's sandboxes; runsc chowns
- * its stdio). bwrap's `--dev` binds the host's own device nodes (null, zero, full,
- * random, urandom, tty), and a sandbox's uid 0 owns them when the host runs as root: with
- * every capability dropped it could still chmod them or set their times on the host.
- * Bound from this read-only mount, they stay read-only (a bind keeps the flag) and still
- * open, read and write as devices. A remount of this namespace's mount only (`bind`),
- * never the host's; no /dev mount to remount fails the start (fail closed).
+ * The launch step's line, run where "$1" is bwrap, that makes read-only the two kinds of
+ * host inode a bwrap sandbox reaches and whose owner its uid 0 would be when the host
+ * runs as root (an owner needs no capability to chmod a file or set its times):
+ * - the host's device nodes, which bwrap's `--dev` binds (null, zero, full, random,
+ *   urandom, tty): this namespace's /dev is remounted read-only, and a bind keeps the
+ *   flag, so they are read-only mounts that still open, read and write as devices;
+ * - bwrap's own binary, the sandbox's pid 1, reachable as /proc/1/exe: bound read-only
+ *   onto itself before it runs.
+ * Remounts of this namespace's mounts only (`bind`), never the host's. A failure ends
+ * the script (fail closed). `mount`: the mount command of the script's shell.
  */
-export function readOnlyDevLine(tools: LaunchTools): string {
-  return `${tools.mount} -o remount,bind,ro /dev`;
+export function readOnlyHostLine(mount: string): string {
+  return [
+    `${mount} -o remount,bind,ro /dev`,
+    'b=$(command -v "$1")',
+    `${mount} -o bind "$b" "$b"`,
+    `${mount} -o remount,bind,ro "$b"`,
+  ].join(" && ");
 }
 
 /**
@@ -119,7 +127,7 @@ export function launchArgv(
   overlays: readonly Overlay[],
   command: readonly string[],
   tools: LaunchTools = BASH_TOOLS,
-  options: { cappedLog?: boolean; disk?: Disk; readOnlyDev?: boolean } = {},
+  options: { cappedLog?: boolean; disk?: Disk; readOnlyHost?: boolean } = {},
 ): string[] {
   const disk = options.disk;
   const script = [
@@ -146,7 +154,7 @@ export function launchArgv(
       (o) =>
         `${tools.mount} -t overlay pyro -o "lowerdir=$1,upperdir=$2,workdir=$3,${OVERLAY_OPTIONS}" "$4"; ${o.shared ? `${tools.mount} --make-shared "$4"; ` : ""}shift 4`,
     ),
-    ...(options.readOnlyDev ? [readOnlyDevLine(tools)] : []),
+    ...(options.readOnlyHost ? [readOnlyHostLine(tools.mount)] : []),
     // The reader is outside the sandbox (this shell's mount namespace, not bwrap's or
     // runsc's) and holds no descriptor but the pipe and the log. One-shots keep their
     // stdio: the caller reads it through pipes with its own cap.

@@ -1,13 +1,13 @@
 /**
  * A bwrap sandbox for one host program run on untrusted data (e2fsck on a guest's disk,
  * GNU tar extracting a workspace's export): every namespace unshared, no capabilities,
- * no environment but PATH, the host's programs read-only, a private /proc, and nothing
- * else (no /dev: the host's device nodes would be the sandbox's to chmod, see
- * {@link withReadOnlyDev}); the caller binds the one tree the program works on. It dies
- * with its parent.
+ * no environment but PATH, the host's programs read-only, and nothing else: no /dev (the
+ * host's device nodes) and no /proc (bwrap's binary as /proc/1/exe), whose owner the
+ * sandbox may be (see {@link withReadOnlyHost}); the caller binds the one tree the
+ * program works on. It dies with its parent.
  */
 
-import { privateMountShell } from "./launch.js";
+import { privateMountShell, readOnlyHostLine } from "./launch.js";
 
 /**
  * The isolation every such sandbox has: every namespace its own, no capabilities, no
@@ -41,17 +41,15 @@ export function toolSandboxArgs(options: { etc?: boolean; unprivileged?: boolean
     "PATH",
     "/usr/sbin:/usr/bin:/sbin:/bin",
     ...ro.flatMap((d) => ["--ro-bind-try", d, d]),
-    "--proc",
-    "/proc",
   ];
 }
 
 /**
- * `bwrapArgv` (a tool sandbox with `--dev /dev`: e2fsck opens /dev/null) run from a
- * private mount namespace whose /dev is read-only, so the host's device nodes it binds
- * stay read-only (launch.ts readOnlyDevLine has why).
+ * `bwrapArgv` (a tool sandbox with `--dev /dev` and `--proc /proc`: e2fsck opens
+ * /dev/null and reads /proc's mounts) run from a private mount namespace where /dev and
+ * bwrap's binary are read-only (launch.ts readOnlyHostLine has why).
  */
-export function withReadOnlyDev(bwrapArgv: string[]): string[] {
-  const script = 'mount -o remount,bind,ro /dev && exec "$@"';
+export function withReadOnlyHost(bwrapArgv: string[]): string[] {
+  const script = `${readOnlyHostLine("mount")} && exec "$@"`;
   return [...privateMountShell(["/bin/sh"], script, "pyro-tool"), ...bwrapArgv];
 }

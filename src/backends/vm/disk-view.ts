@@ -7,7 +7,7 @@ import { firstLine, run, which } from "../../util/run.js";
 import type { SandboxSpec } from "../backend.js";
 import type { DiskView } from "../bwrap/disk-view.js";
 import { sweepStale } from "../disk-reader.js";
-import { toolSandboxArgs, withReadOnlyDev } from "../linux/tool-sandbox.js";
+import { toolSandboxArgs, withReadOnlyHost } from "../linux/tool-sandbox.js";
 
 /**
  * The view of a stopped microVM workspace (qemu, firecracker) for the disk reader
@@ -76,9 +76,11 @@ async function checkCopy(scratch: string, id: string): Promise<void> {
       "install the Debian package bubblewrap",
     );
   const r = await run(
-    withReadOnlyDev([
+    withReadOnlyHost([
       bwrap,
       ...toolSandboxArgs({ etc: true }),
+      "--proc",
+      "/proc",
       "--dev",
       "/dev",
       "--bind",
