@@ -102,7 +102,7 @@ export async function pushDirect(
   if (signal?.aborted) throw new PyroError("cancelled", "the upload was cancelled");
   if (r.code !== 0) throw new PyroError("internal", `tar failed (exit ${r.code ?? "none"}): ${r.said}`);
   const read = await finished;
-  if (read !== 0) throw sourceUnread(abs, read);
+  if (read !== 0) throw sourceUnread(abs, read, true);
   return { dest: rel === "" ? "." : rel, files, bytes };
 }
 

@@ -51,21 +51,34 @@ export async function pushThrough(
   signal?: AbortSignal,
 ): Promise<{ dest: string; files: number; bytes: number }> {
   const packed = await packHostPath(source);
-  const r = await agent.request(
-    "tar_in",
-    { dest },
-    { upload: packed.stream, timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
-  );
+  let r: { dest: string; files: number; bytes: number };
+  try {
+    r = await agent.request(
+      "tar_in",
+      { dest },
+      { upload: packed.stream, timeoutMs: 30 * 60_000, ...(signal ? { signal } : {}) },
+    );
+  } catch (err) {
+    // tar's failure ends the upload with an error before the agent has all of it (a slow
+    // reader): the upload failed because the source changed, and nothing was pushed.
+    // (`finished` settled with that error; anything else leaves the agent's error.)
+    const read = await Promise.race([
+      packed.finished,
+      new Promise<"later">((r) => setImmediate(() => r("later"))),
+    ]);
+    if (typeof read === "number" && read !== 0) throw sourceUnread(resolve(source), read, false);
+    throw err;
+  }
   const read = await packed.finished;
-  if (read !== 0) throw sourceUnread(resolve(source), read);
+  if (read !== 0) throw sourceUnread(resolve(source), read, true);
   return r;
 }
 
-/** A push whose host tar could not read all of `abs` (exit `code`): what it read was pushed. */
-export function sourceUnread(abs: string, code: number | null): PyroError {
+/** A push whose host tar could not read all of `abs` (exit `code`). */
+export function sourceUnread(abs: string, code: number | null, pushed: boolean): PyroError {
   return new PyroError(
     "conflict",
-    `the host's tar could not read all of ${abs} (exit ${code ?? "none"}): a file changed or vanished while it was read; what it read was pushed`,
+    `the host's tar could not read all of ${abs} (exit ${code ?? "none"}): a file changed or vanished while it was read; ${pushed ? "what it read was pushed" : "nothing was pushed"}`,
     "push again once the source is not changing",
   );
 }

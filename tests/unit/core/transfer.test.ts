@@ -5,6 +5,7 @@ import { join } from "node:path";
 import * as tar from "tar";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ExportWriter, packHostPath, pushThrough } from "../../../src/core/transfer.js";
+import { PyroError } from "../../../src/errors.js";
 
 let dir: string;
 beforeEach(async () => {
@@ -131,7 +132,26 @@ describe("export and snapshot extraction on the host", () => {
       code: "conflict",
       message: expect.stringMatching(/could not read all of .*src \(exit 2\)/),
     });
-    expect(names).toEqual(["a.bin"]);
+    expect(names[0]).toBe("a.bin");
+    // A slow reader: tar's failure ends the upload with an error first, and the agent
+    // fails it; the push is still the conflict, and nothing was pushed.
+    await writeFile(join(dir, "src", "b.txt"), "b");
+    const slow = {
+      request: async (_o: string, _a: unknown, o: { upload: NodeJS.ReadableStream }) => {
+        await rm(join(dir, "src", "b.txt"));
+        try {
+          for await (const _c of o.upload as AsyncIterable<Buffer>)
+            await new Promise((r) => setTimeout(r, 5));
+        } catch (err) {
+          throw new PyroError("internal", `the upload failed: ${(err as Error).message}`);
+        }
+        return { dest: "d", files: 0, bytes: 0 };
+      },
+    } as unknown as Parameters<typeof pushThrough>[0];
+    await expect(pushThrough(slow, join(dir, "src"), "d")).rejects.toMatchObject({
+      code: "conflict",
+      message: expect.stringMatching(/\(exit 2\).*nothing was pushed/),
+    });
     // An unchanged source: the agent's answer.
     await writeFile(join(dir, "src", "b.txt"), "b");
     const ok = {
