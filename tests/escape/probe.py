@@ -80,6 +80,21 @@ def writable_under(root, skip=()):
     return found
 
 
+def set_same_attrs(path, st):
+    """chmod and utime of `path` to what `st` says it has (harmless if they work): which worked."""
+    done = []
+    for what, change in (
+        ("chmod", lambda: os.chmod(path, stat.S_IMODE(st.st_mode))),
+        ("utime", lambda: os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))),
+    ):
+        try:
+            change()
+            done.append(what)
+        except OSError:
+            pass
+    return done
+
+
 def raw_syscall(nr, *args):
     r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
     return r, ctypes.get_errno()
@@ -309,16 +324,7 @@ def _():
         if fstype.get(p, fstype.get("/dev")) != "devtmpfs" or not os.path.exists(p):
             continue
         seen.append(name)
-        st = os.stat(p)
-        for what, change in (
-            ("chmod", lambda: os.chmod(p, stat.S_IMODE(st.st_mode))),
-            ("utime", lambda: os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))),
-        ):
-            try:
-                change()
-                changed.append(f"{what} {p}")
-            except OSError:
-                pass
+        changed += [f"{what} {p}" for what in set_same_attrs(p, os.stat(p))]
     return bool(changed), changed or f"refused on host nodes {seen}" if seen else "no host device node"
 
 
@@ -340,15 +346,7 @@ def _():
                 continue
         except OSError:
             pass
-        for what, change in (
-            ("chmod", lambda: os.chmod(p, stat.S_IMODE(st.st_mode))),
-            ("utime", lambda: os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))),
-        ):
-            try:
-                change()
-                changed.append(f"{what} {os.readlink(p)} (pid {pid})")
-            except OSError:
-                pass
+        changed += [f"{what} {os.readlink(p)} (pid {pid})" for what in set_same_attrs(p, st)]
     return bool(changed), changed or "refused"
 
 
