@@ -137,17 +137,28 @@ function signalAll(pids: number[], signal: NodeJS.Signals): void {
 }
 
 /**
+ * How long killTree keeps at a tree that will not die: a safety net for a member stuck in
+ * an uninterruptible wait, not a pace (SIGKILL cannot be caught, so every other member
+ * ends, however long a busy machine takes to schedule it).
+ */
+export const KILL_GIVE_UP_MS = 60_000;
+
+/**
  * SIGKILLs the whole tree. The tree is found before anything is killed (a dead parent
  * breaks the ppid chain to its setsid'd children), and frozen with SIGSTOP first so
  * nothing forks between the scan and the kill. Repeats until a scan finds nothing
- * alive, giving up after a few rounds rather than spin.
+ * alive (a killed process that has not been scheduled yet still looks alive: on a busy
+ * machine, at nice 19, a fork bomb's hundreds take many rounds), then waits until
+ * `reaper` has collected the dead (see untilReaped).
  */
-export async function killTree(rootPid: number, marker: string): Promise<void> {
+export async function killTree(rootPid: number, marker: string, reaper?: number): Promise<void> {
   // Freeze the leader's group atomically before scanning (see hangUpSession).
   groupSignal(rootPid, "SIGSTOP");
-  for (let round = 0; round < 20; round++) {
+  const killed = new Set<number>();
+  const giveUp = performance.now() + KILL_GIVE_UP_MS;
+  for (;;) {
     const found = await findTree(rootPid, marker);
-    if (found.length === 0) return;
+    if (found.length === 0) break;
     signalAll(found, "SIGSTOP");
     // Frozen now: a second scan also sees children forked during the first one.
     const frozen = await findTree(rootPid, marker);
@@ -156,8 +167,45 @@ export async function killTree(rootPid: number, marker: string): Promise<void> {
     } catch {
       // The group is already gone.
     }
-    signalAll([...new Set([...found, ...frozen])], "SIGKILL");
+    const all = [...new Set([...found, ...frozen])];
+    signalAll(all, "SIGKILL");
+    for (const pid of all) killed.add(pid);
+    if (performance.now() > giveUp) break;
     await new Promise((r) => setTimeout(r, 10));
+  }
+  await untilReaped(killed, reaper);
+}
+
+/** A process's state letter and parent, zombies included; null when it is gone. */
+function stateOf(pid: number): { state: string; ppid: number } | null {
+  const text = readStatSync(String(pid));
+  if (text === null) return null;
+  const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
+  return { state: fields[0] ?? "", ppid: Number(fields[1]) };
+}
+
+/**
+ * Waits until none of `pids` is a zombie waiting for `reaper` (the command starter, the
+ * subreaper of every command's orphans: spawner.ts). A zombie keeps its pid, and its
+ * place in the sandbox's pids limit, until it is collected: a call that returned as soon
+ * as a fork bomb's members were dead left the next call without a pid to fork (seen on a
+ * busy machine: 190 of them still counted). Stops waiting when the reaper cannot collect
+ * (gone, a zombie itself, or stopped), so a hostile command cannot hold the call; without
+ * a reaper nothing is waited for (the sandbox's init collects, in its own time).
+ */
+export async function untilReaped(pids: Iterable<number>, reaper: number | undefined): Promise<void> {
+  if (reaper === undefined) return;
+  const left = new Set(pids);
+  for (;;) {
+    const r = stateOf(reaper);
+    if (r === null || r.state === "Z" || r.state === "X" || r.state === "T" || r.state === "t") return;
+    for (const pid of left) {
+      const s = stateOf(pid);
+      // Gone, alive (a survivor, or its pid already reused), or someone else's zombie.
+      if (s === null || s.state !== "Z" || s.ppid !== reaper) left.delete(pid);
+    }
+    if (left.size === 0) return;
+    await new Promise((r) => setTimeout(r, 2));
   }
 }
 
@@ -258,11 +306,16 @@ async function sessionMembers(sid: number): Promise<number[]> {
  * processes that asked to outlive it survive: `nohup` ignores SIGHUP, `setsid` left the
  * session. The session is frozen with SIGSTOP before the signal, so nothing forks past
  * it, then continued (survivors resume). Repeats until a round finds only survivors it
- * has already seen, at most 20 rounds. Returns how many processes were hung up.
+ * has already seen, at most 20 rounds, then waits until `reaper` has collected the dead
+ * (see untilReaped). Returns how many processes were hung up.
  */
-export async function hangUpSession(sid: number, leaderArgv: readonly string[] = []): Promise<number> {
+export async function hangUpSession(
+  sid: number,
+  leaderArgv: readonly string[] = [],
+  reaper?: number,
+): Promise<number> {
   const survivors = new Set<number>();
-  let hung = 0;
+  const hung = new Set<number>();
   if ((await sessionMembers(sid)).length === 0) return 0;
   await settleForks(sid, leaderArgv.length > 0 ? `${leaderArgv.join("\0")}\0` : null);
   // The session leader's group first, in three atomic group signals: a fork racing a
@@ -273,13 +326,13 @@ export async function hangUpSession(sid: number, leaderArgv: readonly string[] =
   groupSignal(sid, "SIGCONT");
   for (let round = 0; round < 20; round++) {
     const found = (await sessionMembers(sid)).filter((p) => !survivors.has(p));
-    if (found.length === 0) return hung;
+    if (found.length === 0) break;
     signalAll(found, "SIGSTOP");
     const frozen = (await sessionMembers(sid)).filter((p) => !survivors.has(p));
     const all = [...new Set([...found, ...frozen])];
     signalAll(all, "SIGHUP");
     signalAll(all, "SIGCONT");
-    hung += all.length;
+    for (const p of all) hung.add(p);
     await untilEnded(all);
     // Whoever is still there and ignores or handles SIGHUP (nohup) is left be. One that
     // does neither is dying but was not scheduled yet (a busy machine): it is signalled
@@ -287,7 +340,8 @@ export async function hangUpSession(sid: number, leaderArgv: readonly string[] =
     for (const p of await sessionMembers(sid))
       if (all.includes(p) && (await keepsSighup(p))) survivors.add(p);
   }
-  return hung;
+  await untilReaped(hung, reaper);
+  return hung.size;
 }
 
 /** How long a hangup round gives the processes it signalled to end. */

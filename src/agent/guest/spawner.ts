@@ -96,6 +96,11 @@ export class Spawner {
     });
   }
 
+  /** The helper's pid while it collects its commands' orphans (their subreaper). */
+  reaper(): number | undefined {
+    return this.subreaper && !this.dead ? this.helper?.pid : undefined;
+  }
+
   /**
    * Whether a command that exited may have left processes behind (its hangup must scan
    * /proc): false only when the helper is its commands' subreaper and its children, read

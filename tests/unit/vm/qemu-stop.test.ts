@@ -13,7 +13,7 @@ afterEach(async () => {
 
 /**
  * A stand-in for a workspace's QEMU: a detached process that leaves a mark when it gets
- * SIGTERM (and then exits, as QEMU does), recorded as the qemu backend records its VM.
+ * SIGTERM (and then exits, as QEMU does), once it has said its trap is set, recorded as the qemu backend records its VM.
  * No agent answers on its sockets, so a sync before a graceful stop fails at once.
  */
 async function fakeVm() {
@@ -22,10 +22,14 @@ async function fakeVm() {
   const l = qemuLayout(t.dir);
   await mkdir(l.sockets);
   const termMark = join(t.dir, "got-sigterm");
+  const ready = join(t.dir, "trap-set");
   const { pid } = spawnDetached(
-    ["sh", "-c", `trap 'echo > "${termMark}"; exit 0' TERM; while :; do sleep 0.05; done`],
+    ["sh", "-c", `trap 'echo > "${termMark}"; exit 0' TERM; echo > "${ready}"; while :; do sleep 0.05; done`],
     { logFile: l.log },
   );
+  // Not before its trap is set: a SIGTERM that came first would end it without a mark
+  // (seen on a busy machine).
+  while (!existsSync(ready)) await new Promise((r) => setTimeout(r, 5));
   const startTime = (await procStartTime(pid)) ?? "";
   await writeFile(l.pidFile, `${pid} ${startTime}\n`);
   cleanups.push(async () => {

@@ -187,6 +187,9 @@ export function exitCodeOf(code: number | null, sig: NodeJS.Signals | null): num
   return code !== null ? code : 128 + (sig ? (os.constants.signals[sig] ?? 0) : 0);
 }
 
+/** Who collects a command's dead: the command starter for the commands it started. */
+const reaperOf = (child: StartedCommand) => (child.viaHelper ? spawner.reaper() : undefined);
+
 /**
  * What a command left running in its session ends with it (see hangUpSession): a
  * background job or a fork bomb must not outlive the call; nohup and setsid do. Started
@@ -195,7 +198,7 @@ export function exitCodeOf(code: number | null, sig: NodeJS.Signals | null): num
  */
 async function hangUpLeftovers(child: StartedCommand, command: string): Promise<void> {
   if (child.pid === undefined || (child.viaHelper && !spawner.mayHaveLeftovers())) return;
-  await hangUpSession(child.pid, ["/bin/sh", "-c", command]);
+  await hangUpSession(child.pid, ["/bin/sh", "-c", command], reaperOf(child));
 }
 
 /** See the module comment. */
@@ -220,7 +223,7 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
   let cancelled = false;
   let killing: Promise<void> | null = null;
   const kill = () => {
-    if (child.pid !== undefined) killing ??= killTree(child.pid, marker);
+    if (child.pid !== undefined) killing ??= killTree(child.pid, marker, reaperOf(child));
   };
   const timer = setTimeout(() => {
     timedOut = true;
@@ -236,7 +239,7 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
     const { code, sig } = await child.exited.catch(async (e: unknown) => {
       // The command starter died: nobody will report this command's exit. Its processes
       // are ended rather than left running behind a failed call.
-      if (child.pid !== undefined) await killTree(child.pid, marker);
+      if (child.pid !== undefined) await killTree(child.pid, marker, reaperOf(child));
       throw e;
     });
     clearTimeout(timer);
