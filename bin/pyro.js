@@ -6,6 +6,11 @@
 // `pyro run` (a one-shot: a whole process per command) runs the same build as one
 // CommonJS file with a V8 code cache (bin/code-cache.js), unless Node was started with
 // options of its own (a preload, an inspector, a profiler: they see the modules' files).
+// So does `pyro mcp serve`, a process that lives as long as its host's session: the one
+// file is read once, at its start. From the ES module bundle, a rebuild or an upgrade in
+// place that replaced the bundle's chunks under it failed its next call that needed a
+// chunk not loaded yet ("Cannot find module"; Node's resolver looks for the file again
+// even for a module it has loaded).
 import { readFileSync, statSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
@@ -19,7 +24,8 @@ try {
   // No bundle (a tsc-only build): the modules themselves.
 }
 let cli;
-if (bundled && process.argv[2] === "run" && process.execArgv.length === 0) {
+const oneFile = process.argv[2] === "run" || (process.argv[2] === "mcp" && process.argv[3] === "serve");
+if (bundled && oneFile && process.execArgv.length === 0) {
   try {
     const { loadCached } = await import("./code-cache.js");
     cli = loadCached(fileURLToPath(new URL("cli-bundle/main.cjs", dist)), stamp.cjs_sha256);

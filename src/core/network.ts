@@ -9,13 +9,15 @@
  * leaves it serving.
  */
 import { readFileSync } from "node:fs";
-import { readFile, rm, writeFile } from "node:fs/promises";
+import { rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { EGRESS_PORT } from "../agent/guest/net.js";
 import type { SandboxSpec, SandboxState, WorkspaceBackend } from "../backends/backend.js";
 import {
+  killAndWait,
   LAUNCH_ENV,
   logTail,
+  procStartTime,
   sameProcessAlive,
   spawnDetached,
   terminateAndWait,
@@ -238,20 +240,17 @@ export class WorkspaceNetwork {
         env: { ...LAUNCH_ENV },
       },
     );
+    // Its start time, so neither the wait nor the kill below can take a process that
+    // reused its pid for it (null: it has already gone, and its report says why).
+    const started = await procStartTime(pid);
     const r = await awaitReport(
       () => this.ready(w.workspace_id).then((x) => (x && x.pid === pid ? x : null)),
-      () =>
-        readFile(`/proc/${pid}/stat`, "utf8").then(
-          () => true,
-          () => false,
-        ),
+      () => (started === null ? Promise.resolve(false) : sameProcessAlive(pid, started)),
       Date.now() + NETD_START_MS,
     );
     if (r?.error) throw new PyroError(r.error.code, r.error.message, r.error.hint);
     if (r) return r.published;
-    try {
-      process.kill(pid, "SIGKILL");
-    } catch {}
+    if (started !== null) await killAndWait(pid, started);
     throw new PyroError(
       "backend_unavailable",
       `the workspace's network helper did not start: ${await logTail(logFile)}`,

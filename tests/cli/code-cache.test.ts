@@ -90,9 +90,15 @@ describe("the CLI launcher and its code cache", () => {
     expect(statSync(cache!).mtimeMs).toBe(written);
   });
 
+  it("runs `pyro mcp serve` from main.cjs too (a rebuild under a live server cannot take its chunks)", () => {
+    const dir = install();
+    expect(launch(dir, ["mcp", "serve"])).toMatchObject({ code: 3, out: "cjs-bundle mcp serve\n" });
+  });
+
   it("runs the other commands, and `pyro run` under node options, from the ES module bundle", () => {
     const dir = install();
     expect(launch(dir, ["--version"])).toMatchObject({ code: 3, out: "esm-bundle --version\n" });
+    expect(launch(dir, ["mcp", "--help"])).toMatchObject({ code: 3, out: "esm-bundle mcp --help\n" });
     expect(launch(dir, ["run", "x"], ["--no-warnings"])).toMatchObject({
       code: 3,
       out: "esm-bundle run x\n",

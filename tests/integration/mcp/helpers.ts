@@ -55,6 +55,8 @@ export async function launchStdio(options: {
   cwd: string;
   env: NodeJS.ProcessEnv;
   args?: string[];
+  /** The launcher to run (default: this checkout's bin/pyro.js). */
+  bin?: string;
 }): Promise<StdioServer> {
   const env = Object.fromEntries(
     Object.entries({ ...process.env, PYRO_DEBUG: "", ...options.env }).filter(
@@ -63,7 +65,7 @@ export async function launchStdio(options: {
   );
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: [PYRO_BIN, "mcp", "serve", ...(options.args ?? [])],
+    args: [options.bin ?? PYRO_BIN, "mcp", "serve", ...(options.args ?? [])],
     cwd: options.cwd,
     env,
     stderr: "pipe",
