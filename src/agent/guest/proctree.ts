@@ -9,6 +9,7 @@
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
+import { liveThreadsBehind, untilReaped } from "./reaping.js";
 
 /** Environment variable that tags every process of one exec. */
 export const TREE_MARKER_VAR = "PYRO_EXEC_TOKEN";
@@ -32,13 +33,16 @@ interface ProcInfo {
  */
 export const SYNC_SCAN_MAX = 64;
 
-/** Parses a /proc/PID/stat text; null for a zombie or a dead process. */
-function procInfo(text: string): ProcInfo | null {
+/**
+ * Parses /proc/`pid`/stat's text; null for a zombie or a dead process. A main thread that
+ * exited alone shows as a zombie while its other threads run: that process is alive.
+ */
+function procInfo(pid: number | string, text: string): ProcInfo | null {
   // "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses,
   // so parse from the last ')'.
   const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
   const state = fields[0];
-  if (state === "Z" || state === "X") return null;
+  if (state === "X" || (state === "Z" && !liveThreadsBehind(Number(pid)))) return null;
   return {
     ppid: Number(fields[1]),
     pgid: Number(fields[2]),
@@ -66,7 +70,7 @@ async function scanProc(): Promise<Map<number, ProcInfo>> {
     return procs;
   }
   const add = (n: string, text: string | null) => {
-    const info = text ? procInfo(text) : null;
+    const info = text ? procInfo(n, text) : null;
     if (info) procs.set(Number(n), info);
   };
   if (names.length <= SYNC_SCAN_MAX) {
@@ -137,11 +141,13 @@ function signalAll(pids: number[], signal: NodeJS.Signals): void {
 }
 
 /**
- * How long killTree keeps at a tree that will not die: a safety net for a member stuck in
- * an uninterruptible wait, not a pace (SIGKILL cannot be caught, so every other member
- * ends, however long a busy machine takes to schedule it).
+ * How long killTree keeps at a tree that will not die: a safety net, not a pace (SIGKILL
+ * cannot be caught, so every member ends, however long a busy machine takes to schedule
+ * it; what is left is a process outside the tree that keeps starting ones with the
+ * call's marker). With REAP_WAIT_MS it stays well inside the host's slack for an exec
+ * past its timeout (EXEC_SLACK_MS, 30 s): the call answers `timed_out`, not a hung agent.
  */
-export const KILL_GIVE_UP_MS = 60_000;
+export const KILL_GIVE_UP_MS = 10_000;
 
 /**
  * SIGKILLs the whole tree. The tree is found before anything is killed (a dead parent
@@ -149,12 +155,11 @@ export const KILL_GIVE_UP_MS = 60_000;
  * nothing forks between the scan and the kill. Repeats until a scan finds nothing
  * alive (a killed process that has not been scheduled yet still looks alive: on a busy
  * machine, at nice 19, a fork bomb's hundreds take many rounds), then waits until
- * `reaper` has collected the dead (see untilReaped).
+ * `reaper` has collected the dead (reaping.ts).
  */
 export async function killTree(rootPid: number, marker: string, reaper?: number): Promise<void> {
   // Freeze the leader's group atomically before scanning (see hangUpSession).
   groupSignal(rootPid, "SIGSTOP");
-  const killed = new Set<number>();
   const giveUp = performance.now() + KILL_GIVE_UP_MS;
   for (;;) {
     const found = await findTree(rootPid, marker);
@@ -167,46 +172,13 @@ export async function killTree(rootPid: number, marker: string, reaper?: number)
     } catch {
       // The group is already gone.
     }
-    const all = [...new Set([...found, ...frozen])];
-    signalAll(all, "SIGKILL");
-    for (const pid of all) killed.add(pid);
+    signalAll([...new Set([...found, ...frozen])], "SIGKILL");
     if (performance.now() > giveUp) break;
     await new Promise((r) => setTimeout(r, 10));
   }
-  await untilReaped(killed, reaper);
-}
-
-/** A process's state letter and parent, zombies included; null when it is gone. */
-function stateOf(pid: number): { state: string; ppid: number } | null {
-  const text = readStatSync(String(pid));
-  if (text === null) return null;
-  const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
-  return { state: fields[0] ?? "", ppid: Number(fields[1]) };
-}
-
-/**
- * Waits until none of `pids` is a zombie waiting for `reaper` (the command starter, the
- * subreaper of every command's orphans: spawner.ts). A zombie keeps its pid, and its
- * place in the sandbox's pids limit, until it is collected: a call that returned as soon
- * as a fork bomb's members were dead left the next call without a pid to fork (seen on a
- * busy machine: 190 of them still counted). Stops waiting when the reaper cannot collect
- * (gone, a zombie itself, or stopped), so a hostile command cannot hold the call; without
- * a reaper nothing is waited for (the sandbox's init collects, in its own time).
- */
-export async function untilReaped(pids: Iterable<number>, reaper: number | undefined): Promise<void> {
-  if (reaper === undefined) return;
-  const left = new Set(pids);
-  for (;;) {
-    const r = stateOf(reaper);
-    if (r === null || r.state === "Z" || r.state === "X" || r.state === "T" || r.state === "t") return;
-    for (const pid of left) {
-      const s = stateOf(pid);
-      // Gone, alive (a survivor, or its pid already reused), or someone else's zombie.
-      if (s === null || s.state !== "Z" || s.ppid !== reaper) left.delete(pid);
-    }
-    if (left.size === 0) return;
-    await new Promise((r) => setTimeout(r, 2));
-  }
+  // Once whatever a scan found: the group (a pgid is not reused while the group lives).
+  groupSignal(rootPid, "SIGKILL");
+  await untilReaped(reaper);
 }
 
 /** How long a hangup waits for forked children to exec what they were forked for. */
@@ -307,7 +279,7 @@ async function sessionMembers(sid: number): Promise<number[]> {
  * session. The session is frozen with SIGSTOP before the signal, so nothing forks past
  * it, then continued (survivors resume). Repeats until a round finds only survivors it
  * has already seen, at most 20 rounds, then waits until `reaper` has collected the dead
- * (see untilReaped). Returns how many processes were hung up.
+ * (reaping.ts). Returns how many processes were hung up.
  */
 export async function hangUpSession(
   sid: number,
@@ -315,7 +287,7 @@ export async function hangUpSession(
   reaper?: number,
 ): Promise<number> {
   const survivors = new Set<number>();
-  const hung = new Set<number>();
+  let hung = 0;
   if ((await sessionMembers(sid)).length === 0) return 0;
   await settleForks(sid, leaderArgv.length > 0 ? `${leaderArgv.join("\0")}\0` : null);
   // The session leader's group first, in three atomic group signals: a fork racing a
@@ -332,7 +304,7 @@ export async function hangUpSession(
     const all = [...new Set([...found, ...frozen])];
     signalAll(all, "SIGHUP");
     signalAll(all, "SIGCONT");
-    for (const p of all) hung.add(p);
+    hung += all.length;
     await untilEnded(all);
     // Whoever is still there and ignores or handles SIGHUP (nohup) is left be. One that
     // does neither is dying but was not scheduled yet (a busy machine): it is signalled
@@ -340,8 +312,8 @@ export async function hangUpSession(
     for (const p of await sessionMembers(sid))
       if (all.includes(p) && (await keepsSighup(p))) survivors.add(p);
   }
-  await untilReaped(hung, reaper);
-  return hung.size;
+  await untilReaped(reaper);
+  return hung;
 }
 
 /** How long a hangup round gives the processes it signalled to end. */
@@ -361,7 +333,7 @@ async function untilEnded(pids: readonly number[]): Promise<void> {
   }
   const aliveNow = (pid: number) => {
     const text = readStatSync(String(pid));
-    return text !== null && procInfo(text) !== null;
+    return text !== null && procInfo(pid, text) !== null;
   };
   while (pids.some(aliveNow)) {
     const left = deadline - performance.now();

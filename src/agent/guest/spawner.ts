@@ -20,6 +20,7 @@ import net from "node:net";
 import os from "node:os";
 import type { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
+import { stateLetter } from "./reaping.js";
 
 /** A started command, as exec uses it. */
 export interface StartedCommand {
@@ -42,6 +43,8 @@ const CLOSE_LATER_MS = 1000;
 
 /** How long the helper's self-test may take before commands are started by the agent. */
 const SELF_TEST_MS = 5000;
+/** How often a helper something waits on is looked at for a stop (Spawner.wake). */
+const WAKE_MS = 1000;
 
 const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(
   Object.entries(os.constants.signals).map(([name, n]) => [n, name as NodeJS.Signals]),
@@ -68,6 +71,8 @@ export class Spawner {
   private closeTimer: NodeJS.Timeout | null = null;
   /** The helper said it is its commands' subreaper (its first line, before any reply). */
   private subreaper = false;
+  /** While anything waits on the helper: looks every WAKE_MS whether a command stopped it (wake). */
+  private watch: NodeJS.Timeout | null = null;
 
   constructor(private readonly path: string = HELPER_PATH) {}
 
@@ -87,6 +92,9 @@ export class Spawner {
   start(command: string, cwd: string, env: Record<string, string>): Promise<StartedCommand> {
     const helper = this.helper;
     if (!helper || this.dead) return Promise.reject(new Error("the command starter is not running"));
+    this.wake();
+    if (this.dead) return Promise.reject(new Error("the command starter is not running"));
+    this.watchWhileWaiting();
     const id = String(++this.nextId);
     const entries = Object.entries(env).map(([k, v]) => `${k}=${v}`);
     return new Promise<StartedCommand>((resolve, reject) => {
@@ -94,6 +102,31 @@ export class Spawner {
       const request = frame(["S", id, cwd, String(entries.length), ...entries, command]);
       helper.stdin!.write(this.toClose.length > 0 ? Buffer.concat([this.takeCloses(), request]) : request);
     });
+  }
+
+  /**
+   * A command runs as the helper's uid and can stop it (`kill -STOP`): then no command
+   * starts and no exit is reported, and every call in the workspace would wait for the
+   * host's own timeout. A stopped helper is continued; one a tracer holds is given up
+   * (killed: its waiting calls fail, later commands start from the agent). Called before
+   * every start, when a call times out, and every WAKE_MS while anything waits on it.
+   */
+  wake(): void {
+    const pid = this.helper?.pid;
+    if (this.dead || pid === undefined) return;
+    const state = stateLetter(pid);
+    if (state === "T") process.kill(pid, "SIGCONT");
+    else if (state === "t") this.fail(new Error("the command starter is held by a tracer"));
+  }
+
+  /** Keeps `wake` looking while a start or an exit is awaited. */
+  private watchWhileWaiting(): void {
+    this.watch ??= setInterval(() => {
+      if (this.starting.size === 0 && this.waiting.size === 0) {
+        clearInterval(this.watch!);
+        this.watch = null;
+      } else this.wake();
+    }, WAKE_MS).unref();
   }
 
   /** The helper's pid while it collects its commands' orphans (their subreaper). */
@@ -165,6 +198,7 @@ export class Spawner {
     if (this.dead) return;
     this.dead = true;
     if (this.closeTimer) clearTimeout(this.closeTimer);
+    if (this.watch) clearInterval(this.watch);
     this.helper?.kill("SIGKILL");
     for (const done of this.starting.values()) done(err);
     this.starting.clear();

@@ -223,6 +223,8 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
   let cancelled = false;
   let killing: Promise<void> | null = null;
   const kill = () => {
+    // A stopped command starter would report no exit (Spawner.wake).
+    if (child.viaHelper) spawner.wake();
     if (child.pid !== undefined) killing ??= killTree(child.pid, marker, reaperOf(child));
   };
   const timer = setTimeout(() => {
