@@ -31,6 +31,8 @@ export interface StartedCommand {
   exited: Promise<{ code: number | null; sig: NodeJS.Signals | null }>;
   /** Started by the helper (its processes are the helper's descendants), not by the agent. */
   viaHelper: boolean;
+  /** Stops waiting for an exit that will not come (a killed command whose zombie a tracer holds). */
+  forget?: () => void;
 }
 
 /** The helper's path in the agent's copy of the package: <app>/bin/pyro-spawn. */
@@ -107,16 +109,15 @@ export class Spawner {
   /**
    * A command runs as the helper's uid and can stop it (`kill -STOP`): then no command
    * starts and no exit is reported, and every call in the workspace would wait for the
-   * host's own timeout. A stopped helper is continued; one a tracer holds is given up
-   * (killed: its waiting calls fail, later commands start from the agent). Called before
-   * every start, when a call times out, and every WAKE_MS while anything waits on it.
+   * host's own timeout. A stopped helper is continued: before every start, when an exec
+   * times out, and every WAKE_MS while anything waits on it. One a tracer holds (state
+   * `t`) is left be: the tracer lets it go when it detaches or ends, and meanwhile a call
+   * that times out answers without its exit (ops/exec.ts exitOf). Not a defence against
+   * a hostile command, which can stop the agent itself (same uid): against an accident.
    */
   wake(): void {
     const pid = this.helper?.pid;
-    if (this.dead || pid === undefined) return;
-    const state = stateLetter(pid);
-    if (state === "T") process.kill(pid, "SIGCONT");
-    else if (state === "t") this.fail(new Error("the command starter is held by a tracer"));
+    if (!this.dead && pid !== undefined && stateLetter(pid) === "T") process.kill(pid, "SIGCONT");
   }
 
   /** Keeps `wake` looking while a start or an exit is awaited. */
@@ -242,7 +243,7 @@ export class Spawner {
     // Registered before the next line is read: the helper writes a command's `S` line
     // before it can reap it, so its `X` line always comes after.
     const exited = new Promise<Exit>((resolve, reject) => this.waiting.set(pid, { resolve, reject }));
-    done?.({ pid, stdout, stderr, exited, viaHelper: true });
+    done?.({ pid, stdout, stderr, exited, viaHelper: true, forget: () => this.waiting.delete(pid) });
   }
 
   /** A command exited (one whose pipes could not be opened has no waiter: nothing to tell). */

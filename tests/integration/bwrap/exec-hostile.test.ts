@@ -79,6 +79,15 @@ while not first or time.monotonic() - first[0] < 0.03:
 ctypes.CDLL(None).syscall(60, 0)
 `;
 
+/** Seizes and interrupts the command starter for argv[1] seconds, then ends (which detaches it). */
+const BRIEF_TRACER = `
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+h = [int(p) for p in os.listdir("/proc") if p.isdigit() and b"pyro-spawn" in open(f"/proc/{p}/cmdline", "rb").read()][0]
+print(libc.ptrace(0x4206, h, 0, 0), libc.ptrace(0x4207, h, 0, 0), flush=True)
+time.sleep(float(sys.argv[1]))
+`;
+
 const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 
 describe.skipIf(skip !== "")(suiteTitle("exec calls a command tries to hold, on bwrap", skip), () => {
@@ -106,6 +115,23 @@ describe.skipIf(skip !== "")(suiteTitle("exec calls a command tries to hold, on 
     ].join("\n");
     const r = await h.pyro.execWorkspace(id, cmd, { timeoutSeconds: 3 });
     expect(r.timed_out).toBe(true);
+  });
+
+  it("times out a command whose own shell such a tracer holds (its exit never comes)", async () => {
+    const id = await workspaceWith("/tmp/tracer.py", NO_WAIT_TRACER);
+    const cmd = "( setsid env -u PYRO_EXEC_TOKEN python3 /tmp/tracer.py $$ > /tmp/tr.log 2>&1 & ); sleep 100";
+    const r = await h.pyro.execWorkspace(id, cmd, { timeoutSeconds: 3 });
+    expect(r.timed_out).toBe(true);
+    const next = await h.pyro.execWorkspace(id, "echo next", { timeoutSeconds: 20 });
+    expect(next.stdout).toBe("next\n");
+  });
+
+  it("lets another call's command finish while a command briefly traces the command starter", async () => {
+    const id = await workspaceWith("/tmp/tracer.py", BRIEF_TRACER);
+    const build = h.pyro.execWorkspace(id, "sleep 4; echo built", { timeoutSeconds: 30 });
+    // The tracer runs while the first call's command sleeps (started after it, on the same agent).
+    await h.pyro.execWorkspace(id, "python3 /tmp/tracer.py 2", { timeoutSeconds: 30 });
+    expect((await build).stdout).toBe("built\n");
   });
 
   it("answers a command whose hung-up job such a tracer holds", async () => {

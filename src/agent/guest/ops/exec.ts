@@ -13,6 +13,7 @@ import { HeadTailCapture } from "../../capture.js";
 import { AgentError } from "../../errors.js";
 import { EXEC_STREAM_TAG } from "../../op-schemas.js";
 import { hangUpSession, killTree, TREE_MARKER_VAR } from "../proctree.js";
+import { REAP_WAIT_MS } from "../reaping.js";
 import { Spawner, type StartedCommand } from "../spawner.js";
 import type { OpHandler } from "./context.js";
 
@@ -201,6 +202,27 @@ async function hangUpLeftovers(child: StartedCommand, command: string): Promise<
   await hangUpSession(child.pid, ["/bin/sh", "-c", command], reaperOf(child));
 }
 
+/**
+ * The command's exit; once the call has killed it (`killed`), at most REAP_WAIT_MS more,
+ * then null: the exit of a killed command whose zombie a tracer holds never comes, and
+ * neither does one whose command starter a tracer holds. When the command starter died,
+ * nobody will report the exit: the command's processes are ended rather than left
+ * running behind a failed call, and the call fails.
+ */
+async function exitOf(
+  child: StartedCommand,
+  marker: string,
+  killed: Promise<void>,
+): Promise<{ code: number | null; sig: NodeJS.Signals | null } | null> {
+  const late = killed.then(() => new Promise<null>((r) => setTimeout(() => r(null), REAP_WAIT_MS).unref()));
+  const exit = await Promise.race([child.exited, late]).catch(async (e: unknown) => {
+    if (child.pid !== undefined) await killTree(child.pid, marker, reaperOf(child));
+    throw e;
+  });
+  if (exit === null) child.forget?.();
+  return exit;
+}
+
 /** See the module comment. */
 export const exec: OpHandler<"exec"> = async (args, ctx) => {
   const { signal } = ctx;
@@ -222,10 +244,14 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
   let timedOut = false;
   let cancelled = false;
   let killing: Promise<void> | null = null;
+  let killedDone = () => {};
+  const killed = new Promise<void>((r) => {
+    killedDone = r;
+  });
   const kill = () => {
     // A stopped command starter would report no exit (Spawner.wake).
     if (child.viaHelper) spawner.wake();
-    if (child.pid !== undefined) killing ??= killTree(child.pid, marker, reaperOf(child));
+    if (child.pid !== undefined) killing ??= killTree(child.pid, marker, reaperOf(child)).finally(killedDone);
   };
   const timer = setTimeout(() => {
     timedOut = true;
@@ -238,12 +264,7 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
   signal.addEventListener("abort", onAbort, { once: true });
 
   try {
-    const { code, sig } = await child.exited.catch(async (e: unknown) => {
-      // The command starter died: nobody will report this command's exit. Its processes
-      // are ended rather than left running behind a failed call.
-      if (child.pid !== undefined) await killTree(child.pid, marker, reaperOf(child));
-      throw e;
-    });
+    const exit = await exitOf(child, marker, killed);
     clearTimeout(timer);
     if (killing) await killing;
     else await hangUpLeftovers(child, args.command);
@@ -255,7 +276,7 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
 
     if (cancelled && !timedOut)
       throw new AgentError("cancelled", "the command was cancelled; its processes were killed");
-    const exitCode = timedOut ? TIMEOUT_EXIT_CODE : exitCodeOf(code, sig);
+    const exitCode = timedOut ? TIMEOUT_EXIT_CODE : exitCodeOf(exit?.code ?? null, exit?.sig ?? null);
     const o = stdout.render(args.max_output_bytes);
     const e = stderr.render(args.max_output_bytes);
     return {
