@@ -120,6 +120,12 @@ export class Spawner {
     if (!this.dead && pid !== undefined && stateLetter(pid) === "T") process.kill(pid, "SIGCONT");
   }
 
+  /** Whether a tracer holds the helper now (state `t`): a start would wait for the tracer. */
+  held(): boolean {
+    const pid = this.helper?.pid;
+    return !this.dead && pid !== undefined && stateLetter(pid) === "t";
+  }
+
   /** Keeps `wake` looking while a start or an exit is awaited. */
   private watchWhileWaiting(): void {
     this.watch ??= setInterval(() => {

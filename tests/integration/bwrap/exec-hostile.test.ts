@@ -134,6 +134,18 @@ describe.skipIf(skip !== "")(suiteTitle("exec calls a command tries to hold, on 
     expect((await build).stdout).toBe("built\n");
   });
 
+  it("starts a command itself while a tracer holds the command starter", async () => {
+    const id = await workspaceWith("/tmp/tracer.py", BRIEF_TRACER);
+    // This call's own exit is the held starter's to report: it answers at its timeout.
+    const hold = [
+      "( setsid env -u PYRO_EXEC_TOKEN python3 /tmp/tracer.py 120 > /tmp/tr.log 2>&1 & )",
+      "until [ -s /tmp/tr.log ]; do sleep 0.05; done",
+    ].join("\n");
+    expect((await h.pyro.execWorkspace(id, hold, { timeoutSeconds: 3 })).timed_out).toBe(true);
+    const r = await h.pyro.execWorkspace(id, "echo started", { timeoutSeconds: 20 });
+    expect([r.timed_out, r.stdout]).toEqual([false, "started\n"]);
+  });
+
   it("answers a command whose hung-up job such a tracer holds", async () => {
     const id = await workspaceWith("/tmp/tracer.py", HUP_TRACER);
     const cmd = [

@@ -141,10 +141,13 @@ async function startExecCommand(
 ): Promise<StartedCommand> {
   // The helper lowers each command itself, from its first instruction (LOWER, told once
   // where the agent lowers commands): nothing to set per command here.
+  // A helper a tracer holds (Spawner.wake) would not start it until the tracer lets go,
+  // before the call's timeout is even armed: the agent starts it itself then.
   if (
     !args.stdin &&
     !args.command.includes("\0") &&
-    (await spawner.usable(ctx.idleCommands ? LOWER : undefined))
+    (await spawner.usable(ctx.idleCommands ? LOWER : undefined)) &&
+    !spawner.held()
   )
     return spawner.start(args.command, cwd, { ...BASE_ENV, ...args.env, [TREE_MARKER_VAR]: marker });
   const child = startCommand(args, cwd, marker, ctx);
@@ -223,6 +226,24 @@ async function exitOf(
   return exit;
 }
 
+/** The call's kill of its command's tree (at its timeout or cancel): once; `killed` when done. */
+function commandKiller(child: StartedCommand, marker: string) {
+  let killing: Promise<void> | null = null;
+  let done = () => {};
+  const killed = new Promise<void>((r) => {
+    done = r;
+  });
+  const kill = () => {
+    // A stopped command starter would report no exit (Spawner.wake).
+    if (child.viaHelper) spawner.wake();
+    if (child.pid === undefined || killing) return;
+    killing = killTree(child.pid, marker, reaperOf(child)).finally(done);
+    // Not awaited on every path (a starter that died after the kill): never unhandled.
+    killing.catch(() => {});
+  };
+  return { kill, killed, killing: () => killing };
+}
+
 /** See the module comment. */
 export const exec: OpHandler<"exec"> = async (args, ctx) => {
   const { signal } = ctx;
@@ -243,29 +264,23 @@ export const exec: OpHandler<"exec"> = async (args, ctx) => {
 
   let timedOut = false;
   let cancelled = false;
-  let killing: Promise<void> | null = null;
-  let killedDone = () => {};
-  const killed = new Promise<void>((r) => {
-    killedDone = r;
-  });
-  const kill = () => {
-    // A stopped command starter would report no exit (Spawner.wake).
-    if (child.viaHelper) spawner.wake();
-    if (child.pid !== undefined) killing ??= killTree(child.pid, marker, reaperOf(child)).finally(killedDone);
-  };
+  const killer = commandKiller(child, marker);
   const timer = setTimeout(() => {
     timedOut = true;
-    kill();
+    killer.kill();
   }, args.timeout_ms);
   const onAbort = () => {
     cancelled = true;
-    kill();
+    killer.kill();
   };
   signal.addEventListener("abort", onAbort, { once: true });
+  // Cancelled while it started: an abort before the listener fires no event.
+  if (signal.aborted) onAbort();
 
   try {
-    const exit = await exitOf(child, marker, killed);
+    const exit = await exitOf(child, marker, killer.killed);
     clearTimeout(timer);
+    const killing = killer.killing();
     if (killing) await killing;
     else await hangUpLeftovers(child, args.command);
     // Give the pipes a moment to deliver the tail of the output.
