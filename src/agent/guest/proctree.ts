@@ -9,7 +9,7 @@
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
-import { liveThreadsBehind, untilReaped } from "./reaping.js";
+import { liveThreadsBehind, stateLetter, untilReaped } from "./reaping.js";
 
 /** Environment variable that tags every process of one exec. */
 export const TREE_MARKER_VAR = "PYRO_EXEC_TOKEN";
@@ -167,11 +167,7 @@ export async function killTree(rootPid: number, marker: string, reaper?: number)
     signalAll(found, "SIGSTOP");
     // Frozen now: a second scan also sees children forked during the first one.
     const frozen = await findTree(rootPid, marker);
-    try {
-      process.kill(-rootPid, "SIGKILL");
-    } catch {
-      // The group is already gone.
-    }
+    groupSignal(rootPid, "SIGKILL");
     signalAll([...new Set([...found, ...frozen])], "SIGKILL");
     if (performance.now() > giveUp) break;
     await new Promise((r) => setTimeout(r, 10));
@@ -243,7 +239,7 @@ async function settleForks(sid: number, leader: string | null): Promise<void> {
     for (const [pid, info] of members) {
       const own = await cmdline(pid);
       // Gone (or a zombie's empty read racing its exit: the scan skipped zombies).
-      if (own === null || (own === "" && !(await alive(pid)))) continue;
+      if (own === null || (own === "" && !alive(pid))) continue;
       if (!stillForking(own, leader, own === "" ? null : await cmdline(info.ppid))) continue;
       forking = true;
       const first = firstTicks.get(pid) ?? info.cpuTicks;
@@ -257,11 +253,9 @@ async function settleForks(sid: number, leader: string | null): Promise<void> {
 }
 
 /** Whether `pid` is a live, non-zombie process. */
-async function alive(pid: number): Promise<boolean> {
-  const text = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => null);
-  if (!text) return false;
-  const state = text.slice(text.lastIndexOf(")") + 2, text.lastIndexOf(")") + 3);
-  return state !== "Z" && state !== "X";
+function alive(pid: number): boolean {
+  const state = stateLetter(pid);
+  return state !== null && state !== "Z" && state !== "X";
 }
 
 /** Live processes of session `sid`, but never the agent or pid 1. */

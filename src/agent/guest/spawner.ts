@@ -95,7 +95,6 @@ export class Spawner {
     const helper = this.helper;
     if (!helper || this.dead) return Promise.reject(new Error("the command starter is not running"));
     this.wake();
-    if (this.dead) return Promise.reject(new Error("the command starter is not running"));
     this.watchWhileWaiting();
     const id = String(++this.nextId);
     const entries = Object.entries(env).map(([k, v]) => `${k}=${v}`);
@@ -116,14 +115,18 @@ export class Spawner {
    * a hostile command, which can stop the agent itself (same uid): against an accident.
    */
   wake(): void {
-    const pid = this.helper?.pid;
-    if (!this.dead && pid !== undefined && stateLetter(pid) === "T") process.kill(pid, "SIGCONT");
+    if (this.helperState() === "T") process.kill(this.helper!.pid!, "SIGCONT");
   }
 
   /** Whether a tracer holds the helper now (state `t`): a start would wait for the tracer. */
   held(): boolean {
+    return this.helperState() === "t";
+  }
+
+  /** The live helper's state letter (stateLetter); null when there is none. */
+  private helperState(): string | null {
     const pid = this.helper?.pid;
-    return !this.dead && pid !== undefined && stateLetter(pid) === "t";
+    return this.dead || pid === undefined ? null : stateLetter(pid);
   }
 
   /** Keeps `wake` looking while a start or an exit is awaited. */
